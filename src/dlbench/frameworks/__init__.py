@@ -1,0 +1,74 @@
+"""Registry of framework backends.
+
+Nothing here imports a framework: whether one is installed is read from package metadata, and
+a backend module is imported only by :func:`get_backend`, inside the process that measures it
+(thread settings must come before the import).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+
+from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+
+__all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "FrameworkInfo", "list_frameworks",
+           "get_backend", "framework_info", "UnknownFrameworkError", "check_frameworks"]
+
+
+class UnknownFrameworkError(ValueError):
+    """A framework name dlbench does not know, or one that is not installed."""
+
+
+@dataclass(frozen=True)
+class FrameworkInfo:
+    name: str
+    module: str  # dlbench module holding the backend class
+    distribution: str  # the pip distribution whose presence and version we report
+    import_name: str
+    variants: tuple[str, ...]
+    description: str
+
+
+FRAMEWORKS: dict[str, FrameworkInfo] = {
+    "torch": FrameworkInfo("torch", "dlbench.frameworks.torch", "torch", "torch", ("eager", "compile"),
+                           "PyTorch (torch.nn, torch.compile)"),
+}
+
+
+def framework_info(name: str) -> FrameworkInfo:
+    if name not in FRAMEWORKS:
+        raise UnknownFrameworkError(f"unknown framework {name!r}; known: {', '.join(FRAMEWORKS)}")
+    return FRAMEWORKS[name]
+
+
+def installed_version(name: str) -> str | None:
+    info = framework_info(name)
+    if importlib.util.find_spec(info.import_name) is None:
+        return None
+    try:
+        return importlib.metadata.version(info.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def list_frameworks() -> list[dict]:
+    return [{"name": n, "installed": (v := installed_version(n)) is not None, "version": v,
+             "variants": list(i.variants), "description": i.description} for n, i in FRAMEWORKS.items()]
+
+
+def check_frameworks(names: list[str]) -> None:
+    """Raise :class:`UnknownFrameworkError` for an unknown or uninstalled framework."""
+    for name in names:
+        if installed_version(name) is None:
+            framework_info(name)  # unknown -> its own message
+            raise UnknownFrameworkError(f"framework {name!r} is not installed (pip install 'dlbench[{name}]')")
+
+
+def get_backend(name: str) -> Backend:
+    """Import the backend (and so the framework) into this process."""
+    info = framework_info(name)
+    module = importlib.import_module(info.module)
+    return module.Backend_()

@@ -1,0 +1,100 @@
+"""The contract every framework backend fulfils.
+
+A backend builds a :class:`~dlbench.models.spec.ModelSpec` with the framework's own standard
+layers, loads canonical weights into it, and hands out closures over data already on the
+device, so a timer around a closure measures compute, not data movement. The closures:
+
+* ``forward``: a batch to the network's output, inference mode (no autograd, eval-mode BN).
+* ``gradient``: forward + loss + backward, every parameter's gradient, no update.
+* ``train_step``: gradient + SGD with momentum.
+
+The mode (train/eval) a closure needs is set when the closure is made.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dlbench.data.synthetic import Batch
+from dlbench.models.spec import ModelSpec
+from dlbench.weights import Weights
+
+
+class UnsupportedError(Exception):
+    """The framework cannot express this model or scenario; the message says exactly why."""
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """SGD with momentum, the optimiser of every paper's training runs."""
+
+    lr: float = 0.01
+    momentum: float = 0.9
+
+
+class Backend(ABC):
+    name: str = ""
+    variants: tuple[str, ...] = ("default",)
+    devices: tuple[str, ...] = ("cpu",)
+    #: import names whose versions are recorded with every result
+    packages: tuple[str, ...] = ()
+
+    # --- set-up -----------------------------------------------------------------
+    @abstractmethod
+    def set_threads(self, n: int) -> dict[str, Any]:
+        """Limit the framework to ``n`` threads before its first op; return what it reports."""
+
+    @abstractmethod
+    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> Any:
+        """The spec as a framework model holding ``weights`` (converted from canonical layout)."""
+
+    @abstractmethod
+    def place(self, batch: Batch, model: Any) -> Any:
+        """The batch on the model's device, in the framework's tensor type."""
+
+    # --- the measured closures -----------------------------------------------------
+    @abstractmethod
+    def forward(self, model: Any, batch: Any) -> Callable[[], Any]: ...
+
+    @abstractmethod
+    def gradient(self, model: Any, batch: Any) -> Callable[[], Any]: ...
+
+    @abstractmethod
+    def train_step(self, model: Any, batch: Any, opt: OptimizerSpec) -> Callable[[], Any]: ...
+
+    @abstractmethod
+    def sync(self, out: Any) -> None:
+        """Block until the device has finished computing ``out``."""
+
+    @abstractmethod
+    def to_numpy(self, out: Any) -> np.ndarray: ...
+
+    # --- introspection for the equivalence gate --------------------------------------
+    @abstractmethod
+    def param_count(self, model: Any) -> int:
+        """The framework's own count of the model's parameters."""
+
+    def param_count_extra(self, spec: ModelSpec) -> tuple[int, str]:
+        """Parameters the framework's layers have beyond the spec's, and why (documented)."""
+        return 0, ""
+
+    @abstractmethod
+    def get_params(self, model: Any) -> dict[str, np.ndarray]:
+        """Current parameters in canonical layout."""
+
+    @abstractmethod
+    def loss_and_grads(self, model: Any, batch: Any) -> tuple[float, dict[str, np.ndarray]]:
+        """Training-mode loss and the gradients of the trainable parameters, canonical layout."""
+
+    def peak_device_memory(self, device: str) -> dict[str, int]:
+        """Allocator peak on an accelerator, in bytes; empty on the CPU."""
+        return {}
+
+    def info(self) -> dict[str, Any]:
+        """Build facts worth recording (BLAS, oneDNN, CUDA)."""
+        return {}

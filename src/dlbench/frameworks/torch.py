@@ -1,0 +1,386 @@
+"""PyTorch backend: the spec built from standard ``torch.nn`` layers.
+
+Fast path and fairness settings:
+
+* float32, NCHW, the framework's default oneDNN/MKL kernels on the CPU; TF32 off on CUDA.
+* variants: ``eager`` and ``compile`` (``torch.compile`` of forward + loss; autograd's backward is
+  compiled through AOTAutograd; default mode).
+* optimiser: ``torch.optim.SGD(momentum=0.9, fused=True)``.
+* threads: ``torch.set_num_threads`` (intra-op) and ``torch.set_num_interop_threads``, set before
+  the first op; the harness also pins the process's CPU affinity.
+* LSTM: ``nn.LSTM`` (one fused cell per step, batch first) has two biases per gate; the canonical
+  bias is loaded into ``bias_ih`` and ``bias_hh`` is held at zero and frozen, so the network trains
+  exactly the spec (4 x units extra parameters in torch's own count, reported by the gate).
+* variable-length sequences run over the padded batch and are masked when averaged (outputs of
+  valid steps do not depend on later padding), which is faster on CPU than packed sequences.
+* CUDA: written the standard way (``torch.cuda.synchronize`` as sync, allocator peak from
+  ``torch.cuda.max_memory_allocated``) but untested unless a GPU run is recorded in docs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dlbench.data.synthetic import Batch
+from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.models import layers as L
+from dlbench.models.spec import ModelSpec
+from dlbench.weights import Weights
+
+
+class Seq(nn.Module):
+    """Runs modules in order, passing the mask to those that need it and keeping the Mark'd
+    activation (the reconstruction target of an autoencoder)."""
+
+    def __init__(self, modules: list[nn.Module]):
+        super().__init__()
+        self.layers = nn.ModuleList(modules)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None):
+        target = None
+        for m in self.layers:
+            if isinstance(m, MarkModule):
+                target = x
+            elif isinstance(m, MaskedMean):
+                x = m(x, mask)
+            else:
+                x = m(x)
+        return x, target
+
+
+class MarkModule(nn.Module):
+    def forward(self, x):  # pragma: no cover - Seq handles it
+        return x
+
+
+class MaskedMean(nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        if mask is None:
+            return x.mean(dim=1)
+        return (x * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1, keepdim=True)
+
+
+class GlobalAvgPool(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=(2, 3))
+
+
+class LSTMLayer(nn.Module):
+    def __init__(self, inputs: int, units: int):
+        super().__init__()
+        self.lstm = nn.LSTM(inputs, units, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lstm(x)[0]
+
+
+class TiedLinear(nn.Module):
+    """Decoder sharing its encoder's weight: y = x @ W_enc.T + b, with torch's W_enc = W.T."""
+
+    def __init__(self, encoder: nn.Linear, units: int):
+        super().__init__()
+        self.encoder = [encoder]  # a list, so the weight is not registered twice
+        self.bias = nn.Parameter(torch.zeros(units))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.encoder[0].weight.t(), self.bias)
+
+
+class ZeroPadShortcut(nn.Module):
+    def __init__(self, out_channels: int, stride: int):
+        super().__init__()
+        self.out_channels, self.stride = out_channels, stride
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x[:, :, :: self.stride, :: self.stride]
+        return F.pad(x, (0, 0, 0, 0, 0, self.out_channels - x.shape[1]))
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, body: nn.Sequential, shortcut: nn.Sequential, relu: bool):
+        super().__init__()
+        self.body, self.shortcut, self.relu = body, shortcut, relu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.body(x) + self.shortcut(x)
+        return F.relu(out, inplace=True) if self.relu else out
+
+
+# A binding ties a canonical parameter to a torch tensor: (tensor, to_torch, from_torch).
+Binding = tuple[torch.Tensor, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]
+
+
+def _same(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+def _t(a: np.ndarray) -> np.ndarray:
+    return a.T
+
+
+class Builder:
+    """Turns layers into modules and records where each canonical parameter lives.
+    Tests subclass it to plant bugs (a transposed kernel, a dropped bias, ...)."""
+
+    def __init__(self) -> None:
+        self.params: dict[str, Binding] = {}
+        self.state: dict[str, torch.Tensor] = {}
+        self.linears: dict[str, nn.Linear] = {}
+        self.frozen: list[nn.Module] = []
+
+    def sequence(self, layers: tuple[L.Layer, ...], shape: tuple[int, ...]) -> tuple[list[nn.Module], tuple]:
+        mods = []
+        for layer in layers:
+            mods.append(self.layer(layer, shape))
+            shape = layer.out_shape(shape)
+        return mods, shape
+
+    def layer(self, layer: L.Layer, shape: tuple[int, ...]) -> nn.Module:
+        method = getattr(self, f"make_{layer.kind.lower()}", None)
+        if method is None:
+            raise UnsupportedError(f"torch backend has no rule for layer {layer.kind}")
+        return method(layer, shape)
+
+    def make_conv2d(self, layer: L.Conv2d, shape) -> nn.Module:
+        m = nn.Conv2d(shape[0], layer.out_channels, layer.kernel, layer.stride, layer.padding,
+                      groups=layer.groups, bias=layer.bias)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        if layer.bias:
+            self.params[f"{layer.name}.bias"] = (m.bias, _same, _same)
+        return m
+
+    def make_pool2d(self, layer: L.Pool2d, shape) -> nn.Module:
+        if layer.op == "max":
+            return nn.MaxPool2d(layer.kernel, layer.stride, layer.padding, ceil_mode=layer.ceil_mode)
+        return nn.AvgPool2d(layer.kernel, layer.stride, layer.padding, ceil_mode=layer.ceil_mode,
+                            count_include_pad=True)
+
+    def make_globalavgpool(self, layer, shape) -> nn.Module:
+        return GlobalAvgPool()
+
+    def make_lrn(self, layer: L.LRN, shape) -> nn.Module:
+        return nn.LocalResponseNorm(layer.size, layer.alpha, layer.beta, layer.k)
+
+    def make_batchnorm(self, layer: L.BatchNorm, shape) -> nn.Module:
+        m = nn.BatchNorm2d(shape[0], eps=layer.eps, momentum=layer.momentum)
+        self.params[f"{layer.name}.gamma"] = (m.weight, _same, _same)
+        self.params[f"{layer.name}.beta"] = (m.bias, _same, _same)
+        self.state[f"{layer.name}.running_mean"] = m.running_mean
+        self.state[f"{layer.name}.running_var"] = m.running_var
+        return m
+
+    def make_dense(self, layer: L.Dense, shape) -> nn.Module:
+        m = nn.Linear(shape[-1], layer.units, bias=layer.bias)
+        self.params[f"{layer.name}.weight"] = (m.weight, _t, _t)
+        if layer.bias:
+            self.params[f"{layer.name}.bias"] = (m.bias, _same, _same)
+        self.linears[layer.name] = m
+        if not layer.trainable:
+            self.frozen.append(m)
+        return m
+
+    def make_tieddense(self, layer: L.TiedDense, shape) -> nn.Module:
+        m = TiedLinear(self.linears[layer.tied_to], layer.units)
+        self.params[f"{layer.name}.bias"] = (m.bias, _same, _same)
+        if not layer.trainable:
+            self.frozen.append(m)
+        return m
+
+    def make_activation(self, layer: L.Activation, shape) -> nn.Module:
+        return {"relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}[layer.fn]()
+
+    def make_dropout(self, layer: L.Dropout, shape) -> nn.Module:
+        return nn.Dropout(layer.rate)
+
+    def make_flatten(self, layer, shape) -> nn.Module:
+        return nn.Flatten()
+
+    def make_embedding(self, layer: L.Embedding, shape) -> nn.Module:
+        m = nn.Embedding(layer.vocab, layer.dim)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        return m
+
+    def make_lstm(self, layer: L.LSTM, shape) -> nn.Module:
+        m = LSTMLayer(shape[-1], layer.units)
+        lstm = m.lstm
+        self.params[f"{layer.name}.w_x"] = (lstm.weight_ih_l0, _t, _t)
+        self.params[f"{layer.name}.w_h"] = (lstm.weight_hh_l0, _t, _t)
+        self.params[f"{layer.name}.b"] = (lstm.bias_ih_l0, _same, _same)
+        with torch.no_grad():
+            lstm.bias_hh_l0.zero_()
+        lstm.bias_hh_l0.requires_grad_(False)
+        return m
+
+    def make_maskedmean(self, layer, shape) -> nn.Module:
+        return MaskedMean()
+
+    def make_mark(self, layer, shape) -> nn.Module:
+        return MarkModule()
+
+    def make_zeropadshortcut(self, layer: L.ZeroPadShortcut, shape) -> nn.Module:
+        return ZeroPadShortcut(layer.out_channels, layer.stride)
+
+    def make_residual(self, layer: L.Residual, shape) -> nn.Module:
+        body, _ = self.sequence(layer.body, shape)
+        short, _ = self.sequence(layer.shortcut, shape)
+        return ResidualBlock(nn.Sequential(*body), nn.Sequential(*short), layer.post == "relu")
+
+
+class TorchModel:
+    """The built network with what the closures need: bindings, device, compiled function."""
+
+    def __init__(self, spec: ModelSpec, net: Seq, builder: Builder, device: torch.device, variant: str):
+        self.spec, self.net, self.device, self.variant = spec, net, device, variant
+        self.bindings, self.state = builder.params, builder.state
+        self.trainable = [p for p in net.parameters() if p.requires_grad]
+        self.loss_fn = _loss_fn(spec, net)
+        self.infer_fn = lambda x, mask: net(x, mask)[0]
+        if variant == "compile":
+            self.loss_fn = torch.compile(self.loss_fn)
+            self.infer_fn = torch.compile(self.infer_fn)
+
+
+def _loss_fn(spec: ModelSpec, net: Seq) -> Callable:
+    if spec.loss.kind == "mse":
+        def mse(x, y, mask):
+            out, target = net(x, mask)
+            return F.mse_loss(out, x if target is None else target)
+        return mse
+
+    def cross_entropy(x, y, mask):
+        out, _ = net(x, mask)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    return cross_entropy
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    variants = ("eager", "compile")
+    devices = ("cpu", "cuda")
+    packages = ("torch",)
+    builder_class = Builder
+
+    def set_threads(self, n: int) -> dict[str, Any]:
+        torch.set_num_threads(n)
+        try:
+            torch.set_num_interop_threads(n)
+        except RuntimeError:  # already set, or parallel work already started
+            pass
+        return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
+
+    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> TorchModel:
+        variant = variant or "eager"
+        if variant not in self.variants:
+            raise UnsupportedError(f"torch has no variant {variant!r}")
+        if device.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise UnsupportedError("CUDA is not available to this torch build")
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        torch.manual_seed(0)
+        builder = self.builder_class()
+        modules, _ = builder.sequence(spec.layers, spec.input.shape)
+        net = Seq(modules)
+        for m in builder.frozen:
+            for p in m.parameters(recurse=False):
+                p.requires_grad_(False)
+        with torch.no_grad():
+            for name, (tensor, to_torch, _) in builder.params.items():
+                value = torch.from_numpy(np.ascontiguousarray(to_torch(weights.params[name])))
+                if tuple(value.shape) != tuple(tensor.shape):
+                    raise ValueError(f"{name}: canonical {tuple(value.shape)} vs torch {tuple(tensor.shape)}")
+                tensor.copy_(value)
+            for name, tensor in builder.state.items():
+                tensor.copy_(torch.from_numpy(weights.state[name]))
+        net.to(torch.device(device))
+        return TorchModel(spec, net, builder, torch.device(device), variant)
+
+    def place(self, batch: Batch, model: TorchModel) -> dict[str, torch.Tensor | None]:
+        def put(a: np.ndarray | None):
+            return None if a is None else torch.from_numpy(np.ascontiguousarray(a)).to(model.device)
+        return {"x": put(batch.x), "y": put(batch.y), "mask": put(batch.mask)}
+
+    def forward(self, model: TorchModel, batch) -> Callable[[], Any]:
+        model.net.eval()
+        infer, x, mask = model.infer_fn, batch["x"], batch["mask"]
+
+        def run():
+            with torch.inference_mode():
+                return infer(x, mask)
+        return run
+
+    def gradient(self, model: TorchModel, batch) -> Callable[[], Any]:
+        model.net.train()
+        net, loss_fn, x, y, mask = model.net, model.loss_fn, batch["x"], batch["y"], batch["mask"]
+
+        def run():
+            net.zero_grad(set_to_none=True)
+            loss = loss_fn(x, y, mask)
+            loss.backward()
+            return loss
+        return run
+
+    def train_step(self, model: TorchModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
+        model.net.train()
+        optimizer = torch.optim.SGD(model.trainable, lr=opt.lr, momentum=opt.momentum, fused=True)
+        loss_fn, x, y, mask = model.loss_fn, batch["x"], batch["y"], batch["mask"]
+
+        def run():
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(x, y, mask)
+            loss.backward()
+            optimizer.step()
+            return loss
+        return run
+
+    def sync(self, out: Any) -> None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    def to_numpy(self, out: Any) -> np.ndarray:
+        return out.detach().float().cpu().numpy()
+
+    def param_count(self, model: TorchModel) -> int:
+        return sum(p.numel() for p in model.net.parameters())
+
+    def param_count_extra(self, spec: ModelSpec) -> tuple[int, str]:
+        extra = sum(4 * layer.units for layer in L.walk(spec.layers) if isinstance(layer, L.LSTM))
+        return extra, ("nn.LSTM has a second bias per gate (bias_hh, held at zero)" if extra else "")
+
+    def get_params(self, model: TorchModel) -> dict[str, np.ndarray]:
+        return {n: from_torch(t.detach().cpu().numpy()).copy() for n, (t, _, from_torch) in model.bindings.items()}
+
+    def loss_and_grads(self, model: TorchModel, batch) -> tuple[float, dict[str, np.ndarray]]:
+        loss = self.gradient(model, batch)()
+        grads = {}
+        for name in model.spec.trainable_names():
+            tensor, _, from_torch = model.bindings[name]
+            g = tensor.grad
+            grads[name] = np.zeros(tensor.shape[::-1] if from_torch is _t else tensor.shape, np.float32) \
+                if g is None else from_torch(g.detach().cpu().numpy())
+        return float(loss.detach().cpu()), grads
+
+    def peak_device_memory(self, device: str) -> dict[str, int]:
+        if device.startswith("cuda") and torch.cuda.is_available():
+            return {"allocator_peak_bytes": int(torch.cuda.max_memory_allocated())}
+        return {}
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "torch": torch.__version__,
+            "mkldnn": torch.backends.mkldnn.is_available(),
+            "mkl": torch.backends.mkl.is_available(),
+            "openmp": torch.backends.openmp.is_available(),
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+            "parallel": torch.__config__.parallel_info().splitlines()[-1].strip(),
+        }
+
+
+Backend_ = TorchBackend

@@ -1,0 +1,104 @@
+"""The model registry: names -> spec factories, and the small inputs the equivalence gate uses.
+
+A model reference is a name with optional options, ``alexnet:lrn=0:groups=1`` or
+``sae:phase=pretrain2``; values are parsed to the type of the factory's default.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from dlbench.models import zoo
+from dlbench.models.spec import InputSpec, LossSpec, ModelSpec
+
+__all__ = ["ModelSpec", "InputSpec", "LossSpec", "list_models", "get_model", "parse_model_ref",
+           "UnknownModelError", "verify_spec"]
+
+
+class UnknownModelError(ValueError):
+    """A model name or option that the registry does not know."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    factory: Callable[..., ModelSpec]
+    small: dict = field(default_factory=dict)  # inputs for the equivalence gate: same layers, small size
+
+
+REGISTRY: dict[str, Entry] = {
+    "lenet": Entry(zoo.lenet),
+    "alexnet": Entry(zoo.alexnet, {"image_size": 67, "classes": 10}),
+    "alexnet-s": Entry(zoo.alexnet_s, {"image_size": 67, "classes": 10}),
+    "sae": Entry(zoo.sae),
+    "sae-large": Entry(zoo.sae_large),
+    "lstm-imdb": Entry(zoo.lstm_imdb, {"vocab": 500, "max_len": 24}),
+    "fcn-s": Entry(zoo.fcn_s, {"input_dim": 512, "classes": 512}),
+    "fcn-r": Entry(zoo.fcn_r),
+    "alexnet-r": Entry(zoo.alexnet_r),
+    "resnet-56": Entry(zoo.resnet_56, {"image_size": 16}),
+    "resnet-50": Entry(zoo.resnet_50, {"image_size": 64, "classes": 10}),
+    "resnet-50-cifar": Entry(zoo.resnet_50_cifar, {"image_size": 16}),
+    "lstm-ptb": Entry(zoo.lstm_ptb, {"vocab": 300, "seq_len": 8}),
+}
+
+
+def list_models() -> list[str]:
+    return list(REGISTRY)
+
+
+def _coerce(value: str, default: object, key: str, name: str) -> object:
+    try:
+        if isinstance(default, bool):
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+    except ValueError:
+        raise UnknownModelError(f"model {name}: option {key}={value!r} is not a {type(default).__name__}") from None
+    return value
+
+
+def parse_model_ref(ref: str) -> tuple[str, dict]:
+    """``alexnet:lrn=0`` -> ("alexnet", {"lrn": False})."""
+    name, *opts = ref.strip().split(":")
+    if name not in REGISTRY:
+        raise UnknownModelError(f"unknown model {name!r}; known: {', '.join(REGISTRY)}")
+    params = inspect.signature(REGISTRY[name].factory).parameters
+    kwargs: dict = {}
+    for opt in opts:
+        key, sep, value = opt.partition("=")
+        if not sep or key not in params:
+            known = ", ".join(params)
+            raise UnknownModelError(f"model {name}: bad option {opt!r} (options: {known})")
+        kwargs[key] = _coerce(value, params[key].default, key, name)
+    return name, kwargs
+
+
+def get_model(ref: str, small: bool = False, **overrides) -> ModelSpec:
+    """The spec for a model reference. ``small`` uses the gate's reduced input size."""
+    name, kwargs = parse_model_ref(ref)
+    entry = REGISTRY[name]
+    defaults = {k: p.default for k, p in inspect.signature(entry.factory).parameters.items()}
+    options = {**kwargs, **overrides}
+    try:
+        spec = entry.factory(**({**entry.small, **options} if small else options))
+    except (TypeError, ValueError) as exc:
+        raise UnknownModelError(f"model {ref}: {exc}") from None
+    suffix = "".join(f":{k}={_fmt(v)}" for k, v in sorted(kwargs.items()) if v != defaults[k])
+    return replace(spec, name=spec.name + suffix)
+
+
+def verify_spec(ref: str) -> ModelSpec:
+    """The small-input spec the equivalence gate checks."""
+    return get_model(ref, small=True)
+
+
+def _fmt(v: object) -> str:
+    return str(int(v)) if isinstance(v, bool) else str(v)

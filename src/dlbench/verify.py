@@ -1,0 +1,145 @@
+"""The equivalence gate: a framework's model must compute the spec's function before its time counts.
+
+For one (framework, variant, model), on the model's small input and with the spec's dropout off:
+
+(a) parameters: the framework's own count equals the spec's, up to a documented difference
+    (e.g. torch's second LSTM bias), which is reported beside it;
+(b) forward: eval-mode output on a fixed seeded batch vs the NumPy float64 reference,
+    ``||out - ref|| / ||ref|| <= 1e-4``;
+(c) gradients: for 3 seeded random unit directions ``v`` over the trainable parameters, the
+    framework's ``<grad, v>`` vs the central finite difference of the float64 reference loss,
+    ``|a - b| / max(|b|, 0.01 ||grad||) <= 1e-3`` (the floor keeps a direction that happens to be
+    nearly orthogonal to the gradient from turning float32 rounding into a failure);
+(d) loss: finite, and equal to the reference's training loss within 1e-4.
+
+The weights are drawn in ``verify`` mode (random biases and BN statistics) so a dropped bias or
+ignored running statistic cannot hide behind zeros and ones.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from dlbench import reference
+from dlbench.data.synthetic import make_batch
+from dlbench.frameworks.base import Backend, UnsupportedError
+from dlbench.models import verify_spec
+from dlbench.weights import Weights, directions, init_weights
+
+FORWARD_TOL = 1e-4
+GRADIENT_TOL = 1e-3
+LOSS_TOL = 1e-4
+DIRECTIONS = 3
+FD_STEP = 1e-6
+VERIFY_BATCH = 8
+
+
+@dataclass
+class VerifyResult:
+    model: str
+    framework: str
+    variant: str
+    verdict: str = "fail"  # pass, fail, unsupported
+    reason: str = ""
+    spec_params: int = 0
+    framework_params: int | None = None
+    params_extra: int = 0
+    params_extra_reason: str = ""
+    forward_error: float | None = None
+    gradient_error: float | None = None
+    loss: float | None = None
+    reference_loss: float | None = None
+    seconds: float = 0.0
+    checks: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a64.shape != b64.shape:
+        raise ValueError(f"output shape {a64.shape} differs from the reference's {b64.shape}")
+    return float(np.linalg.norm(a64 - b64) / max(np.linalg.norm(b64), 1e-30))
+
+
+def _shift(weights: Weights, v: dict[str, np.ndarray], eps: float) -> Weights:
+    params = {k: a.astype(np.float64) + (eps * v[k] if k in v else 0.0) for k, a in weights.params.items()}
+    return Weights(params, weights.state)
+
+
+def verify_model(backend: Backend, model_ref: str, variant: str | None = None, device: str = "cpu",
+                 seed: int = 0) -> VerifyResult:
+    """Run checks (a)-(d); never raises: a crash is a failed verdict with its reason."""
+    variant = variant or backend.variants[0]
+    started = time.perf_counter()
+    spec = verify_spec(model_ref).without_dropout()
+    res = VerifyResult(model=model_ref, framework=backend.name, variant=variant, spec_params=spec.param_count)
+    failures: list[str] = []
+    try:
+        weights = init_weights(spec, seed, mode="verify")
+        batch = make_batch(spec, VERIFY_BATCH, seed)
+        model = backend.build(spec, weights, device, variant)
+        placed = backend.place(batch, model)
+
+        # (a) parameter count
+        res.framework_params = backend.param_count(model)
+        res.params_extra, res.params_extra_reason = backend.param_count_extra(spec)
+        ok_params = res.framework_params == spec.param_count + res.params_extra
+        res.checks["params"] = ok_params
+        if not ok_params:
+            failures.append(f"parameter count {res.framework_params} != spec {spec.param_count}"
+                            + (f" + {res.params_extra} documented" if res.params_extra else ""))
+
+        # (b) forward
+        ref_out, _ = reference.forward(spec, weights, batch, train=False)
+        fwd = backend.forward(model, placed)
+        out = fwd()
+        backend.sync(out)
+        res.forward_error = _rel(backend.to_numpy(out), ref_out)
+        res.checks["forward"] = res.forward_error <= FORWARD_TOL
+        if not res.checks["forward"]:
+            failures.append(f"forward error {res.forward_error:.2e} > {FORWARD_TOL:g}")
+
+        # (c) gradients and (d) loss
+        loss, grads = backend.loss_and_grads(model, placed)
+        res.loss = loss
+        res.reference_loss = reference.loss(spec, weights, batch)
+        loss_err = abs(loss - res.reference_loss) / max(abs(res.reference_loss), 1e-12)
+        res.checks["loss"] = math.isfinite(loss) and loss_err <= LOSS_TOL
+        if not res.checks["loss"]:
+            failures.append(f"loss {loss:.6g} vs reference {res.reference_loss:.6g}")
+        gnorm = math.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values()))
+        worst = 0.0
+        for v in directions(spec, DIRECTIONS, seed=seed + 1234):
+            missing = set(v) - set(grads)
+            if missing:
+                raise ValueError(f"no gradient for {sorted(missing)[:3]}")
+            analytic = sum(float((grads[k].astype(np.float64) * v[k]).sum()) for k in v)
+            plus = reference.loss(spec, _shift(weights, v, FD_STEP), batch)
+            minus = reference.loss(spec, _shift(weights, v, -FD_STEP), batch)
+            numeric = (plus - minus) / (2 * FD_STEP)
+            worst = max(worst, abs(analytic - numeric) / max(abs(numeric), 0.01 * gnorm, 1e-30))
+        res.gradient_error = worst
+        res.checks["gradient"] = worst <= GRADIENT_TOL
+        if not res.checks["gradient"]:
+            failures.append(f"gradient error {worst:.2e} > {GRADIENT_TOL:g}")
+        res.verdict = "fail" if failures else "pass"
+        res.reason = "; ".join(failures)
+    except UnsupportedError as exc:
+        res.verdict, res.reason = "unsupported", str(exc)
+    except Exception as exc:  # a crash is a failed check, with where it happened
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        res.verdict = "fail"
+        res.reason = "; ".join([*failures, f"{type(exc).__name__}: {exc} ({frame.filename.split('/')[-1]}:{frame.lineno})"])
+    res.seconds = time.perf_counter() - started
+    return res
