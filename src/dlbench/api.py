@@ -1,0 +1,66 @@
+"""The Python API; mirrors the command line (each CLI verb calls one function here)."""
+
+from __future__ import annotations
+
+from dlbench.errors import UsageError
+from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, installed_version
+from dlbench.launch.subprocess import run_job
+from dlbench.models import UnknownModelError, list_models, parse_model_ref
+from dlbench.verify import VerifyResult
+
+
+def resolve_models(models: list[str] | None) -> list[str]:
+    models = models or list_models()
+    try:
+        for m in models:
+            parse_model_ref(m)
+    except UnknownModelError as exc:
+        raise UsageError(str(exc)) from None
+    return models
+
+
+def resolve_frameworks(frameworks: list[str] | None) -> list[str]:
+    if not frameworks:
+        found = [n for n in FRAMEWORKS if installed_version(n) is not None]
+        if not found:
+            raise UsageError("no supported framework is installed (pip install 'dlbench[torch]')")
+        return found
+    try:
+        check_frameworks(frameworks)
+    except UnknownFrameworkError as exc:
+        raise UsageError(str(exc)) from None
+    return frameworks
+
+
+def resolve_variants(framework: str, variants: list[str] | None) -> list[str]:
+    known = FRAMEWORKS[framework].variants
+    if not variants:
+        return [known[0]]
+    if variants == ["all"]:
+        return list(known)
+    return [v for v in variants if v in known]
+
+
+def verify(models: list[str] | None = None, frameworks: list[str] | None = None, variants: list[str] | None = None,
+           device: str = "cpu", threads: int | None = None, timeout_s: float = 1800.0) -> list[VerifyResult]:
+    """Run the equivalence gate, one fresh process per framework."""
+    models = resolve_models(models)
+    frameworks = resolve_frameworks(frameworks)
+    if variants and variants != ["all"]:
+        unknown = [v for v in variants if not any(v in FRAMEWORKS[f].variants for f in frameworks)]
+        if unknown:
+            raise UsageError(f"unknown variant(s) {', '.join(unknown)} for {', '.join(frameworks)}")
+    results: list[VerifyResult] = []
+    for fw in frameworks:
+        fw_variants = resolve_variants(fw, variants)
+        if not fw_variants:
+            continue
+        job = {"kind": "verify", "framework": fw, "models": models, "variants": fw_variants, "device": device,
+               "threads": threads}
+        outcome = run_job(job, timeout_s=timeout_s, threads=threads)
+        if outcome.status == "ok":
+            results += [VerifyResult(**r) for r in outcome.result["results"]]
+        else:
+            results += [VerifyResult(model=m, framework=fw, variant=v, verdict="fail", reason=outcome.reason)
+                        for m in models for v in fw_variants]
+    return results

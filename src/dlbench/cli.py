@@ -1,0 +1,155 @@
+"""The ``dlbench`` command line: parses, calls the library, prints. Exit 0 ok, 1 some checks or
+cells failed, 2 bad usage (one line on stderr, never a traceback)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from dlbench.errors import UsageError
+
+console = Console(width=None if sys.stdout.isatty() else 200)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports bad usage on one line and exits 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def split_list(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def int_list(text: str | None, what: str) -> list[int]:
+    out = []
+    for item in split_list(text):
+        try:
+            value = int(item)
+        except ValueError:
+            raise UsageError(f"{what} must be integers, got {item!r}") from None
+        if value <= 0:
+            raise UsageError(f"{what} must be > 0, got {value}")
+        out.append(value)
+    return out
+
+
+# --- list -------------------------------------------------------------------------------
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.what == "models":
+        from dlbench.models import get_model, list_models
+
+        rows = []
+        for name in list_models():
+            spec = get_model(name)
+            rows.append({"name": name, "params": spec.param_count, "gflops_per_sample": spec.flops_per_sample / 1e9,
+                         "input_shape": list(spec.input.shape), "default_batch": spec.default_batch,
+                         "source": spec.source, "description": spec.description})
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        table = Table(title="models")
+        for col in ("name", "params", "GFLOPs/sample", "input", "batch", "source"):
+            table.add_column(col, justify="right" if col in ("params", "GFLOPs/sample", "batch") else "left")
+        for r in rows:
+            table.add_row(r["name"], f"{r['params']:,}", f"{r['gflops_per_sample']:.4f}",
+                          "x".join(map(str, r["input_shape"])), str(r["default_batch"]), r["source"])
+        console.print(table)
+        return 0
+    from dlbench.frameworks import list_frameworks
+
+    rows = list_frameworks()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title="frameworks")
+    for col in ("name", "installed", "version", "variants", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], "yes" if r["installed"] else "no", r["version"] or "-", ",".join(r["variants"]),
+                      r["description"])
+    console.print(table)
+    return 0
+
+
+# --- verify -----------------------------------------------------------------------------
+def cmd_verify(args: argparse.Namespace) -> int:
+    from dlbench.api import verify
+
+    results = verify(models=split_list(args.model) or None, frameworks=split_list(args.framework) or None,
+                     variants=split_list(args.variant) or None, device=args.device, threads=args.threads,
+                     timeout_s=args.timeout)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2))
+    else:
+        table = Table(title="equivalence gate")
+        for col in ("model", "framework", "variant", "params (spec / framework)", "forward err", "gradient err",
+                    "verdict"):
+            table.add_column(col)
+        for r in results:
+            fw = "-" if r.framework_params is None else f"{r.framework_params:,}"
+            extra = f" (+{r.params_extra:,} documented)" if r.params_extra else ""
+            verdict = {"pass": "[green]pass[/]", "unsupported": "[yellow]unsupported[/]"}.get(r.verdict, "[red]FAIL[/]")
+            table.add_row(r.model, r.framework, r.variant, f"{r.spec_params:,} / {fw}{extra}",
+                          _fmt_err(r.forward_error), _fmt_err(r.gradient_error), verdict)
+        console.print(table)
+        for r in results:
+            if r.reason:
+                console.print(f"[bold]{r.model} / {r.framework} / {r.variant}[/]: {r.reason}", markup=True,
+                              highlight=False)
+    return 0 if all(r.verdict in ("pass", "unsupported") for r in results) else 1
+
+
+def _fmt_err(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1e}"
+
+
+# --- main -------------------------------------------------------------------------------
+def build_parser() -> Parser:
+    parser = Parser(prog="dlbench", description="Benchmark deep-learning frameworks on the same models.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    p = sub.add_parser("list", help="list models or frameworks")
+    p.add_argument("what", choices=("models", "frameworks"))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("verify", help="check every framework computes the spec's function")
+    p.add_argument("--model", help="comma-separated models (default: all)")
+    p.add_argument("--framework", help="comma-separated frameworks (default: all installed)")
+    p.add_argument("--variant", help="comma-separated variants, or 'all' (default: each framework's first)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per framework")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_verify)
+
+    for register in EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+#: other modules add their verbs here (keeps this file thin)
+EXTRA_COMMANDS: list[Callable] = []
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except UsageError as exc:
+        print(f"dlbench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dlbench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Where a job runs: a fresh subprocess per job (the default launcher)."""

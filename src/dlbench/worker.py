@@ -1,0 +1,65 @@
+"""The measuring process: ``python -m dlbench.worker JOB.json RESULT.json``.
+
+Runs exactly one job in a fresh interpreter: pins the CPU affinity to the job's thread count
+*before* any framework is imported, then imports the one backend the job names. The result
+(or the error) is written as JSON; the parent never parses stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+
+def pin_threads(threads: int | None) -> list[int]:
+    """Restrict this process to ``threads`` cores (the only limit XLA respects)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if threads:
+        if threads > len(allowed):
+            raise ValueError(f"{threads} threads asked, only {len(allowed)} cores available")
+        os.sched_setaffinity(0, allowed[:threads])
+    return sorted(os.sched_getaffinity(0))
+
+
+def run_verify(job: dict[str, Any]) -> dict[str, Any]:
+    from dlbench.frameworks import get_backend
+    from dlbench.verify import verify_model
+
+    backend = get_backend(job["framework"])
+    if job.get("threads"):
+        backend.set_threads(job["threads"])
+    results = []
+    for model in job["models"]:
+        for variant in job.get("variants") or backend.variants:
+            results.append(verify_model(backend, model, variant, job.get("device", "cpu")).to_dict())
+    return {"results": results, "info": backend.info()}
+
+
+JOBS = {"verify": run_verify}
+
+
+def main(argv: list[str]) -> int:
+    job_path, result_path = argv[1], argv[2]
+    with open(job_path) as f:
+        job = json.load(f)
+    try:
+        cores = pin_threads(job.get("threads"))
+        result = JOBS[job["kind"]](job)
+        result["cores"] = cores
+        code = 0
+    except Exception as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        where = f" ({os.path.basename(frame.filename)}:{frame.lineno})" if frame else ""
+        result = {"error": f"{type(exc).__name__}: {exc}{where}", "traceback": traceback.format_exc()}
+        code = 1
+    with open(result_path, "w") as f:
+        json.dump(result, f, default=str)
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

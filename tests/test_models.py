@@ -1,0 +1,94 @@
+import math
+
+import pytest
+
+from dlbench.models import UnknownModelError, get_model, list_models, parse_model_ref, verify_spec
+from dlbench.models.layers import Pool2d, _pool_out
+
+# Parameter counts by hand from the layer lists in the issue (and the papers' public code).
+EXPECTED_PARAMS = {
+    "lenet": 520 + 25_050 + 400_500 + 5_010,
+    "alexnet": 60_965_224,  # Caffe's bvlc_alexnet
+    "alexnet-s": 62_378_344,
+    "sae": 784 * 400 + 400 + 400 * 200 + 200 + 200 * 100 + 100 + 100 * 10 + 10,
+    "sae-large": 784 * 800 + 800 + 800 * 1000 + 1000 + 1000 * 2000 + 2000 + 2000 * 10 + 10,
+    "lstm-imdb": 10_000 * 128 + (128 + 128) * 512 + 512 + 128 * 2 + 2,
+    "fcn-s": 26752 * 2048 + 2048 + 3 * (2048 * 2048 + 2048) + 2048 * 26752 + 26752,
+    "fcn-r": 784 * 2048 + 2048 + 2048 * 4096 + 4096 + 4096 * 1024 + 1024 + 1024 * 10 + 10,
+    "alexnet-r": (32 * 75 + 32) + (32 * 800 + 32) + (64 * 800 + 64) + 1024 * 10 + 10,
+    "resnet-56": 853_018,
+    "resnet-50": 25_557_032,  # torchvision's resnet50 has the same count
+    "resnet-50-cifar": 23_520_842,
+    "lstm-ptb": 10_000 * 256 + 2 * ((256 + 256) * 1024 + 1024) + 256 * 10_000 + 10_000,
+}
+
+
+def test_registry_has_every_paper_model():
+    assert set(EXPECTED_PARAMS) == set(list_models())
+
+
+@pytest.mark.parametrize("name", list(EXPECTED_PARAMS))
+def test_param_counts_match_layer_lists(name):
+    assert get_model(name).param_count == EXPECTED_PARAMS[name]
+
+
+@pytest.mark.parametrize("name", list(EXPECTED_PARAMS))
+def test_small_spec_keeps_layers(name):
+    full, small = get_model(name), verify_spec(name)
+    assert [type(layer) for layer in full.layers] == [type(layer) for layer in small.layers]
+
+
+def test_flops_lenet_by_hand():
+    conv1 = 2 * 20 * 1 * 25 * 24 * 24
+    conv2 = 2 * 50 * 20 * 25 * 8 * 8
+    fc = 2 * 800 * 500 + 2 * 500 * 10
+    assert get_model("lenet").flops_per_sample == conv1 + conv2 + fc
+
+
+def test_resnet50_flops_near_published():
+    # He et al. report 3.8e9 multiply-adds for ResNet-50 (stride on the 1x1 convolution).
+    assert math.isclose(get_model("resnet-50").flops_per_sample / 2, 3.86e9, rel_tol=0.03)
+
+
+def test_alexnet_r_pooling_rounds_up():
+    spec = get_model("alexnet-r")
+    shape = spec.input.shape
+    sizes = []
+    for layer in spec.layers:
+        shape = layer.out_shape(shape)
+        if isinstance(layer, Pool2d):
+            sizes.append(shape[1])
+    assert sizes == [16, 8, 4]
+
+
+def test_pool_ceil_clip_rule():
+    # the last window must start inside the input (PyTorch and Caffe clip)
+    assert _pool_out(5, 2, 2, 1, True) == 3
+    assert _pool_out(32, 3, 2, 0, False) == 15
+    assert _pool_out(32, 3, 2, 0, True) == 16
+
+
+def test_options_and_names():
+    assert get_model("alexnet:lrn=0:groups=1").name == "alexnet:groups=1:lrn=0"
+    assert get_model("alexnet:groups=1:lrn=0").param_count == get_model("alexnet-s").param_count
+    assert parse_model_ref("sae:phase=pretrain2") == ("sae", {"phase": "pretrain2"})
+    assert get_model("alexnet").has_dropout and not get_model("alexnet-s").has_dropout
+
+
+@pytest.mark.parametrize("ref", ["nope", "alexnet:bogus=1", "alexnet:lrn=maybe", "sae:phase=pretrain9", "alexnet:lrn"])
+def test_bad_model_refs(ref):
+    with pytest.raises(UnknownModelError):
+        get_model(ref)
+
+
+def test_sae_phases_freeze_lower_encoders():
+    spec = get_model("sae:phase=pretrain3")
+    assert spec.trainable_names() == ["enc3.weight", "enc3.bias", "dec3.bias"]
+    assert spec.output_shape == (200,)
+    assert spec.loss.kind == "mse"
+
+
+def test_without_dropout_zeroes_rates():
+    spec = get_model("alexnet").without_dropout()
+    assert not spec.has_dropout
+    assert spec.param_count == get_model("alexnet").param_count
