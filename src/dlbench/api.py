@@ -43,7 +43,7 @@ def resolve_variants(framework: str, variants: list[str] | None) -> list[str]:
 
 def verify(models: list[str] | None = None, frameworks: list[str] | None = None, variants: list[str] | None = None,
            device: str = "cpu", threads: int | None = None, timeout_s: float = 1800.0) -> list[VerifyResult]:
-    """Run the equivalence gate, one fresh process per framework."""
+    """Run the equivalence gate, one fresh process per (framework, variant)."""
     models = resolve_models(models)
     frameworks = resolve_frameworks(frameworks)
     if variants and variants != ["all"]:
@@ -52,15 +52,14 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
             raise UsageError(f"unknown variant(s) {', '.join(unknown)} for {', '.join(frameworks)}")
     results: list[VerifyResult] = []
     for fw in frameworks:
-        fw_variants = resolve_variants(fw, variants)
-        if not fw_variants:
-            continue
-        job = {"kind": "verify", "framework": fw, "models": models, "variants": fw_variants, "device": device,
-               "threads": threads}
-        outcome = run_job(job, timeout_s=timeout_s, threads=threads)
-        if outcome.status == "ok":
-            results += [VerifyResult(**r) for r in outcome.result["results"]]
-        else:
-            results += [VerifyResult(model=m, framework=fw, variant=v, verdict="fail", reason=outcome.reason)
-                        for m in models for v in fw_variants]
+        for variant in resolve_variants(fw, variants):
+            job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
+                   "threads": threads}
+            outcome = run_job(job, timeout_s=timeout_s, threads=threads,
+                              extra_env=FRAMEWORKS[fw].variant_env.get(variant))
+            if outcome.status == "ok":
+                results += [VerifyResult(**r) for r in outcome.result["results"]]
+            else:
+                results += [VerifyResult(model=m, framework=fw, variant=variant, verdict="fail", reason=outcome.reason)
+                            for m in models]
     return results

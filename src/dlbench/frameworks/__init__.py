@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 
@@ -30,6 +30,8 @@ class FrameworkInfo:
     import_name: str
     variants: tuple[str, ...]
     description: str
+    #: environment a variant needs before the framework is imported (e.g. KERAS_BACKEND)
+    variant_env: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 FRAMEWORKS: dict[str, FrameworkInfo] = {

@@ -9,6 +9,16 @@ device, so a timer around a closure measures compute, not data movement. The clo
 * ``train_step``: gradient + SGD with momentum.
 
 The mode (train/eval) a closure needs is set when the closure is made.
+
+Conventions every backend follows:
+
+* the backend module imports its framework at module level; it is imported only inside the
+  measuring process, after the CPU affinity and thread variables are set;
+* float32 everywhere; canonical layouts are converted at ``build`` (and back in ``get_params``
+  and ``loss_and_grads``), never inside a timed closure;
+* if ``DLBENCH_CACHE_DIR`` is set, the framework's persistent compilation cache (where it has
+  one) lives there, so the ``compile`` scenario can time a cold and a warm first call;
+* the module docstring lists the fast-path settings (jit scope, layout, donation, threads).
 """
 
 from __future__ import annotations
