@@ -140,6 +140,8 @@ EXTRA_COMMANDS: list[Callable] = []
 
 
 def main(argv: list[str] | None = None) -> int:
+    import dlbench.cli_run  # noqa: F401  (registers run, runs, show, export)
+
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 
@@ -38,6 +40,40 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {
     "torch": FrameworkInfo("torch", "dlbench.frameworks.torch", "torch", "torch", ("eager", "compile"),
                            "PyTorch (torch.nn, torch.compile)"),
 }
+
+
+def register(info: FrameworkInfo) -> None:
+    """Add a backend (plugins and tests use this; see :func:`load_plugins`)."""
+    FRAMEWORKS[info.name] = info
+
+
+def _import(module: str):
+    """A module by dotted name, or a ``.py`` file by path (plugins outside any package)."""
+    if module.endswith(".py"):
+        import importlib.util as iu
+        import sys
+
+        name = "dlbench_plugin_" + Path(module).stem
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = iu.spec_from_file_location(name, module)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load plugin {module}")
+        mod = iu.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+    return importlib.import_module(module)
+
+
+def load_plugins() -> None:
+    """Backends outside dlbench: ``DLBENCH_PLUGINS`` lists modules or .py files that define
+    ``FRAMEWORK_INFO`` (a FrameworkInfo, or a list of them). The variable reaches every measuring
+    process, so a plugin backend runs there too. A plugin must not import its framework at top level."""
+    for item in filter(None, (p.strip() for p in os.environ.get("DLBENCH_PLUGINS", "").split(","))):
+        infos = _import(item).FRAMEWORK_INFO
+        for info in infos if isinstance(infos, list | tuple) else [infos]:
+            register(info)
 
 
 def framework_info(name: str) -> FrameworkInfo:
@@ -72,5 +108,8 @@ def check_frameworks(names: list[str]) -> None:
 def get_backend(name: str) -> Backend:
     """Import the backend (and so the framework) into this process."""
     info = framework_info(name)
-    module = importlib.import_module(info.module)
+    module = _import(info.module)
     return module.Backend_()
+
+
+load_plugins()
