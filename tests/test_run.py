@@ -54,18 +54,43 @@ def test_run_stores_samples_environment_and_verdicts(tmp_db):
     assert conn.execute("SELECT COUNT(*) FROM samples WHERE phase='measure'").fetchone()[0] >= 6
 
 
+def test_real_data_batches(tmp_db):
+    res = run(tmp_db, models=["lenet"], frameworks=["torch"], scenarios=["forward"], batches=[16], threads=[1],
+              data="digits")
+    (cell,) = res.cells
+    assert cell.cell.status == "ok" and cell.cell.data == "digits" and cell.cell.key.endswith("/digits")
+
+
 def test_failures_are_results_and_the_run_goes_on(tmp_db):
-    protocol = {**TINY, "timeout_s": 8}
-    res = run(tmp_db, models=["lenet"], frameworks=["fakefw"], variants=["crash", "hang", "oom", "broken", "ok"],
-              scenarios=["forward"], batches=[4], threads=[1], protocol=protocol)
+    res = run(tmp_db, models=["lenet"], frameworks=["fakefw"], variants=["crash", "oom", "broken", "ok"],
+              scenarios=["forward"], batches=[4], threads=[1])
     by = {c.cell.variant: c.cell for c in res.cells}
     assert by["crash"].status == "failed" and "SIGABRT" in by["crash"].reason
-    assert by["hang"].status == "timeout" and "timed out after 8" in by["hang"].reason
     assert by["oom"].status == "failed" and "out of memory" in by["oom"].reason
     assert by["broken"].status == "not_equivalent" and "forward error" in by["broken"].reason
     assert by["ok"].status == "ok"
     broken = next(c for c in res.cells if c.cell.variant == "broken")
     assert broken.time_ms is None and not broken.samples_ms
+
+
+def test_hanging_cell_times_out_and_leaves_nothing_running(tmp_db):
+    started = time.time()
+    res = run(tmp_db, models=["lenet"], frameworks=["fakefw"], variants=["hang"], scenarios=["forward"], batches=[4],
+              threads=[1], protocol={**TINY, "timeout_s": 15})
+    (cell,) = res.cells
+    assert cell.cell.status == "timeout" and "timed out after 15" in cell.cell.reason
+    assert time.time() - started < 120
+
+
+def test_timed_out_job_leaves_no_process():
+    from dlbench.launch.subprocess import run_job
+
+    job = {"kind": "cell", "framework": "fakefw", "variant": "hang", "model": "lenet", "scenario": "forward",
+           "batch": 2, "threads": 1, "device": "cpu", "seed": 0, "protocol": {"warmup": 2, "min_iters": 1}}
+    outcome = run_job(job, timeout_s=15, threads=1)
+    assert outcome.status == "timeout"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(outcome.pid, 0)
 
 
 def test_cli_json_and_exit_code(tmp_db, capsys):
@@ -87,6 +112,9 @@ def test_cli_json_and_exit_code(tmp_db, capsys):
     (["--threads", "-1"], "must be > 0"),
     (["--scenario", "dance"], "scenario"),
     (["--repeats", "0"], "--repeats must be positive"),
+    (["--data", "nosuchdata"], "unknown data set"),
+    (["--data", "mnist", "--data-dir", "/nonexistent"], "data set mnist for lenet"),
+    (["--model", "lstm-imdb", "--data", "digits"], "data set digits for lstm-imdb"),
 ])
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, args, message):
     register(FrameworkInfo("ghost", "dlbench.frameworks.ghost", "ghost-dist", "ghost_pkg_not_here", ("x",), "absent"))

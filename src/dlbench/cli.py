@@ -130,7 +130,9 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)
 
-    for register in EXTRA_COMMANDS:
+    import dlbench.cli as registry  # the module, also when this file runs as __main__
+
+    for register in registry.EXTRA_COMMANDS:
         register(sub)
     return parser
 

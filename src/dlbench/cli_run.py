@@ -70,7 +70,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                       variants=split_list(args.variant) or None, scenarios=split_list(args.scenario) or None,
                       batches=int_list(args.batch, "batch sizes") or None,
                       threads=int_list(args.threads, "thread counts") or None,
-                      devices=split_list(args.device) or None, protocol=_protocol(args), seed=args.seed, db=args.db,
+                      devices=split_list(args.device) or None, protocol=_protocol(args), seed=args.seed,
+                      data=args.data, data_dir=args.data_dir, db=args.db,
                       resume=args.resume, progress=progress, argv=sys.argv[1:])
     except KeyboardInterrupt:
         if progress:
@@ -92,7 +93,7 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
     for model, rows in summary_rows(res).items():
         scenarios = [s for s in (*TIMED, "compile") if any(s in r.cells for r in rows)]
         table = Table(title=f"{model}", title_justify="left")
-        for col in ("framework", "variant", "batch", "threads", "device"):
+        for col in ("framework", "variant", "batch", "threads", "device", "data"):
             table.add_column(col)
         for s in scenarios:
             table.add_column(f"{s} ms [95% CI]" if s != "compile" else "compile cold/warm", justify="right")
@@ -102,7 +103,7 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
             cols = [r.time_text(s) if s != "compile" else r.compile_text for s in scenarios]
             thr = f"{r.throughput:,.0f}" if r.throughput else "–"
             mem = f"{r.peak_rss_mib:,.0f}" if r.peak_rss_mib else "–"
-            table.add_row(r.framework, r.variant, str(r.batch), str(r.threads), r.device, *cols, thr, mem,
+            table.add_row(r.framework, r.variant, str(r.batch), str(r.threads), r.device, r.data, *cols, thr, mem,
                           {"pass": "yes", "fail": "[red]NO[/]"}.get(r.verified, r.verified))
         console.print(table)
     noisy = [c for c in res.cells if c.cell.warnings]
@@ -147,7 +148,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     return print_summary(res, args.json, args.db)
 
 
-EXPORT_COLUMNS = ("key", "framework", "variant", "model", "scenario", "batch", "threads", "device", "status", "reason",
+EXPORT_COLUMNS = ("key", "framework", "variant", "model", "scenario", "batch", "threads", "device", "data", "status",
+                  "reason",
                   "verified", "median_ms", "ci_low_ms", "ci_high_ms", "mean_ms", "std_ms", "min_ms", "p5_ms", "p95_ms",
                   "iqr_ms", "n", "samples_per_s", "gflops", "pct_peak", "first_call_ms", "peak_rss_bytes",
                   "rss_growth_bytes", "warnings")
@@ -207,6 +209,9 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=int, help="fresh processes per cell")
     p.add_argument("--timeout", type=float, help="seconds per cell process")
     p.add_argument("--seed", type=int)
+    p.add_argument("--data", help="fill batches from a real data set (digits, mnist, cifar10, imdb, ptb) "
+                                  "instead of synthetic samples")
+    p.add_argument("--data-dir", dest="data_dir", help="where the data set's files are (see docs/data.md)")
     p.add_argument("--resume", metavar="RUN_ID", help="finish a stored run: only missing cells are measured")
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.add_argument("--json", action="store_true")

@@ -30,10 +30,12 @@ class Cell:
     batch: int
     threads: int
     device: str = "cpu"
+    data: str = "synthetic"  # or a data set name (dlbench.data): batches of real samples
 
     @property
     def key(self) -> str:
-        return f"{self.framework}/{self.variant}/{self.model}/{self.scenario}/b{self.batch}/t{self.threads}/{self.device}"
+        base = f"{self.framework}/{self.variant}/{self.model}/{self.scenario}/b{self.batch}/t{self.threads}/{self.device}"
+        return base if self.data == "synthetic" else f"{base}/{self.data}"
 
     @property
     def group(self) -> tuple[str, str, str, str]:
@@ -59,7 +61,9 @@ class ProtocolModel(BaseModel):
 
 
 class Suite(BaseModel):
-    """A suite file. ``frameworks: installed`` means every installed framework; ``variants`` maps a
+    """A suite file. ``data`` maps a model (or ``default``) to a real data set whose samples fill the
+    batches instead of synthetic ones (``data_dir`` says where its files are).
+    ``frameworks: installed`` means every installed framework; ``variants`` maps a
     framework to its variants (``all``, or a list; default: the framework's first); ``batch_sizes``
     is a list or a mapping model -> list (``default`` = the model's default batch); ``threads``
     holds integers, ``all`` or ``half`` (clipped to the cores present, duplicates dropped)."""
@@ -75,6 +79,8 @@ class Suite(BaseModel):
     threads: list[int | str] = Field(default_factory=lambda: [1, "all"])
     devices: list[str] = Field(default_factory=lambda: ["cpu"])
     exclude: list[dict[str, Any]] = Field(default_factory=list)
+    data: dict[str, str] = Field(default_factory=dict)  # model -> data set ("default" key: every model)
+    data_dir: str | None = None
     protocol: ProtocolModel = Field(default_factory=ProtocolModel)
     seed: int = 0
 
@@ -169,11 +175,12 @@ def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, c
                     size = default_batch_of(model) if b == "default" else int(b)
                     if size not in batches:
                         batches.append(size)
+                data = suite.data.get(model, suite.data.get("default", "synthetic"))
                 for scenario in suite.scenarios:
                     for batch in batches:
                         for t in threads:
                             for device in suite.devices:
-                                cell = Cell(fw, variant, model, scenario, batch, t, device)
+                                cell = Cell(fw, variant, model, scenario, batch, t, device, data)
                                 if not _excluded(cell, suite.exclude):
                                     cells.append(cell)
     return cells

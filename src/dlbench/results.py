@@ -39,7 +39,8 @@ class CellResult:
         c = self.cell
         return {
             "key": c.key, "framework": c.framework, "variant": c.variant, "model": c.model, "scenario": c.scenario,
-            "batch": c.batch, "threads": c.threads, "device": c.device, "status": c.status, "reason": c.reason,
+            "batch": c.batch, "threads": c.threads, "device": c.device, "data": c.data, "status": c.status,
+            "reason": c.reason,
             "verified": self.verified, "warnings": c.warnings,
             "time_ms": self.time_ms.to_dict() if self.time_ms else None,
             "repeat_medians_ms": self.repeat_medians_ms,

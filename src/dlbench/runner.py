@@ -78,7 +78,25 @@ def plan_cells(suite: Suite) -> tuple[list[str], list[Cell]]:
     cells = expand(suite, frameworks, variants_of, _default_batch)
     if not cells:
         raise UsageError("the suite selects no cells (check its exclusions)")
+    check_data(suite, cells)
     return frameworks, cells
+
+
+def check_data(suite: Suite, cells: list[Cell]) -> None:
+    """Every real data set named must load and fit its model, and hold a full batch (checked here,
+    before anything is written, so a wrong path or a misfit is a usage error, not a failed run)."""
+    from dlbench.data import DataError, adapt, list_datasets, load_dataset
+
+    for data, model in sorted({(c.data, c.model) for c in cells if c.data != "synthetic"}):
+        if data not in list_datasets():
+            raise UsageError(f"unknown data set {data!r}; known: {', '.join(list_datasets())}")
+        try:
+            dataset = adapt(load_dataset(data, suite.data_dir, "train"), get_model(model))
+        except DataError as exc:
+            raise UsageError(f"data set {data} for {model}: {exc}") from None
+        largest = max(c.batch for c in cells if c.model == model and c.data == data)
+        if dataset.num_batches(largest) < 1:
+            raise UsageError(f"data set {data} has too few samples for batch {largest} of {model}")
 
 
 # --- one cell --------------------------------------------------------------------------------
@@ -87,7 +105,7 @@ def _framework_env(cell: Cell) -> dict[str, str] | None:
 
 
 def _job(cell: Cell, kind: str, suite: Suite) -> dict[str, Any]:
-    return {"kind": kind, **cell.to_dict(), "seed": suite.seed, "protocol": {
+    return {"kind": kind, **cell.to_dict(), "seed": suite.seed, "data_dir": suite.data_dir, "protocol": {
         k: v for k, v in suite.protocol.model_dump().items() if k not in ("timeout_s",)}}
 
 
@@ -271,7 +289,7 @@ def _run(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress: P
 def build_suite(suite: str | None = None, *, models: list[str] | None = None, frameworks: list[str] | None = None,
                 variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int] | None = None,
                 threads: list[int] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
-                seed: int | None = None) -> Suite:
+                seed: int | None = None, data: str | None = None, data_dir: str | None = None) -> Suite:
     """A suite from a name/file and flag overrides (flags alone build one on the spot)."""
     from dlbench.plan import suite_from_dict
 
@@ -307,5 +325,9 @@ def build_suite(suite: str | None = None, *, models: list[str] | None = None, fr
         base["protocol"] = {**base.get("protocol", {}), **protocol}
     if seed is not None:
         base["seed"] = seed
+    if data:
+        base["data"] = {"default": data}
+    if data_dir:
+        base["data_dir"] = data_dir
     return suite_from_dict(base, "command line")
 

@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS verifications (
 CREATE TABLE IF NOT EXISTS cells (
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id), key TEXT NOT NULL,
     framework TEXT, variant TEXT, model TEXT, scenario TEXT, batch INTEGER, threads INTEGER, device TEXT,
-    status TEXT NOT NULL, reason TEXT, finished_at REAL, seconds REAL, warnings TEXT, metrics TEXT,
+    data TEXT NOT NULL DEFAULT 'synthetic', status TEXT NOT NULL, reason TEXT, finished_at REAL, seconds REAL,
+    warnings TEXT, metrics TEXT,
     UNIQUE (run_id, key));
 CREATE TABLE IF NOT EXISTS samples (
     cell_id INTEGER NOT NULL REFERENCES cells(id), repeat INTEGER NOT NULL, idx INTEGER NOT NULL,
@@ -71,6 +72,7 @@ class CellRecord:
     batch: int
     threads: int
     device: str
+    data: str
     status: str
     reason: str
     seconds: float
@@ -192,7 +194,8 @@ class Store:
 
     def peaks(self, run_id: str) -> dict[int, dict[str, float]]:
         out: dict[int, dict[str, float]] = {}
-        for threads, engine, rate in self.conn.execute("SELECT threads, engine, gflops FROM peaks WHERE run_id=?", (run_id,)):
+        rows = self.conn.execute("SELECT threads, engine, gflops FROM peaks WHERE run_id=?", (run_id,))
+        for threads, engine, rate in rows:
             out.setdefault(threads, {})[engine] = rate
         return out
 
@@ -214,10 +217,11 @@ class Store:
             raise ValueError(f"bad cell status {status!r}")
         with self.conn:
             cur = self.conn.execute(
-                "INSERT INTO cells (run_id, key, framework, variant, model, scenario, batch, threads, device, status, "
-                "reason, finished_at, seconds, warnings, metrics) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO cells (run_id, key, framework, variant, model, scenario, batch, threads, device, data, "
+                "status, reason, finished_at, seconds, warnings, metrics) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, cell["key"], cell["framework"], cell["variant"], cell["model"], cell["scenario"], cell["batch"],
-                 cell["threads"], cell["device"], status, reason, time.time(), seconds, json.dumps(warnings),
+                 cell["threads"], cell["device"], cell.get("data", "synthetic"), status, reason, time.time(), seconds,
+                 json.dumps(warnings),
                  json.dumps(metrics, default=str)))
             cell_id = cur.lastrowid
             self.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)",
@@ -229,9 +233,9 @@ class Store:
 
     def cells(self, run_id: str) -> list[CellRecord]:
         rows = self.conn.execute(
-            "SELECT id, run_id, key, framework, variant, model, scenario, batch, threads, device, status, reason, "
+            "SELECT id, run_id, key, framework, variant, model, scenario, batch, threads, device, data, status, reason, "
             "seconds, warnings, metrics FROM cells WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
-        return [CellRecord(*r[:11], r[11] or "", r[12] or 0.0, json.loads(r[13] or "[]"), json.loads(r[14] or "{}"))
+        return [CellRecord(*r[:12], r[12] or "", r[13] or 0.0, json.loads(r[14] or "[]"), json.loads(r[15] or "{}"))
                 for r in rows]
 
     def samples(self, cell_id: int, phase: str | None = None) -> list[Sample]:

@@ -49,8 +49,17 @@ def _prepare(job: dict[str, Any]):
     readback = backend.set_threads(job["threads"]) if job.get("threads") else {}
     spec = get_model(job["model"])
     weights = init_weights(spec, job.get("seed", 0))
-    batch = make_batch(spec, job["batch"], job.get("seed", 0))
+    batch = real_batch(job, spec) if job.get("data", "synthetic") != "synthetic" else \
+        make_batch(spec, job["batch"], job.get("seed", 0))
     return backend, readback, spec, weights, batch
+
+
+def real_batch(job: dict[str, Any], spec):
+    """The first batch of the data set's training split in the run's seeded order."""
+    from dlbench.data import adapt, load_dataset
+
+    dataset = adapt(load_dataset(job["data"], job.get("data_dir"), "train"), spec)
+    return next(dataset.batches(job["batch"], seed=job.get("seed", 0)))
 
 
 def run_cell(job: dict[str, Any]) -> dict[str, Any]:

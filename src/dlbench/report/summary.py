@@ -17,6 +17,7 @@ class SummaryRow:
     batch: int
     threads: int
     device: str
+    data: str
     verified: str
     cells: dict[str, CellResult] = field(default_factory=dict)  # scenario -> result
 
@@ -48,13 +49,13 @@ class SummaryRow:
         c = self.cells.get("compile")
         if c is None or not c.compile_ms:
             return "" if c is None else f"– ({c.cell.status})"
-        parts = [f"{k} {d.get('cold', float('nan')) / 1e3:.2g}/{d.get('warm', float('nan')) / 1e3:.2g}s"
+        parts = [f"{k} {d.get('cold', float('nan')) / 1e3:.3g}/{d.get('warm', float('nan')) / 1e3:.3g} s"
                  for k, d in c.compile_ms.items()]
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {"framework": self.framework, "variant": self.variant, "batch": self.batch, "threads": self.threads,
-                "device": self.device, "verified": self.verified,
+                "device": self.device, "data": self.data, "verified": self.verified,
                 **{f"{s}_ms": (c.time_ms.to_dict() if c.time_ms else None) for s, c in self.cells.items()
                    if s in TIMED},
                 "samples_per_s": self.throughput, "peak_rss_mib": self.peak_rss_mib,
@@ -66,7 +67,7 @@ def summary_rows(results: RunResults) -> dict[str, list[SummaryRow]]:
     """model -> rows, in the order cells were planned."""
     tables: dict[str, dict[tuple, SummaryRow]] = {}
     for c in results.cells:
-        k = (c.cell.framework, c.cell.variant, c.cell.batch, c.cell.threads, c.cell.device)
+        k = (c.cell.framework, c.cell.variant, c.cell.batch, c.cell.threads, c.cell.device, c.cell.data)
         rows = tables.setdefault(c.cell.model, {})
         if k not in rows:
             rows[k] = SummaryRow(*k, verified=c.verified)
