@@ -280,8 +280,11 @@ class OnnxRuntimeBackend(Backend):
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.onnx")
         so.optimized_model_filepath = str(partial)
-        session = ort.InferenceSession(onnx_bytes, so, providers=providers)
-        os.replace(partial, path)
+        try:
+            session = ort.InferenceSession(onnx_bytes, so, providers=providers)
+            os.replace(partial, path)  # atomic: a concurrent process reads a whole file or none
+        finally:
+            partial.unlink(missing_ok=True)
         return session, "miss"
 
     def place(self, batch: Batch, model: OrtModel) -> dict[str, Any]:
