@@ -28,17 +28,26 @@ class UnknownFrameworkError(ValueError):
 class FrameworkInfo:
     name: str
     module: str  # dlbench module holding the backend class
-    distribution: str  # the pip distribution whose presence and version we report
+    #: the pip distribution whose presence and version we report; a tuple lists alternatives
+    #: (``onnxruntime`` or ``onnxruntime-gpu``), the first one installed wins
+    distribution: str | tuple[str, ...]
     import_name: str
     variants: tuple[str, ...]
     description: str
     #: environment a variant needs before the framework is imported (e.g. KERAS_BACKEND)
     variant_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: scenarios the backend can run (mirrors ``Backend.scenarios``, readable without the import)
+    scenarios: tuple[str, ...] = ("forward", "gradient", "train_step")
+    #: other import names the backend needs (onnxruntime's models are exported from torch)
+    requires: tuple[str, ...] = ()
 
 
 FRAMEWORKS: dict[str, FrameworkInfo] = {
     "torch": FrameworkInfo("torch", "dlbench.frameworks.torch", "torch", "torch", ("eager", "compile"),
                            "PyTorch (torch.nn, torch.compile)"),
+    "onnxruntime": FrameworkInfo("onnxruntime", "dlbench.frameworks.onnxruntime", ("onnxruntime", "onnxruntime-gpu"),
+                                 "onnxruntime", ("default",), "ONNX Runtime (exported from torch)",
+                                 scenarios=("forward",), requires=("torch", "onnx", "onnxscript")),
 }
 
 
@@ -84,12 +93,15 @@ def framework_info(name: str) -> FrameworkInfo:
 
 def installed_version(name: str) -> str | None:
     info = framework_info(name)
-    if importlib.util.find_spec(info.import_name) is None:
+    if any(importlib.util.find_spec(m) is None for m in (info.import_name, *info.requires)):
         return None
-    try:
-        return importlib.metadata.version(info.distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    candidates = (info.distribution,) if isinstance(info.distribution, str) else info.distribution
+    for distribution in candidates:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def list_frameworks() -> list[dict]:

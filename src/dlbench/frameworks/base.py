@@ -51,6 +51,9 @@ class Backend(ABC):
     name: str = ""
     variants: tuple[str, ...] = ("default",)
     devices: tuple[str, ...] = ("cpu",)
+    #: what the backend can measure; an inference engine declares ("forward",) and the gate then
+    #: checks parameters and forward only
+    scenarios: tuple[str, ...] = ("forward", "gradient", "train_step")
     #: import names whose versions are recorded with every result
     packages: tuple[str, ...] = ()
 
