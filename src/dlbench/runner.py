@@ -234,7 +234,11 @@ def execute(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress
     for cell in todo:
         progress("cell_start", cell=cell)
         v = verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"})
-        if v["verdict"] == "fail":
+        supported = FRAMEWORKS[cell.framework].scenarios
+        if cell.scenario != "compile" and cell.scenario not in supported:
+            outcome = CellOutcome("unsupported", f"{cell.framework} supports only the {', '.join(supported)} "
+                                  f"scenario(s), not {cell.scenario}")
+        elif v["verdict"] == "fail":
             outcome = CellOutcome("not_equivalent", f"failed the equivalence gate: {v['reason']}")
         elif v["verdict"] == "unsupported":
             outcome = CellOutcome("unsupported", v["reason"])
