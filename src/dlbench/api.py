@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dlbench import envs
 from dlbench.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, installed_version
 from dlbench.launch.subprocess import run_job
@@ -47,7 +48,8 @@ def resolve_variants(framework: str, variants: list[str] | None) -> list[str]:
 
 def verify(models: list[str] | None = None, frameworks: list[str] | None = None, variants: list[str] | None = None,
            device: str = "cpu", threads: int | None = None, timeout_s: float = 1800.0) -> list[VerifyResult]:
-    """Run the equivalence gate, one fresh process per (framework, variant)."""
+    """Run the equivalence gate, one fresh process per (framework, variant), in the framework's
+    environment's interpreter when it has one (``dlbench envs``)."""
     models = resolve_models(models)
     frameworks = resolve_frameworks(frameworks)
     if variants and variants != ["all"]:
@@ -59,7 +61,7 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
         for variant in resolve_variants(fw, variants):
             job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
                    "threads": threads}
-            outcome = run_job(job, timeout_s=timeout_s, threads=threads,
+            outcome = run_job(job, timeout_s=timeout_s, threads=threads, python=envs.python_for(fw),
                               extra_env=FRAMEWORKS[fw].variant_env.get(variant))
             if outcome.status == "ok":
                 results += [VerifyResult(**r) for r in outcome.result["results"]]

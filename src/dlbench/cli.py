@@ -142,6 +142,7 @@ EXTRA_COMMANDS: list[Callable] = []
 
 
 def main(argv: list[str] | None = None) -> int:
+    import dlbench.cli_envs  # noqa: F401  (registers envs)
     import dlbench.cli_run  # noqa: F401  (registers run, runs, show, export)
 
     try:

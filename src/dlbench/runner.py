@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from dlbench import envs
 from dlbench.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, installed_version
 from dlbench.launch.subprocess import run_job
@@ -120,7 +121,8 @@ def measure_timed(cell: Cell, suite: Suite) -> CellOutcome:
     out = CellOutcome("ok")
     per_repeat: list[dict] = []
     for r in range(suite.protocol.repeats):
-        o = run_job(_job(cell, "cell", suite), suite.protocol.timeout_s, cell.threads, extra_env=_framework_env(cell))
+        o = run_job(_job(cell, "cell", suite), suite.protocol.timeout_s, cell.threads, python=envs.python_for(cell.framework),
+                    extra_env=_framework_env(cell))
         out.seconds += o.seconds
         if o.status != "ok":
             out.status, out.reason = _failure(o)
@@ -163,7 +165,8 @@ def measure_compile(cell: Cell, suite: Suite) -> CellOutcome:
         with tempfile.TemporaryDirectory(prefix="dlbench-cache-") as cache:
             env = {**(_framework_env(cell) or {}), "DLBENCH_CACHE_DIR": cache, "TORCHINDUCTOR_CACHE_DIR": cache}
             for phase in ("cold", "warm"):
-                o = run_job(_job(cell, "first_calls", suite), suite.protocol.timeout_s, cell.threads, extra_env=env)
+                o = run_job(_job(cell, "first_calls", suite), suite.protocol.timeout_s, cell.threads,
+                            python=envs.python_for(cell.framework), extra_env=env)
                 out.seconds += o.seconds
                 if o.status != "ok":
                     out.status, out.reason = _failure(o)
@@ -201,7 +204,7 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
         job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
                "threads": None}
         timeout = max(suite.protocol.timeout_s, 60.0) * len(models)
-        o = run_job(job, timeout, None, extra_env=FRAMEWORKS[fw].variant_env.get(variant))
+        o = run_job(job, timeout, None, python=envs.python_for(fw), extra_env=FRAMEWORKS[fw].variant_env.get(variant))
         if o.status == "ok":
             info = o.result.get("info", {})
             for r in o.result["results"]:

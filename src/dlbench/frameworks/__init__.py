@@ -48,6 +48,18 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {
     "onnxruntime": FrameworkInfo("onnxruntime", "dlbench.frameworks.onnxruntime", ("onnxruntime", "onnxruntime-gpu"),
                                  "onnxruntime", ("default",), "ONNX Runtime (exported from torch)",
                                  scenarios=("forward",), requires=("torch", "onnx", "onnxscript")),
+    # The backends below usually live in a per-framework environment (dlbench envs create NAME),
+    # because their pins clash with the main Python's (see dlbench.envs and docs/environments.md).
+    "mxnet": FrameworkInfo("mxnet", "dlbench.frameworks.mxnet", "mxnet", "mxnet", ("imperative", "hybridize"),
+                           "Apache MXNet 1.9 (Gluon; hybridize = static graph)"),
+    "chainer": FrameworkInfo("chainer", "dlbench.frameworks.chainer", "chainer", "chainer", ("default",),
+                             "Chainer 7 (define-by-run)"),
+    "pytensor": FrameworkInfo("pytensor", "dlbench.frameworks.pytensor", "pytensor", "pytensor", ("default",),
+                              "PyTensor (Theano's successor: compiled graphs, C backend)"),
+    "paddle": FrameworkInfo("paddle", "dlbench.frameworks.paddle", ("paddlepaddle", "paddlepaddle-gpu"), "paddle",
+                            ("dynamic", "to_static"), "PaddlePaddle 3 (dynamic graph; paddle.jit.to_static)"),
+    "h2o": FrameworkInfo("h2o", "dlbench.frameworks.h2o", "h2o", "h2o", ("default",),
+                         "H2O-3 deep learning (JVM cluster; multilayer perceptrons, whole epochs)"),
 }
 
 
@@ -92,7 +104,14 @@ def framework_info(name: str) -> FrameworkInfo:
 
 
 def installed_version(name: str) -> str | None:
+    """The framework's version where dlbench would measure it: its environment's (``dlbench envs``)
+    when it has one, else this Python's; None when neither has it."""
     info = framework_info(name)
+    from dlbench import envs  # light: reads a JSON record, imports no framework
+
+    record = envs.load(name)
+    if record is not None and record.framework_version:
+        return record.framework_version
     if any(importlib.util.find_spec(m) is None for m in (info.import_name, *info.requires)):
         return None
     candidates = (info.distribution,) if isinstance(info.distribution, str) else info.distribution
@@ -105,8 +124,11 @@ def installed_version(name: str) -> str | None:
 
 
 def list_frameworks() -> list[dict]:
+    from dlbench import envs
+
     return [{"name": n, "installed": (v := installed_version(n)) is not None, "version": v,
-             "variants": list(i.variants), "description": i.description} for n, i in FRAMEWORKS.items()]
+             "variants": list(i.variants), "description": i.description, "python": envs.python_for(n)}
+            for n, i in FRAMEWORKS.items()]
 
 
 def check_frameworks(names: list[str]) -> None:
@@ -114,7 +136,10 @@ def check_frameworks(names: list[str]) -> None:
     for name in names:
         if installed_version(name) is None:
             framework_info(name)  # unknown -> its own message
-            raise UnknownFrameworkError(f"framework {name!r} is not installed (pip install 'dlbench[{name}]')")
+            from dlbench import envs
+
+            hint = f"dlbench envs create {name}" if name in envs.recipes() else f"pip install 'dlbench[{name}]'"
+            raise UnknownFrameworkError(f"framework {name!r} is not installed ({hint})")
 
 
 def get_backend(name: str) -> Backend:

@@ -1,0 +1,253 @@
+"""Per-framework virtual environments: frameworks whose pins clash with each other or with the main
+Python (MXNet wants NumPy < 1.24, Chainer NumPy < 2) each get a venv of their own, and dlbench
+measures them there: a cell or a verification of framework F runs ``ENV/bin/python -m dlbench.worker``
+when F has an environment (it takes precedence over the main Python).
+
+Layout: ``$DLBENCH_ENVS_DIR`` (default ``~/.cache/dlbench/envs``) holds one directory per framework,
+a plain venv plus ``dlbench-env.json``, its record (interpreter, every installed distribution's
+version read from that interpreter, creation date and seconds, the requirement files used). The
+record is written last, so a directory without one is a failed or interrupted build and is ignored.
+
+What goes in: the framework's pinned requirements, kept in this package
+(``requirements/FRAMEWORK.txt``; if ``requirements/FRAMEWORK.build.txt`` exists it is installed
+first and the framework is built without build isolation, for sdists whose ``setup.py`` needs an
+old setuptools), then dlbench itself with ``--no-deps`` (editable from the checkout when there is
+one). The measuring process imports only NumPy besides the framework (the worker, the backends'
+base, models, weights, reference, verify, timer and memory modules use the standard library and
+NumPy), so no other dlbench dependency is installed: the framework's NumPy pin stays the only one.
+
+Nothing here imports a framework or anything heavy: the registry (:mod:`dlbench.frameworks`) reads
+these records to report an environment's framework as installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+RECORD = "dlbench-env.json"
+LOG = "create.log"
+
+__all__ = ["EnvError", "EnvRecord", "envs_dir", "recipes", "requirements", "load", "list_envs", "python_for",
+           "create", "remove"]
+
+
+class EnvError(Exception):
+    """An environment could not be built; the message holds pip's own error lines."""
+
+
+@dataclass
+class EnvRecord:
+    framework: str
+    path: str
+    python: str  # the interpreter the measuring processes run
+    python_version: str
+    created: str  # ISO 8601, UTC
+    create_seconds: float
+    framework_version: str | None
+    #: every distribution installed in the environment, as its interpreter's importlib.metadata reports it
+    versions: dict[str, str] = field(default_factory=dict)
+    requirements: list[str] = field(default_factory=list)
+    build_requirements: list[str] = field(default_factory=list)
+    dlbench_source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def envs_dir() -> Path:
+    return Path(os.environ.get("DLBENCH_ENVS_DIR") or Path.home() / ".cache" / "dlbench" / "envs").expanduser()
+
+
+def _requirements_root():
+    return resources.files("dlbench.envs").joinpath("requirements")
+
+
+def recipes() -> list[str]:
+    """Frameworks dlbench can build an environment for (those with a requirements file)."""
+    return sorted(p.name[: -len(".txt")] for p in _requirements_root().iterdir()
+                  if p.name.endswith(".txt") and not p.name.endswith(".build.txt"))
+
+
+def _read_lines(name: str) -> list[str]:
+    path = _requirements_root().joinpath(name)
+    if not path.is_file():
+        return []
+    return [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def requirements(framework: str) -> tuple[list[str], list[str]]:
+    """(requirements, build requirements) of a framework's environment."""
+    if framework not in recipes():
+        raise EnvError(f"no environment recipe for {framework!r}; recipes: {', '.join(recipes())}")
+    return _read_lines(f"{framework}.txt"), _read_lines(f"{framework}.build.txt")
+
+
+def env_path(framework: str) -> Path:
+    return envs_dir() / framework
+
+
+def load(framework: str) -> EnvRecord | None:
+    """The framework's environment, or None when there is none (or its interpreter is gone)."""
+    path = env_path(framework) / RECORD
+    try:
+        data = json.loads(path.read_text())
+        record = EnvRecord(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+    return record if Path(record.python).exists() else None
+
+
+def list_envs() -> list[EnvRecord]:
+    root = envs_dir()
+    if not root.is_dir():
+        return []
+    return [r for p in sorted(root.iterdir()) if p.is_dir() and (r := load(p.name)) is not None]
+
+
+def python_for(framework: str) -> str | None:
+    """The interpreter that measures ``framework``: its environment's, or None for this one."""
+    record = load(framework)
+    return record.python if record else None
+
+
+# --- building ---------------------------------------------------------------------------------
+def _repo_root() -> Path | None:
+    """The checkout dlbench runs from (a directory with pyproject.toml above src/dlbench), if any."""
+    root = Path(__file__).resolve().parents[3]
+    return root if (root / "pyproject.toml").is_file() and (root / "src" / "dlbench").is_dir() else None
+
+
+def _run(cmd: list[str], log: Path, what: str) -> None:
+    with open(log, "a") as f:
+        f.write(f"\n$ {' '.join(cmd)}\n")
+        f.flush()
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env).returncode
+    if rc:
+        raise EnvError(f"{what} failed (exit {rc}):\n{_error_lines(log.read_text())}")
+
+
+def _error_lines(text: str, limit: int = 25) -> str:
+    """pip's own error: from the last 'error'/'ERROR' block to the end, at most ``limit`` lines."""
+    lines = text.rstrip().splitlines()
+    last_cmd = max((i for i, ln in enumerate(lines) if ln.startswith("$ ")), default=-1)
+    lines = lines[last_cmd + 1:]
+    start = next((i for i, ln in enumerate(lines) if "error" in ln.lower()), max(0, len(lines) - limit))
+    return "\n".join(lines[start:][-limit:])
+
+
+PROBE = r"""
+import importlib, importlib.metadata as md, json, sys
+out = {"python_version": sys.version.split()[0], "versions": {}}
+for d in md.distributions():
+    name = d.metadata["Name"]
+    if name:
+        out["versions"][name] = d.version
+try:
+    importlib.import_module(sys.argv[1])
+    out["import_error"] = None
+except Exception as exc:
+    out["import_error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
+def _probe(python: Path, import_name: str) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    out = subprocess.run([str(python), "-c", PROBE, import_name], capture_output=True, text=True, env=env,
+                         stdin=subprocess.DEVNULL, timeout=600)
+    if out.returncode:
+        raise EnvError(f"the environment's interpreter failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _version_of(versions: dict[str, str], distribution: str | tuple[str, ...]) -> str | None:
+    lowered = {k.lower().replace("_", "-"): v for k, v in versions.items()}
+    for d in (distribution,) if isinstance(distribution, str) else distribution:
+        if d.lower().replace("_", "-") in lowered:
+            return lowered[d.lower().replace("_", "-")]
+    return None
+
+
+def create(framework: str, python: str | None = None, force: bool = False,
+           progress: Callable[[str], None] = lambda s: None) -> EnvRecord:
+    """Build (or, unless ``force``, reuse) the framework's environment and record it.
+
+    Raises :class:`EnvError` with pip's exact error when something cannot be installed; the
+    half-built directory is removed and the full log kept beside it (``FRAMEWORK.log``)."""
+    from dlbench.frameworks import framework_info
+
+    info = framework_info(framework)
+    reqs, build = requirements(framework)
+    existing = load(framework)
+    if existing and not force:
+        progress(f"{framework}: environment exists at {existing.path}")
+        return existing
+    path = env_path(framework)
+    if path.exists():
+        shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = path.parent / f"{framework}.log"
+    log.write_text(f"dlbench envs create {framework} ({datetime.now(timezone.utc).isoformat(timespec='seconds')})\n")
+    started = time.perf_counter()
+    base = python or getattr(sys, "_base_executable", None) or sys.executable
+    try:
+        progress(f"{framework}: creating a venv with {base}")
+        _run([base, "-m", "venv", str(path)], log, "creating the venv")
+        env_python = path / "bin" / "python"
+        pip = [str(env_python), "-m", "pip", "install", "--no-input"]
+        if build:
+            progress(f"{framework}: installing build prerequisites: {' '.join(build)}")
+            _run([*pip, *build], log, f"installing {' '.join(build)}")
+        progress(f"{framework}: installing {' '.join(reqs)}")
+        _run([*pip, *(["--no-build-isolation"] if build else []), *reqs], log, f"installing {' '.join(reqs)}")
+        repo = _repo_root()
+        source = str(repo) if repo else f"dlbench=={_dlbench_version()}"
+        progress(f"{framework}: installing dlbench's measuring code (--no-deps) from {source}")
+        _run([*pip, "--no-deps", *(["-e", source] if repo else [source])], log, "installing dlbench")
+        probe = _probe(env_python, info.import_name)
+        if probe["import_error"]:
+            raise EnvError(f"import {info.import_name} fails in the new environment: {probe['import_error']}")
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    record = EnvRecord(
+        framework=framework, path=str(path), python=str(env_python), python_version=probe["python_version"],
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        create_seconds=round(time.perf_counter() - started, 1),
+        framework_version=_version_of(probe["versions"], info.distribution),
+        versions=dict(sorted(probe["versions"].items(), key=lambda kv: kv[0].lower())),
+        requirements=reqs, build_requirements=build, dlbench_source=source)
+    tmp = path / (RECORD + ".tmp")
+    tmp.write_text(json.dumps(record.to_dict(), indent=2))
+    os.replace(tmp, path / RECORD)
+    progress(f"{framework}: {info.distribution} {record.framework_version} ready in {record.create_seconds:.0f} s")
+    return record
+
+
+def _dlbench_version() -> str:
+    from dlbench import __version__
+
+    return __version__
+
+
+def remove(framework: str) -> bool:
+    """Delete the framework's environment; False when there was none."""
+    path = env_path(framework)
+    if not path.exists():
+        return False
+    shutil.rmtree(path)
+    (path.parent / f"{framework}.log").unlink(missing_ok=True)
+    return True
