@@ -121,8 +121,8 @@ def measure_timed(cell: Cell, suite: Suite) -> CellOutcome:
     out = CellOutcome("ok")
     per_repeat: list[dict] = []
     for r in range(suite.protocol.repeats):
-        o = run_job(_job(cell, "cell", suite), suite.protocol.timeout_s, cell.threads, python=envs.python_for(cell.framework),
-                    extra_env=_framework_env(cell))
+        o = run_job(_job(cell, "cell", suite), suite.protocol.timeout_s, cell.threads,
+                    python=envs.python_for(cell.framework), extra_env=_framework_env(cell))
         out.seconds += o.seconds
         if o.status != "ok":
             out.status, out.reason = _failure(o)

@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -200,7 +200,7 @@ def create(framework: str, python: str | None = None, force: bool = False,
         shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     log = path.parent / f"{framework}.log"
-    log.write_text(f"dlbench envs create {framework} ({datetime.now(timezone.utc).isoformat(timespec='seconds')})\n")
+    log.write_text(f"dlbench envs create {framework} ({datetime.now(UTC).isoformat(timespec='seconds')})\n")
     started = time.perf_counter()
     base = python or getattr(sys, "_base_executable", None) or sys.executable
     try:
@@ -225,7 +225,7 @@ def create(framework: str, python: str | None = None, force: bool = False,
         raise
     record = EnvRecord(
         framework=framework, path=str(path), python=str(env_python), python_version=probe["python_version"],
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
         create_seconds=round(time.perf_counter() - started, 1),
         framework_version=_version_of(probe["versions"], info.distribution),
         versions=dict(sorted(probe["versions"].items(), key=lambda kv: kv[0].lower())),

@@ -22,8 +22,9 @@ Fast path and fairness settings:
   before the import and again by ``threadpoolctl`` (in the environment) in ``set_threads``, which
   reads the count back.
 * LSTM: ``L.NStepLSTM`` (Chainer's standard sequence LSTM: a list of variable-length sequences,
-  sorted and batched per step internally). Its gate order is i, f, o, a (a = the cell input, the
-  spec's g) with separate input and hidden biases: the canonical bias goes into b0..b3 and b4..b7
+  sorted and batched per step internally). Its weights w0..w3 are the gates i, f, a, o (a = the
+  cell input, the spec's g; ``F.n_step_lstm``'s docstring says i, f, o, a, its code computes
+  i, f, a, o), with separate input and hidden biases: the canonical bias goes into b0..b3 and b4..b7
   are held at zero with updates disabled (4 x units extra parameters, reported by the gate).
   Variable-length reviews are embedded as the padded batch, then given to the LSTM as sequences cut
   to their true length (the mask), the idiomatic Chainer input, which computes the padded batch's
@@ -211,7 +212,10 @@ class Builder:
         h = layer.units
         link = self.add(CL.NStepLSTM(1, shape[-1], h, 0.0))
         cell = link[0]
-        order = (0, 1, 3, 2)  # chainer slot k holds canonical gate order[k]: i, f, o, g
+        # chainer slot k holds canonical gate order[k]. The docstring of F.n_step_lstm writes o_t with
+        # W2 and a_t with W3, but its _lstm stacks [w2, w0, w1, w3] as (a, i, f, o): slots are i, f, a, o,
+        # the spec's order (the gate finds any other order)
+        order = (0, 1, 2, 3)
 
         def split(a: np.ndarray) -> list[np.ndarray]:  # (in, 4H) -> four (H, in)
             return [np.ascontiguousarray(a[:, g * h:(g + 1) * h].T) for g in order]
@@ -395,7 +399,8 @@ class ChainerBackend(Backend):
 
         blas = None
         if threadpoolctl is not None:
-            blas = [{k: d.get(k) for k in ("internal_api", "version", "num_threads")} for d in threadpoolctl.threadpool_info()]
+            blas = [{k: d.get(k) for k in ("internal_api", "version", "num_threads")}
+                    for d in threadpoolctl.threadpool_info()]
         return {"chainer": chainer.__version__, "numpy": np.__version__, "use_ideep": chainer.config.use_ideep,
                 "ideep_available": intel64.is_ideep_available(), "blas": blas}
 
