@@ -72,7 +72,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     for col in ("name", "installed", "version", "variants", "description"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["name"], "yes" if r["installed"] else "no", r["version"] or "-", ",".join(r["variants"]),
+        where = "yes (env)" if r.get("python") else "yes"
+        table.add_row(r["name"], where if r["installed"] else "no", r["version"] or "-", ",".join(r["variants"]),
                       r["description"])
     console.print(table)
     return 0

@@ -16,7 +16,7 @@ from dlbench.cli import EXTRA_COMMANDS, console, int_list, split_list
 from dlbench.errors import UsageError
 from dlbench.report.summary import summary_dict, summary_rows
 from dlbench.results import RunResults
-from dlbench.scenarios import TIMED
+from dlbench.scenarios import DATASET, TIMED
 from dlbench.store import DEFAULT_DB, Store
 
 
@@ -91,16 +91,19 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
         print(json.dumps(summary_dict(res), indent=2, default=str))
         return 1 if failed else 0
     for model, rows in summary_rows(res).items():
-        scenarios = [s for s in (*TIMED, "compile") if any(s in r.cells for r in rows)]
+        scenarios = [s for s in (*TIMED, *DATASET, "compile") if any(s in r.cells for r in rows)]
         table = Table(title=f"{model}", title_justify="left")
         for col in ("framework", "variant", "batch", "threads", "device", "data"):
             table.add_column(col)
         for s in scenarios:
-            table.add_column(f"{s} ms [95% CI]" if s != "compile" else "compile cold/warm", justify="right")
+            title = "compile cold/warm" if s == "compile" else \
+                f"{s} samples/s [95% CI] (whole data set)" if s in DATASET else f"{s} ms [95% CI]"
+            table.add_column(title, justify="right")
         for col in ("samples/s", "peak RSS MiB", "verified"):
             table.add_column(col, justify="right")
         for r in rows:
-            cols = [r.time_text(s) if s != "compile" else r.compile_text for s in scenarios]
+            cols = [r.compile_text if s == "compile" else r.rate_text(s) if s in DATASET else r.time_text(s)
+                    for s in scenarios]
             thr = f"{r.throughput:,.0f}" if r.throughput else "–"
             mem = f"{r.peak_rss_mib:,.0f}" if r.peak_rss_mib else "–"
             table.add_row(r.framework, r.variant, str(r.batch), str(r.threads), r.device, r.data, *cols, thr, mem,

@@ -160,9 +160,11 @@ def _excluded(cell: Cell, rules: list[dict[str, Any]]) -> bool:
     return any(all(str(d.get(k)) == str(v) for k, v in rule.items()) for rule in rules)
 
 
-def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, cores: int | None = None) -> list[Cell]:
-    """The suite's cells. ``variants_of(framework, requested)`` and ``default_batch_of(model)``
-    come from the registries (kept out of this module so it stays pure)."""
+def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, cores: int | None = None,
+           scenarios_of=None) -> list[Cell]:
+    """The suite's cells. ``variants_of(framework, requested)``, ``default_batch_of(model)`` and
+    ``scenarios_of(framework, scenarios)`` (the scenarios a framework measures for those the suite
+    names; default: the same) come from the registries (kept out of this module so it stays pure)."""
     threads = resolve_threads(suite.threads, cores)
     cells: list[Cell] = []
     for fw in frameworks:
@@ -176,7 +178,7 @@ def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, c
                     if size not in batches:
                         batches.append(size)
                 data = suite.data.get(model, suite.data.get("default", "synthetic"))
-                for scenario in suite.scenarios:
+                for scenario in (scenarios_of(fw, suite.scenarios) if scenarios_of else suite.scenarios):
                     for batch in batches:
                         for t in threads:
                             for device in suite.devices:

@@ -57,6 +57,17 @@ def variants_of(framework: str, requested: list[str] | str | None) -> list[str]:
     return list(requested)
 
 
+def scenarios_of(framework: str, scenarios: list[str]) -> list[str]:
+    """The suite's scenarios as the framework measures them: a per-batch scenario it stands in for with a
+    whole-data-set one (H2O: ``train_step`` -> ``epoch``) is replaced, duplicates dropped, order kept."""
+    out: list[str] = []
+    for s in scenarios:
+        s = FRAMEWORKS[framework].stands_in.get(s, s)
+        if s not in out:
+            out.append(s)
+    return out
+
+
 def _default_batch(model: str) -> int:
     return get_model(model).default_batch
 
@@ -76,7 +87,7 @@ def plan_cells(suite: Suite) -> tuple[list[str], list[Cell]]:
 
     resolve_models(suite.models)
     frameworks = resolve_suite_frameworks(suite)
-    cells = expand(suite, frameworks, variants_of, _default_batch)
+    cells = expand(suite, frameworks, variants_of, _default_batch, scenarios_of=scenarios_of)
     if not cells:
         raise UsageError("the suite selects no cells (check its exclusions)")
     check_data(suite, cells)
@@ -152,6 +163,9 @@ def measure_timed(cell: Cell, suite: Suite) -> CellOutcome:
             "python": per_repeat[0]["python"], "versions": per_repeat[0]["versions"],
             "loop_k": loop_k, "repeats_done": len(per_repeat),
         }
+        reported = [p["framework_metrics"] for p in per_repeat if p.get("framework_metrics")]
+        if reported:
+            out.metrics["framework_metrics"] = reported
         if loop_k > 1:
             out.warnings.append(f"one iteration is under 1 ms: each sample times a loop of {loop_k}")
     return out

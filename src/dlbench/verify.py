@@ -13,8 +13,10 @@ For one (framework, variant, model), on the model's small input and with the spe
 (d) loss: finite, and equal to the reference's training loss within 1e-4.
 
 A backend that declares itself forward-only (``scenarios = ("forward",)``, an inference engine such
-as ONNX Runtime) gets (a) and (b); it passes on those, with ``gradient_error`` None and a reason
-that says the gradient and loss checks did not apply.
+as ONNX Runtime, or H2O, which exposes no gradients) gets (a) and (b); it passes on those, with
+``gradient_error`` None and a reason that says the gradient and loss checks did not apply. A backend
+whose API returns class probabilities only (``output = "probabilities"``, H2O's predict) is compared
+with the softmax of the reference's output.
 
 The weights are drawn in ``verify`` mode (random biases and BN statistics) so a dropped bias or
 ignored running statistic cannot hide behind zeros and ones.
@@ -110,6 +112,9 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
 
         # (b) forward
         ref_out, _ = reference.forward(spec, weights, batch, train=False)
+        if getattr(backend, "output", "logits") == "probabilities":  # an API that returns only softmax(logits)
+            shifted = np.exp(ref_out - ref_out.max(axis=-1, keepdims=True))
+            ref_out = shifted / shifted.sum(axis=-1, keepdims=True)
         fwd = backend.forward(model, placed)
         out = fwd()
         backend.sync(out)
@@ -123,7 +128,8 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
         if not forward_only:
             _check_gradients(backend, model, placed, spec, weights, batch, seed, res, failures)
         res.verdict = "fail" if failures else "pass"
-        res.reason = "; ".join([*failures, FORWARD_ONLY] if forward_only else failures)
+        only = getattr(backend, "forward_only_reason", None) or FORWARD_ONLY
+        res.reason = "; ".join([*failures, only] if forward_only else failures)
     except UnsupportedError as exc:
         res.verdict, res.reason = "unsupported", str(exc)
     except Exception as exc:  # a crash is a failed check, with where it happened

@@ -92,6 +92,7 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
         "device_memory": {**backend.peak_device_memory(job.get("device", "cpu")),
                           **(nvml_used_bytes() if job.get("device", "cpu") != "cpu" else {})},
         "python": sys.executable, "versions": _versions(backend),
+        "framework_metrics": backend.cell_metrics(model),
     }
 
 

@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -155,11 +155,13 @@ for d in md.distributions():
     name = d.metadata["Name"]
     if name:
         out["versions"][name] = d.version
-try:
-    importlib.import_module(sys.argv[1])
-    out["import_error"] = None
-except Exception as exc:
-    out["import_error"] = f"{type(exc).__name__}: {exc}"
+out["import_error"] = None
+for module in (sys.argv[1], "numpy", "dlbench.worker", "dlbench.verify"):
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        out["import_error"] = f"import {module}: {type(exc).__name__}: {exc}"
+        break
 print(json.dumps(out))
 """
 
@@ -219,7 +221,7 @@ def create(framework: str, python: str | None = None, force: bool = False,
         _run([*pip, "--no-deps", *(["-e", source] if repo else [source])], log, "installing dlbench")
         probe = _probe(env_python, info.import_name)
         if probe["import_error"]:
-            raise EnvError(f"import {info.import_name} fails in the new environment: {probe['import_error']}")
+            raise EnvError(f"the new environment cannot run dlbench's measuring code: {probe['import_error']}")
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
@@ -233,7 +235,8 @@ def create(framework: str, python: str | None = None, force: bool = False,
     tmp = path / (RECORD + ".tmp")
     tmp.write_text(json.dumps(record.to_dict(), indent=2))
     os.replace(tmp, path / RECORD)
-    progress(f"{framework}: {info.distribution} {record.framework_version} ready in {record.create_seconds:.0f} s")
+    dist = info.distribution if isinstance(info.distribution, str) else info.distribution[0]
+    progress(f"{framework}: {dist} {record.framework_version} ready in {record.create_seconds:.0f} s")
     return record
 
 

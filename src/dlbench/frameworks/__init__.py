@@ -40,6 +40,8 @@ class FrameworkInfo:
     scenarios: tuple[str, ...] = ("forward", "gradient", "train_step")
     #: other import names the backend needs (onnxruntime's models are exported from torch)
     requires: tuple[str, ...] = ()
+    #: per-batch scenario -> the whole-data-set scenario measured in its place (H2O: train_step -> epoch)
+    stands_in: dict[str, str] = field(default_factory=dict)
 
 
 FRAMEWORKS: dict[str, FrameworkInfo] = {
@@ -59,7 +61,8 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {
     "paddle": FrameworkInfo("paddle", "dlbench.frameworks.paddle", ("paddlepaddle", "paddlepaddle-gpu"), "paddle",
                             ("dynamic", "to_static"), "PaddlePaddle 3 (dynamic graph; paddle.jit.to_static)"),
     "h2o": FrameworkInfo("h2o", "dlbench.frameworks.h2o", "h2o", "h2o", ("default",),
-                         "H2O-3 deep learning (JVM cluster; multilayer perceptrons, whole epochs)"),
+                         "H2O-3 deep learning (JVM cluster; multilayer perceptrons, whole epochs)",
+                         scenarios=("epoch", "predict"), stands_in={"train_step": "epoch", "forward": "predict"}),
 }
 
 

@@ -56,6 +56,11 @@ class Backend(ABC):
     scenarios: tuple[str, ...] = ("forward", "gradient", "train_step")
     #: import names whose versions are recorded with every result
     packages: tuple[str, ...] = ()
+    #: what ``forward`` returns: ``logits`` (the spec's output), or ``probabilities`` for an API that
+    #: only returns class probabilities (H2O's predict); the gate then compares the reference's softmax
+    output: str = "logits"
+    #: why the gate checks only the forward, for a backend without ``gradient`` (None: the default text)
+    forward_only_reason: str | None = None
 
     # --- set-up -----------------------------------------------------------------
     @abstractmethod
@@ -79,6 +84,19 @@ class Backend(ABC):
 
     @abstractmethod
     def train_step(self, model: Any, batch: Any, opt: OptimizerSpec) -> Callable[[], Any]: ...
+
+    # --- whole-data-set scenarios (frameworks that cannot time one batch; see dlbench.scenarios) ---
+    def epoch(self, model: Any, batch: Any, opt: OptimizerSpec) -> Callable[[], Any]:
+        """One training epoch over every sample of ``batch`` (a data set of ``batch.size`` samples)."""
+        raise UnsupportedError(f"{self.name} times single batches; it has no whole-epoch scenario")
+
+    def predict(self, model: Any, batch: Any) -> Callable[[], Any]:
+        """Scoring every sample of ``batch`` through the framework's prediction API."""
+        raise UnsupportedError(f"{self.name} times single batches; it has no whole-data-set prediction scenario")
+
+    def cell_metrics(self, model: Any) -> dict[str, Any]:
+        """What the framework itself reported about the timed calls (e.g. H2O's own samples/s)."""
+        return {}
 
     @abstractmethod
     def sync(self, out: Any) -> None:

@@ -23,11 +23,13 @@ Variants (the linker that runs the compiled graph; both with the ``fast_run`` re
 
 Convolution: PyTensor 3 has no convolution layer op (Theano's ``conv2d``/``CorrMM`` were removed;
 ``pytensor.tensor.signal.convolve2d`` is a single-channel 2-D signal convolution, not a
-multi-channel layer). It is written as im2col with PyTensor's tensor ops -- strided slices of the
-padded input stacked into a (N*OH*OW, C*kh*kw) matrix -- times the reshaped kernel, one matrix
-product per group. That is the algorithm of Theano's own CPU convolution (CorrMM: im2col + GEMM),
-written with graph ops instead of C. ``info()["convolution"]`` says so. Pooling and LRN are written
-the same way (shifted slices, max or sum); the LSTM is a ``pytensor.scan`` over time steps.
+multi-channel layer). It is written as im2col with PyTensor's tensor ops -- one gather (advanced
+indexing with a precomputed index array) of the padded input into a (N*OH*OW, C*kh*kw) matrix --
+times the reshaped kernel, one matrix product per group. That is the algorithm of Theano's own CPU
+convolution (CorrMM: im2col + GEMM), written with graph ops instead of C; its gradient is the
+gather's scatter-add and two matrix products. ``info()["convolution"]`` says so. Pooling is the same
+gather followed by a max or a sum (ceil mode: the overhang is padded, and the average divides by the
+in-bounds count); LRN is a sum of channel-shifted slices; the LSTM is a ``pytensor.scan`` over time.
 
 Fast path and fairness settings:
 
@@ -81,14 +83,19 @@ if pytensor.config.floatX != "float32":  # pragma: no cover - a user flag overro
     raise RuntimeError(f"PyTensor floatX is {pytensor.config.floatX}; dlbench measures float32")
 
 LINKERS = {"numba": "numba", "c": "cvm"}
-CONVOLUTION = ("im2col with PyTensor tensor ops + one matrix product per group (PyTensor 3 has no convolution "
-               "layer op; this is the algorithm of Theano's CPU CorrMM)")
+CONVOLUTION = ("im2col as one gather with PyTensor tensor ops + one matrix product per group (PyTensor 3 has no "
+               "convolution layer op; this is the algorithm of Theano's CPU CorrMM)")
 F32 = np.float32
 
 
-def _slices(xp, k: int, s: int, oh: int, ow: int) -> list:
-    """The k*k strided views of a padded (N, C, H, W) input, one per kernel offset (i, j)."""
-    return [xp[:, :, i:i + s * (oh - 1) + 1:s, j:j + s * (ow - 1) + 1:s] for i in range(k) for j in range(k)]
+def _patch_index(channels: int, hp: int, wp: int, k: int, s: int, oh: int, ow: int) -> np.ndarray:
+    """im2col as one gather: for output position r = oh*OW + ow and column c*k*k + i*k + j, the flat
+    index of input element (c, oh*s + i, ow*s + j) of a padded (C, Hp, Wp) sample."""
+    c, i, j = np.meshgrid(np.arange(channels), np.arange(k), np.arange(k), indexing="ij")
+    col = (c * hp * wp + i * wp + j).reshape(-1)  # (C*k*k,)
+    oy, ox = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
+    row = (oy * s * wp + ox * s).reshape(-1)  # (OH*OW,)
+    return (row[:, None] + col[None, :]).astype(np.int64)
 
 
 def _pad(x, top: int, bottom: int, left: int, right: int, value: float = 0.0):
@@ -129,16 +136,17 @@ class Graph:
         k, s, p, g = layer.kernel, layer.stride, layer.padding, layer.groups
         _, oh, ow = layer.out_shape(shape)
         weight = self.params[f"{layer.name}.weight"]  # (O, C/g, k, k)
-        xp = _pad(x, p, p, p, p)
-        cg, og = c // g, layer.out_channels // g
+        hp, wp = h + 2 * p, w + 2 * p
         n = x.shape[0]
+        flat = _pad(x, p, p, p, p).reshape((n, c * hp * wp))
+        cols = flat[:, pt.constant(_patch_index(c, hp, wp, k, s, oh, ow))]  # (N, OH*OW, C*k*k)
+        cols = cols.reshape((n * oh * ow, c * k * k))
+        cg, og = c // g, layer.out_channels // g
         outs = []
-        for gi in range(g):
-            xg = xp[:, gi * cg:(gi + 1) * cg] if g > 1 else xp
-            cols = pt.stack(_slices(xg, k, s, oh, ow), axis=2)  # (N, C/g, k*k, OH, OW)
-            cols = cols.transpose(0, 3, 4, 1, 2).reshape((n * oh * ow, cg * k * k))
+        for gi in range(g):  # a group's columns are contiguous: channel-major order
+            cols_g = cols[:, gi * cg * k * k:(gi + 1) * cg * k * k] if g > 1 else cols
             wg = (weight[gi * og:(gi + 1) * og] if g > 1 else weight).reshape((og, cg * k * k))
-            outs.append(pt.dot(cols, wg.T))  # (N*OH*OW, O/g)
+            outs.append(pt.dot(cols_g, wg.T))  # (N*OH*OW, O/g)
         out = outs[0] if g == 1 else pt.concatenate(outs, axis=1)
         out = out.reshape((n, oh, ow, layer.out_channels)).transpose(0, 3, 1, 2)
         if layer.bias:
@@ -150,16 +158,16 @@ class Graph:
         k, s, p = layer.kernel, layer.stride, layer.padding
         oh, ow = (_pool_out(d, k, s, p, layer.ceil_mode) for d in (h, w))
         eh, ew = max(0, (oh - 1) * s + k - (h + 2 * p)), max(0, (ow - 1) * s + k - (w + 2 * p))
+        hp, wp = h + 2 * p + eh, w + 2 * p + ew
+        n = x.shape[0]
+        fill = -np.inf if layer.op == "max" else 0.0
+        flat = _pad(x, p, p + eh, p, p + ew, fill).reshape((n * c, hp * wp))
+        windows = flat[:, pt.constant(_patch_index(1, hp, wp, k, s, oh, ow))]  # (N*C, OH*OW, k*k)
         if layer.op == "max":
-            views = _slices(_pad(x, p, p + eh, p, p + ew, -np.inf), k, s, oh, ow)
-            out = views[0]
-            for v in views[1:]:
-                out = pt.maximum(out, v)
-            return out
-        views = _slices(_pad(x, p, p + eh, p, p + ew), k, s, oh, ow)
+            return windows.max(axis=-1).reshape((n, c, oh, ow))
         inside = np.pad(np.ones((h + 2 * p, w + 2 * p)), ((0, eh), (0, ew)))
         count = np.lib.stride_tricks.sliding_window_view(inside, (k, k))[::s, ::s][:oh, :ow].sum(axis=(2, 3))
-        return pt.add(*views) * pt.constant((1.0 / count).astype(F32))
+        return windows.sum(axis=-1).reshape((n, c, oh, ow)) * pt.constant((1.0 / count).astype(F32))
 
     def op_globalavgpool(self, layer, x, shape, mask, train, marks):
         return x.mean(axis=(2, 3))

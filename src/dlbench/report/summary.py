@@ -1,5 +1,7 @@
 """The end-of-run summary: per model, rows framework + variant (+ batch, threads, device),
-columns the median time of each scenario with its 95% CI, throughput, memory and the verdict."""
+columns the median time of each scenario with its 95% CI, throughput, memory and the verdict.
+Whole-data-set scenarios (``epoch``, ``predict``: H2O) get their own columns in samples per second,
+never a per-batch time."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlbench.results import CellResult, RunResults
-from dlbench.scenarios import TIMED
+from dlbench.scenarios import DATASET, TIMED
 
 
 @dataclass
@@ -29,6 +31,16 @@ class SummaryRow:
             return f"– ({c.cell.status})"
         t = c.time_ms
         return f"{t.median:.3g} [{t.ci_low:.3g}, {t.ci_high:.3g}]"
+
+    def rate_text(self, scenario: str) -> str:
+        """A whole-data-set scenario: median samples/s over ``batch`` samples, with its 95% CI."""
+        c = self.cells.get(scenario)
+        if c is None:
+            return ""
+        if not c.ok or c.time_ms is None:
+            return f"– ({c.cell.status})"
+        t, n = c.time_ms, self.batch * 1e3
+        return f"{n / t.median:,.0f} [{n / t.ci_high:,.0f}, {n / t.ci_low:,.0f}]"
 
     @property
     def throughput(self) -> float | None:
@@ -58,6 +70,7 @@ class SummaryRow:
                 "device": self.device, "data": self.data, "verified": self.verified,
                 **{f"{s}_ms": (c.time_ms.to_dict() if c.time_ms else None) for s, c in self.cells.items()
                    if s in TIMED},
+                **{f"{s}_samples_per_s": c.samples_per_s for s, c in self.cells.items() if s in DATASET},
                 "samples_per_s": self.throughput, "peak_rss_mib": self.peak_rss_mib,
                 "compile_ms": self.cells["compile"].compile_ms if "compile" in self.cells else None,
                 "statuses": {s: c.cell.status for s, c in self.cells.items()}}

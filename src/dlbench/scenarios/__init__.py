@@ -6,6 +6,18 @@ timer calls; ``compile`` times first calls instead (see :mod:`dlbench.scenarios.
 * ``train_step``: gradient + SGD momentum update (Shi et al.'s time per mini-batch).
 * ``compile``: wall time of the first call of each closure in a fresh process, with the
   framework's caches cold and then warm (Bahrampour et al.'s Table 8).
+
+Whole-data-set scenarios, for frameworks that cannot time one batch (H2O trains and scores whole
+frames inside a JVM): one call processes a data set of ``batch`` samples, and what is reported is
+samples per second, never a per-batch time:
+
+* ``epoch``: one training epoch over ``batch`` samples, as the framework trains (H2O: asynchronous
+  Hogwild SGD, one sample per update per thread).
+* ``predict``: scoring ``batch`` samples through the framework's prediction API.
+
+A framework that has only these declares which per-batch scenario each stands in for
+(``FrameworkInfo.stands_in``), so a suite asking for ``forward`` and ``train_step`` measures its
+``predict`` and ``epoch`` instead, in their own, clearly labelled columns.
 """
 
 from __future__ import annotations
@@ -17,11 +29,13 @@ from dlbench.frameworks.base import Backend, OptimizerSpec
 from dlbench.models.spec import ModelSpec
 
 TIMED = ("forward", "gradient", "train_step")
-SCENARIOS = (*TIMED, "compile")
+#: scenarios whose one call processes a whole data set of ``batch`` samples (reported as samples/s)
+DATASET = ("epoch", "predict")
+SCENARIOS = (*TIMED, *DATASET, "compile")
 
 #: FLOPs of a scenario as a multiple of the forward pass (backward ~ 2x forward, the usual
 #: convention; the SGD update's element-wise work is not counted)
-FLOP_FACTOR = {"forward": 1.0, "gradient": 3.0, "train_step": 3.0}
+FLOP_FACTOR = {"forward": 1.0, "gradient": 3.0, "train_step": 3.0, "epoch": 3.0, "predict": 1.0}
 
 
 def make_closure(scenario: str, backend: Backend, model: Any, placed: Any, spec: ModelSpec) -> Callable[[], Any]:
@@ -31,4 +45,8 @@ def make_closure(scenario: str, backend: Backend, model: Any, placed: Any, spec:
         return backend.gradient(model, placed)
     if scenario == "train_step":
         return backend.train_step(model, placed, OptimizerSpec(lr=spec.learning_rate))
+    if scenario == "epoch":
+        return backend.epoch(model, placed, OptimizerSpec(lr=spec.learning_rate))
+    if scenario == "predict":
+        return backend.predict(model, placed)
     raise ValueError(f"unknown scenario {scenario!r}")
