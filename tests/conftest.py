@@ -15,3 +15,34 @@ def requires(module: str) -> pytest.MarkDecorator:
 @pytest.fixture
 def tmp_db(tmp_path):
     return tmp_path / "results.db"
+
+
+def requires_framework(name: str) -> pytest.MarkDecorator:
+    """Skip unless dlbench can measure ``name``: installed in this Python or in its own environment
+    (``dlbench envs create NAME``), which is where such a framework's tests then run it."""
+    from dlbench.frameworks import installed_version
+
+    return pytest.mark.skipif(installed_version(name) is None,
+                              reason=f"{name} is neither installed nor in a dlbench environment "
+                                     f"(dlbench envs create {name})")
+
+
+def run_in_framework(name: str, code: str, timeout: float = 600) -> dict:
+    """Run ``code`` in the interpreter that measures ``name`` (its environment's, or this one) with this
+    checkout's dlbench on the path; the code prints one JSON object as its last line, returned here."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    from dlbench import envs
+
+    python = envs.python_for(name) or sys.executable
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    out = subprocess.run([python, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                         timeout=timeout, start_new_session=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

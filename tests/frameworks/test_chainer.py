@@ -1,0 +1,38 @@
+"""Chainer in its environment: the gate on the models that exercise its special rules (NStepLSTM's
+gate order and cut sequences, ceil-mode average pooling rebuilt from zero padding), frozen layers
+that stay frozen, and a training step that learns."""
+
+from dlbench.api import verify
+from tests.conftest import requires_framework, run_in_framework
+
+pytestmark = requires_framework("chainer")
+
+
+def test_gate_passes_on_its_special_rules():
+    results = verify(models=["lenet", "lstm-imdb", "lstm-ptb", "alexnet-r"], frameworks=["chainer"])
+    assert all(r.verdict == "pass" for r in results), [(r.model, r.reason) for r in results if r.verdict != "pass"]
+
+
+def test_frozen_layers_stay_frozen_and_a_train_step_learns():
+    out = run_in_framework("chainer", """
+        import json, numpy as np
+        from dlbench.frameworks.chainer import ChainerBackend
+        from dlbench.frameworks.base import OptimizerSpec
+        from dlbench.models import get_model
+        from dlbench.weights import init_weights
+        from dlbench.data.synthetic import make_batch
+        b = ChainerBackend(); threads = b.set_threads(1)
+        spec = get_model("sae:phase=pretrain2")
+        m = b.build(spec, init_weights(spec, 0), "cpu"); p = b.place(make_batch(spec, 32, 0), m)
+        before = b.get_params(m)
+        step = b.train_step(m, p, OptimizerSpec(lr=0.1))
+        losses = [float(step().array) for _ in range(5)]
+        after = b.get_params(m)
+        print(json.dumps({"losses": losses, "changed": {k: bool((after[k] != before[k]).any()) for k in before},
+                          "threads": threads}))
+    """)
+    changed = out["changed"]
+    assert not changed["enc1.weight"] and not changed["enc1.bias"]  # frozen by the spec
+    assert changed["enc2.weight"] and changed["dec2.bias"]
+    assert out["losses"][-1] < out["losses"][0]
+    assert out["threads"]["blas"] and all(d["threads"] == 1 for d in out["threads"]["blas"])

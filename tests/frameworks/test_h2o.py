@@ -1,0 +1,61 @@
+"""H2O in its environment: the forward gate through initial weights (sigmoid rebuilt exactly from tanh),
+the models it cannot express, its throughput cells, and no JVM left behind."""
+
+import subprocess
+
+from dlbench import api
+from tests.conftest import requires_framework, run_in_framework
+
+pytestmark = requires_framework("h2o")
+TINY = {"warmup": 1, "min_iters": 2, "min_time_s": 0.0, "repeats": 1, "timeout_s": 600}
+
+
+def h2o_jvms() -> list[str]:
+    out = subprocess.run(["pgrep", "-af", "dlbench-h2o-"], capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if "java" in line]
+
+
+def test_sigmoid_as_rescaled_tanh_is_exact_and_invertible():
+    out = run_in_framework("h2o", """
+        import json, numpy as np
+        from dlbench.frameworks.h2o import plan_of, to_h2o, from_h2o
+        from dlbench.models import get_model
+        from dlbench.weights import init_weights
+        from dlbench.data.synthetic import make_batch
+        from dlbench import reference
+        spec = get_model("sae"); w = init_weights(spec, 0, "verify"); batch = make_batch(spec, 8, 0)
+        plan = plan_of(spec); layers = to_h2o(plan, w.params)
+        t = batch.x.astype(np.float64)
+        for i, (wt, b) in enumerate(layers):
+            t = t @ wt.T + b
+            if i < len(layers) - 1:
+                t = np.tanh(t)
+        ref, _ = reference.forward(spec, w, batch)
+        back = from_h2o(plan, [(wt.astype(np.float32), b.astype(np.float32)) for wt, b in layers])
+        print(json.dumps({"forward": float(np.abs(t - ref).max()),
+                          "roundtrip": max(float(np.abs(back[k] - w.params[k]).max()) for k in w.params)}))
+    """)
+    assert out["forward"] < 1e-9 and out["roundtrip"] < 1e-6
+
+
+def test_gate_on_what_h2o_can_and_cannot_express():
+    by = {r.model: r for r in api.verify(models=["sae", "lenet", "sae:phase=pretrain1"], frameworks=["h2o"])}
+    assert by["sae"].verdict == "pass" and by["sae"].forward_error <= 1e-4, by["sae"].reason
+    assert by["sae"].gradient_error is None and "no gradients" in by["sae"].reason
+    assert by["lenet"].verdict == "unsupported" and "multilayer perceptrons only" in by["lenet"].reason
+    assert by["sae:phase=pretrain1"].verdict == "unsupported" and "untied" in by["sae:phase=pretrain1"].reason
+    assert not h2o_jvms()
+
+
+def test_a_run_reports_throughput_in_its_own_scenarios_and_stops_the_cluster(tmp_db):
+    res = api.run(db=tmp_db, models=["sae"], frameworks=["h2o"], scenarios=["forward", "gradient", "train_step"],
+                  batches=[64], threads=[1], protocol=TINY)
+    by = {c.cell.scenario: c for c in res.cells}
+    assert set(by) == {"predict", "gradient", "epoch"}  # forward and train_step are stood in for
+    assert by["gradient"].cell.status == "unsupported"
+    for s in ("predict", "epoch"):
+        assert by[s].cell.status == "ok", by[s].cell.reason
+        assert by[s].samples_per_s > 0
+    reported = by["epoch"].cell.metrics["framework_metrics"][0]
+    assert reported["h2o_nthreads"] == 1 and reported["h2o_training_speed_samples_per_s"]
+    assert not h2o_jvms()

@@ -1,0 +1,41 @@
+"""PyTensor in its environment: the gate (both linkers on a dense net; the Numba linker on LeNet, whose
+convolution is im2col with tensor ops), float32, and the compile cache that DLBENCH_CACHE_DIR moves."""
+
+from dlbench.api import verify
+from tests.conftest import requires_framework, run_in_framework
+
+pytestmark = requires_framework("pytensor")
+
+
+def test_gate_passes_on_both_linkers():
+    results = verify(models=["sae"], frameworks=["pytensor"], variants=["all"], timeout_s=3600)
+    assert {(r.variant, r.verdict) for r in results} == {("numba", "pass"), ("c", "pass")}, \
+        [(r.variant, r.reason) for r in results]
+
+
+def test_gate_passes_on_im2col_convolution():
+    (result,) = verify(models=["lenet"], frameworks=["pytensor"], variants=["numba"], timeout_s=3600)
+    assert result.verdict == "pass", result.reason
+
+
+def test_float32_and_the_compile_cache_follows_dlbench_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLBENCH_CACHE_DIR", str(tmp_path))
+    out = run_in_framework("pytensor", """
+        import json, os
+        from dlbench.frameworks.pytensor import PyTensorBackend
+        from dlbench.models import get_model
+        from dlbench.weights import init_weights
+        from dlbench.data.synthetic import make_batch
+        import pytensor
+        b = PyTensorBackend(); spec = get_model("sae")
+        m = b.build(spec, init_weights(spec, 0), "cpu", "numba"); p = b.place(make_batch(spec, 4, 0), m)
+        out = b.forward(m, p)()
+        info = b.info()
+        root = os.path.join(os.environ["DLBENCH_CACHE_DIR"], "pytensor")
+        print(json.dumps({"floatX": pytensor.config.floatX, "dtype": str(out.dtype),
+                          "compiledir": str(pytensor.config.base_compiledir), "root": root,
+                          "cached": sum(len(f) for _, _, f in os.walk(root)), "convolution": info["convolution"]}))
+    """)
+    assert out["floatX"] == "float32" and out["dtype"] == "float32"
+    assert out["compiledir"] == out["root"] and out["cached"] > 0
+    assert "im2col" in out["convolution"]
