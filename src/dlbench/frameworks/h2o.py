@@ -27,7 +27,10 @@ Settings (the fair equivalents of the other backends'): ``adaptive_rate=False`` 
 ADADELTA) with ``rate`` = the spec's learning rate, ``momentum_start = momentum_stable = 0.9``,
 ``nesterov_accelerated_gradient=False``, ``rate_annealing=0``, no L1/L2, ``standardize=False`` and
 ``ignore_const_cols=False`` (inputs are used as given), ``epochs=1``, ``train_samples_per_iteration=-1``
-(one iteration = the epoch), ``score_each_iteration=False``, ``shuffle_training_data=False``.
+(one iteration = the epoch), ``score_each_iteration=False``, ``shuffle_training_data=False``, and the
+extras that cost time without being training switched off: ``variable_importances=False`` (H2O's
+default computes Gedeon importances over all first-layer weights when it scores: minutes for FCN-R),
+``diagnostics=False``, ``export_weights_and_biases=False``.
 
 Sigmoid: H2O has no sigmoid activation (tanh, rectifier, maxout). Since
 ``sigmoid(z) = (1 + tanh(z / 2)) / 2`` exactly, a sigmoid network is built as the tanh network with
@@ -271,7 +274,8 @@ class H2OBackend(Backend):
                     momentum_start=momentum, momentum_stable=momentum, momentum_ramp=1.0,
                     nesterov_accelerated_gradient=False, l1=0.0, l2=0.0, standardize=False, ignore_const_cols=False,
                     epochs=1, train_samples_per_iteration=-1, score_each_iteration=False, shuffle_training_data=False,
-                    mini_batch_size=1, seed=0, export_weights_and_biases=True)
+                    mini_batch_size=1, seed=0, variable_importances=False, diagnostics=False, quiet_mode=True,
+                    export_weights_and_biases=False)
 
     def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> H2OModel:
         variant = variant or "default"
@@ -349,11 +353,19 @@ class H2OBackend(Backend):
         return sum(a * b + b for a, b in zip(units[:-1], units[1:], strict=True))
 
     def get_params(self, model: H2OModel) -> dict[str, np.ndarray]:
+        """Read back from H2O: a copy of the loaded model trained (rate 0) with its weights exported as
+        frames (exporting is slow for large nets, so the measured models never do it)."""
+        seed = _upload(np.zeros((model.classes, len(model.inputs))), _labels(np.arange(model.classes)))
+        est = H2ODeepLearningEstimator(**{**self._params(model.plan, 0.0, 0.0), "initial_weights": model.weights,
+                                          "initial_biases": model.biases, "export_weights_and_biases": True})
+        est.train(x=model.inputs, y="y", training_frame=seed)
         layers = []
         for i in range(len(model.plan.dense)):
-            w = np.array(model.loaded.weights(i).as_data_frame(use_pandas=False)[1:], np.float64)
-            b = np.array(model.loaded.biases(i).as_data_frame(use_pandas=False)[1:], np.float64).reshape(-1)
+            w = np.array(est.weights(i).as_data_frame(use_pandas=False)[1:], np.float64)
+            b = np.array(est.biases(i).as_data_frame(use_pandas=False)[1:], np.float64).reshape(-1)
             layers.append((w, b))
+        h2o.remove(est)
+        h2o.remove(seed)
         return from_h2o(model.plan, layers)
 
     def loss_and_grads(self, model: H2OModel, batch) -> tuple[float, dict[str, np.ndarray]]:
