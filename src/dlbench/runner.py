@@ -25,6 +25,7 @@ from dlbench.measure import environment
 from dlbench.measure.stats import summarize
 from dlbench.models import get_model
 from dlbench.plan import Cell, Suite, expand, load_suite
+from dlbench.scenarios import TIMED
 from dlbench.store import DEFAULT_DB, Sample, Store
 
 Progress = Callable[..., None]
@@ -255,6 +256,9 @@ def execute(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress
         if cell.scenario != "compile" and cell.scenario not in supported:
             outcome = CellOutcome("unsupported", f"{cell.framework} supports only the {', '.join(supported)} "
                                   f"scenario(s), not {cell.scenario}")
+        elif cell.scenario == "compile" and not set(supported) & set(TIMED):
+            outcome = CellOutcome("unsupported", f"{cell.framework} has no per-batch closure whose first call the "
+                                  f"compile scenario could time (it measures {', '.join(supported)})")
         elif v["verdict"] == "fail":
             outcome = CellOutcome("not_equivalent", f"failed the equivalence gate: {v['reason']}")
         elif v["verdict"] == "unsupported":
