@@ -199,3 +199,18 @@ def test_resume_after_parent_killed(tmp_db):
     assert len(after) == 4 and all(c.cell.status == "ok" for c in res.cells)
     assert all(after[k] == v for k, v in before.items()), "finished cells were measured again"
     assert res.run["status"] == "complete"
+
+
+def test_compile_scenario_times_cold_and_warm_first_calls(tmp_db):
+    res = run(tmp_db, models=["lenet"], frameworks=["torch"], scenarios=["compile"], batches=[4], threads=[1])
+    (cell,) = res.cells
+    assert cell.cell.status == "ok"
+    assert set(cell.compile_ms) == {"forward", "gradient", "train_step"}
+    assert all(set(d) == {"cold", "warm"} and min(d.values()) > 0 for d in cell.compile_ms.values())
+
+
+@requires("onnxruntime")
+def test_scenario_a_framework_lacks_is_unsupported_with_reason(tmp_db):
+    res = run(tmp_db, models=["lenet"], frameworks=["onnxruntime"], scenarios=["gradient"], batches=[4], threads=[1])
+    (cell,) = res.cells
+    assert cell.cell.status == "unsupported" and "supports only the forward" in cell.cell.reason
