@@ -72,7 +72,8 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
 def run(suite: str | None = None, *, models: list[str] | None = None, frameworks: list[str] | None = None,
         variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int] | None = None,
         threads: list[int] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
-        seed: int | None = None, data: str | None = None, data_dir: str | None = None, db: str | Path = DEFAULT_DB,
+        seed: int | None = None, data: str | None = None, data_dir: str | None = None, convergence: dict | None = None,
+        db: str | Path = DEFAULT_DB,
         resume: str | None = None, progress=None, argv: list[str] | None = None) -> RunResults:
     """Run a suite (the built-in ``quick`` by default) and return its analysed results.
 
@@ -85,7 +86,7 @@ def run(suite: str | None = None, *, models: list[str] | None = None, frameworks
     else:
         s = runner.build_suite(suite, models=models, frameworks=frameworks, variants=variants, scenarios=scenarios,
                                batches=batches, threads=threads, devices=devices, protocol=protocol, seed=seed,
-                               data=data, data_dir=data_dir)
+                               data=data, data_dir=data_dir, convergence=convergence)
         handle = runner.start(s, db, argv, **kwargs)
     return results(handle.run_id, db)
 

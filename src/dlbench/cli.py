@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sqlite3
 import sys
 from collections.abc import Callable
 
@@ -153,6 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dlbench: interrupted", file=sys.stderr)
         return 130
+    except sqlite3.Error as exc:
+        print(f"dlbench: error: database: {exc} (was it written by another dlbench version?)", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug of ours: one line, the traceback only on request
+        if os.environ.get("DLBENCH_DEBUG"):
+            raise
+        print(f"dlbench: internal error: {type(exc).__name__}: {exc} (set DLBENCH_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from dlbench.cli import EXTRA_COMMANDS, console, int_list, split_list
 from dlbench.errors import UsageError
+from dlbench.report.convergence import agreement
 from dlbench.report.summary import summary_dict, summary_rows
 from dlbench.results import RunResults
 from dlbench.scenarios import TIMED
@@ -36,9 +37,9 @@ class RichProgress:
         elif self.task is None:
             return
         elif event == "phase":
-            self.bar.update(self.task, description=kw["text"])
+            self.bar.update(self.task, description=_fit(kw["text"]))
         elif event == "cell_start":
-            self.bar.update(self.task, description=kw["cell"].key)
+            self.bar.update(self.task, description=_fit(kw["cell"].key))
         elif event == "cell_done":
             self.bar.advance(self.task)
             if kw["status"] != "ok":
@@ -47,6 +48,23 @@ class RichProgress:
 
     def stop(self) -> None:
         self.bar.stop()
+
+
+def _fit(text: str) -> str:
+    """Leave room for the bar on an 80-column terminal."""
+    width = max(20, console.width - 45)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _convergence(args: argparse.Namespace) -> dict:
+    out = {}
+    for flag, key in (("epochs", "epochs"), ("target_accuracy", "target_accuracy"), ("lr", "lr")):
+        value = getattr(args, flag)
+        if value is not None:
+            if value <= 0 or (key == "target_accuracy" and value > 1):
+                raise UsageError(f"--{flag.replace('_', '-')} out of range: {value}")
+            out[key] = value
+    return out
 
 
 def _protocol(args: argparse.Namespace) -> dict:
@@ -71,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       batches=int_list(args.batch, "batch sizes") or None,
                       threads=int_list(args.threads, "thread counts") or None,
                       devices=split_list(args.device) or None, protocol=_protocol(args), seed=args.seed,
-                      data=args.data, data_dir=args.data_dir, db=args.db,
+                      data=args.data, data_dir=args.data_dir, convergence=_convergence(args), db=args.db,
                       resume=args.resume, progress=progress, argv=sys.argv[1:])
     except KeyboardInterrupt:
         if progress:
@@ -90,21 +108,40 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
     if as_json:
         print(json.dumps(summary_dict(res), indent=2, default=str))
         return 1 if failed else 0
-    for model, rows in summary_rows(res).items():
-        scenarios = [s for s in (*TIMED, "compile") if any(s in r.cells for r in rows)]
-        table = Table(title=f"{model}", title_justify="left")
-        for col in ("framework", "variant", "batch", "threads", "device", "data"):
+    tables = summary_rows(res)
+    every = [r for rows in tables.values() for r in rows]
+    axes = ("framework", "variant", "batch", "threads", "device", "data")
+    shown = [a for a in axes if a in ("framework", "variant") or len({getattr(r, a) for r in every}) > 1]
+    fixed = [f"{a} {getattr(every[0], a)}" for a in axes if a not in shown] if every else []
+    for model, rows in tables.items():
+        scenarios = [s for s in (*TIMED, "compile", "convergence") if any(s in r.cells for r in rows)]
+        title = model + (f"  ({', '.join(fixed)})" if fixed else "")
+        table = Table(title=title, title_justify="left")
+        for col in shown:
             table.add_column(col)
         for s in scenarios:
-            table.add_column(f"{s} ms [95% CI]" if s != "compile" else "compile cold/warm", justify="right")
-        for col in ("samples/s", "peak RSS MiB", "verified"):
+            table.add_column({"compile": "compile cold/warm", "convergence": "convergence"}.get(s, f"{s} ms [95% CI]"),
+                             justify="right")
+        for col in ("samples/s", "peak MiB", "verified"):
             table.add_column(col, justify="right")
         for r in rows:
-            cols = [r.time_text(s) if s != "compile" else r.compile_text for s in scenarios]
+            cols = [{"compile": r.compile_text, "convergence": r.convergence_text}.get(s) or r.time_text(s)
+                    for s in scenarios]
             thr = f"{r.throughput:,.0f}" if r.throughput else "–"
             mem = f"{r.peak_rss_mib:,.0f}" if r.peak_rss_mib else "–"
-            table.add_row(r.framework, r.variant, str(r.batch), str(r.threads), r.device, r.data, *cols, thr, mem,
+            table.add_row(*(str(getattr(r, a)) for a in shown), *cols, thr, mem,
                           {"pass": "yes", "fail": "[red]NO[/]"}.get(r.verified, r.verified))
+        console.print(table)
+    agree = agreement(res.cells)
+    if agree:
+        table = Table(title="agreement: first step where a framework's loss departs from the reference by > 1%",
+                      title_justify="left")
+        for col in ("model", "reference", "framework", "steps", "step-1 diff", "first departure"):
+            table.add_column(col)
+        for a in agree:
+            dep = "none" if a["first_departure_step"] is None else str(a["first_departure_step"])
+            table.add_row(a["model"], a["reference"], a["framework"], str(a["steps_compared"]),
+                          f"{a['rel_diff_step1']:.1e}" if a["rel_diff_step1"] is not None else "–", dep)
         console.print(table)
     noisy = [c for c in res.cells if c.cell.warnings]
     if noisy:
@@ -209,7 +246,12 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=int, help="fresh processes per cell")
     p.add_argument("--timeout", type=float, help="seconds per cell process")
     p.add_argument("--seed", type=int)
-    p.add_argument("--data", help="fill batches from a real data set (digits, mnist, cifar10, imdb, ptb) "
+    p.add_argument("--epochs", type=int, help="convergence: epochs of training (default 10)")
+    p.add_argument("--target-accuracy", type=float, dest="target_accuracy",
+                   help="convergence: test accuracy whose time-to-reach is reported (default 0.95)")
+    p.add_argument("--lr", type=float, help="convergence: learning rate (default: the paper's for the model)")
+    p.add_argument("--data", "--dataset", dest="data",
+                   help="fill batches from a real data set (digits, mnist, cifar10, imdb, ptb) "
                                   "instead of synthetic samples")
     p.add_argument("--data-dir", dest="data_dir", help="where the data set's files are (see docs/data.md)")
     p.add_argument("--resume", metavar="RUN_ID", help="finish a stored run: only missing cells are measured")

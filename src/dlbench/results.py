@@ -30,6 +30,7 @@ class CellResult:
     pct_peak: float | None = None
     first_call_ms: float | None = None
     compile_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # closure -> {cold, warm} medians
+    convergence: dict[str, Any] = field(default_factory=dict)  # report.convergence.summarise_curves
 
     @property
     def ok(self) -> bool:
@@ -45,7 +46,7 @@ class CellResult:
             "time_ms": self.time_ms.to_dict() if self.time_ms else None,
             "repeat_medians_ms": self.repeat_medians_ms,
             "samples_per_s": self.samples_per_s, "gflops": self.gflops, "pct_peak": self.pct_peak,
-            "first_call_ms": self.first_call_ms, "compile_ms": self.compile_ms,
+            "first_call_ms": self.first_call_ms, "compile_ms": self.compile_ms, "convergence": self.convergence,
             "peak_rss_bytes": c.metrics.get("peak_rss_bytes"), "rss_growth_bytes": c.metrics.get("rss_growth_bytes"),
             "device_memory": c.metrics.get("device_memory"), "threads_readback": c.metrics.get("threads_readback"),
             "loop_k": c.metrics.get("loop_k"),
@@ -90,6 +91,11 @@ def _flops_per_batch(model: str, batch: int) -> float | None:
 def analyse_cell(store: Store, cell: CellRecord, verified: str, peak: float | None) -> CellResult:
     res = CellResult(cell=cell, verified=verified)
     samples = store.samples(cell.id)
+    if cell.scenario == "convergence":
+        from dlbench.report.convergence import summarise_curves
+
+        res.convergence = summarise_curves(cell.metrics.get("convergence", []), cell.metrics.get("target_accuracy", 1.0))
+        return res
     if cell.scenario == "compile":
         by: dict[str, dict[str, list[float]]] = {}
         for s in samples:

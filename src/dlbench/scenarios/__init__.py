@@ -6,6 +6,8 @@ timer calls; ``compile`` times first calls instead (see :mod:`dlbench.scenarios.
 * ``train_step``: gradient + SGD momentum update (Shi et al.'s time per mini-batch).
 * ``compile``: wall time of the first call of each closure in a fresh process, with the
   framework's caches cold and then warm (Bahrampour et al.'s Table 8).
+* ``convergence``: E epochs of training on a real data set, evaluated by dlbench after each
+  epoch (see :mod:`dlbench.scenarios.convergence`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dlbench.frameworks.base import Backend, OptimizerSpec
 from dlbench.models.spec import ModelSpec
 
 TIMED = ("forward", "gradient", "train_step")
-SCENARIOS = (*TIMED, "compile")
+SCENARIOS = (*TIMED, "compile", "convergence")
 
 #: FLOPs of a scenario as a multiple of the forward pass (backward ~ 2x forward, the usual
 #: convention; the SGD update's element-wise work is not counted)
