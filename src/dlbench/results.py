@@ -95,6 +95,7 @@ def analyse_cell(store: Store, cell: CellRecord, verified: str, peak: float | No
         from dlbench.report.convergence import summarise_curves
 
         res.convergence = summarise_curves(cell.metrics.get("convergence", []), cell.metrics.get("target_accuracy", 1.0))
+        res.samples_per_s = res.convergence.get("train_samples_per_s")
         return res
     if cell.scenario == "compile":
         by: dict[str, dict[str, list[float]]] = {}

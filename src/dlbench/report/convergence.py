@@ -15,7 +15,7 @@ def summarise_curves(repeats: list[dict], target: float) -> dict[str, Any]:
     if not repeats:
         return {}
     epochs = min(len(r["epochs"]) for r in repeats)
-    keys = ("train_loss", "train_acc", "test_acc", "elapsed_train_s", "eval_s")
+    keys = ("train_loss", "train_acc", "test_acc", "elapsed_train_s", "eval_s", "train_samples_per_s")
     per_epoch = {k: np.array([[r["epochs"][e][k] for e in range(epochs)] for r in repeats]) for k in keys}
     final = per_epoch["test_acc"][:, -1]
     tta = [time_to_accuracy(r["epochs"], target) for r in repeats]
@@ -27,6 +27,7 @@ def summarise_curves(repeats: list[dict], target: float) -> dict[str, Any]:
         "final_test_acc_min": float(final.min()), "final_test_acc_max": float(final.max()),
         "time_to_accuracy_s": float(np.mean(reached)) if len(reached) == len(tta) else None,
         "reached": f"{len(reached)}/{len(tta)}",
+        "train_samples_per_s": float(np.median(per_epoch["train_samples_per_s"])),
         "curves": {k: {"mean": v.mean(axis=0).tolist(), "std": v.std(axis=0).tolist()} for k, v in per_epoch.items()},
     }
 

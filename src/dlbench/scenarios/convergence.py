@@ -61,8 +61,10 @@ def train(backend: Backend, spec: ModelSpec, train_set: Dataset, test_set: Datas
     epochs, step_losses, elapsed = [], [], 0.0
     for epoch in range(config.epochs):
         t0 = time.perf_counter()
+        seen = 0
         for batch in train_set.batches(batch_size, seed=seed * 100_003 + epoch):
             loss = step(backend.place(batch, model))
+            seen += batch.size
             if len(step_losses) < config.log_steps:
                 step_losses.append(float(backend.to_numpy(loss)))
         backend.sync(loss)
@@ -73,6 +75,7 @@ def train(backend: Backend, spec: ModelSpec, train_set: Dataset, test_set: Datas
         test_loss, test_acc = evaluate(backend, model, predict, test_set, config.eval_batch)
         epochs.append({"epoch": epoch + 1, "train_loss": train_loss, "train_acc": train_acc, "test_loss": test_loss,
                        "test_acc": test_acc, "train_s": train_s, "eval_s": time.perf_counter() - t0,
+                       "train_samples_per_s": seen / train_s,
                        "elapsed_train_s": elapsed})
     return {"epochs": epochs, "step_losses": step_losses, "batch": batch_size, "seed": seed,
             "lr": config.lr or spec.learning_rate}
