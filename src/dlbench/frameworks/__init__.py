@@ -37,6 +37,7 @@ class FrameworkInfo:
 FRAMEWORKS: dict[str, FrameworkInfo] = {
     "torch": FrameworkInfo("torch", "dlbench.frameworks.torch", "torch", "torch", ("eager", "compile"),
                            "PyTorch (torch.nn, torch.compile)"),
+    "jax": FrameworkInfo("jax", "dlbench.frameworks.jax", "jax", "jax", ("jit",), "JAX + Flax + Optax (jax.jit)"),
 }
 
 
