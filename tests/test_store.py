@@ -11,7 +11,8 @@ def test_roundtrip(tmp_db):
     run = s.create_run("quick", {"models": ["lenet"]})
     cell = {"key": "k", "framework": "torch", "variant": "eager", "model": "lenet", "scenario": "forward",
             "batch": 64, "threads": 1, "device": "cpu"}
-    cid = s.save_cell(run, cell, "ok", "", 1.0, ["w"], {"peak_rss_bytes": 5}, [Sample(0, i, "measure", 1e6) for i in range(3)])
+    samples = [Sample(0, i, "measure", 1e6) for i in range(3)]
+    cid = s.save_cell(run, cell, "ok", "", 1.0, ["w"], {"peak_rss_bytes": 5}, samples)
     assert s.done_keys(run) == {"k"}
     (rec,) = s.cells(run)
     assert rec.id == cid and rec.warnings == ["w"] and rec.metrics == {"peak_rss_bytes": 5}

@@ -154,4 +154,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # ``python -m dlbench.cli``: this file runs as ``__main__``, a different module object from the
+    # ``dlbench.cli`` that cli_run/cli_report register their verbs on; call that one's main.
+    from dlbench.cli import main as _main
+
+    sys.exit(_main())

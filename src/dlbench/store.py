@@ -192,7 +192,8 @@ class Store:
 
     def peaks(self, run_id: str) -> dict[int, dict[str, float]]:
         out: dict[int, dict[str, float]] = {}
-        for threads, engine, rate in self.conn.execute("SELECT threads, engine, gflops FROM peaks WHERE run_id=?", (run_id,)):
+        rows = self.conn.execute("SELECT threads, engine, gflops FROM peaks WHERE run_id=?", (run_id,))
+        for threads, engine, rate in rows:
             out.setdefault(threads, {})[engine] = rate
         return out
 

@@ -36,8 +36,9 @@ def cpu_info() -> dict[str, Any]:
         import cpuinfo
 
         info = cpuinfo.get_cpu_info()
-        return {"model": info.get("brand_raw"), "arch": info.get("arch_string_raw"), "hz": info.get("hz_advertised_friendly"),
-                "flags": sorted(f for f in info.get("flags", []) if f.startswith(("avx", "fma", "amx", "sse4", "neon", "sve")))}
+        flags = sorted(f for f in info.get("flags", []) if f.startswith(("avx", "fma", "amx", "sse4", "neon", "sve")))
+        return {"model": info.get("brand_raw"), "arch": info.get("arch_string_raw"),
+                "hz": info.get("hz_advertised_friendly"), "flags": flags}
     except Exception as exc:  # py-cpuinfo can fail on exotic machines; record why
         return {"model": platform.processor(), "error": str(exc)}
 
