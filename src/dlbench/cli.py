@@ -140,6 +140,7 @@ EXTRA_COMMANDS: list[Callable] = []
 
 
 def main(argv: list[str] | None = None) -> int:
+    import dlbench.cli_report  # noqa: F401  (registers report, compare, reproduce)
     import dlbench.cli_run  # noqa: F401  (registers run, runs, show, export)
 
     try:
