@@ -14,8 +14,10 @@ from dlbench.report.build import write_report
 from dlbench.report.markdown import md
 from dlbench.report.tables import build_content, fmt_num
 from dlbench.store import Store
+from tests.conftest import requires
 from tests.synthetic_runs import cell, finish, metrics, new_run, report_run, timed_samples, verify_pass
 
+pytestmark = requires("matplotlib")
 INJECTION = "<script>alert(1)</script>"
 
 
@@ -163,3 +165,13 @@ def test_matplotlib_is_imported_lazily():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
     assert out.stdout.strip() == "False"
+
+
+def test_without_matplotlib_the_report_has_no_plots_and_says_why(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    db = tmp_path / "r.db"
+    files = write_report(api.results(one_cell_run(db), db), tmp_path / "out")
+    assert files.plots == [] and "matplotlib is not installed" in files.html.read_text()

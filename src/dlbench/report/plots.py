@@ -205,6 +205,11 @@ PLOTTERS = (time_vs_batch, time_vs_threads, memory_vs_batch, warmup_series)
 
 
 def make_plots(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
+    """Every plot the run has the data for; without matplotlib, none, and the reason."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return [], [Skipped("all plots", "matplotlib is not installed (pip install 'dlbench[report]')")]
     plots: list[Plot] = []
     skipped: list[Skipped] = []
     for plotter in PLOTTERS:

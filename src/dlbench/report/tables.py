@@ -132,6 +132,14 @@ def _compile_value(c: CellResult | None, notes: _Notes) -> Value:
     return Value(fmt_num(cold), cold, detail=f"warm {fmt_num(warm)}")
 
 
+def _no_peak(c: CellResult) -> str:
+    if c.cell.device != "cpu":
+        return "no peak FLOP/s is measured for accelerators (the peak is the CPU's float32 matmul rate)"
+    if c.gflops is None:
+        return f"model {c.cell.model} has no FLOP count"
+    return f"no peak FLOP/s was measured for {c.cell.threads} thread(s)"
+
+
 def _rate_scenario(rows: list[SummaryRow]) -> str | None:
     """The scenario whose throughput a table shows: the same one for every row, so they compare."""
     for s in ("train_step", "gradient", "forward"):
@@ -172,7 +180,7 @@ def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
             else:
                 values.append(Value(fmt_num(c.samples_per_s), c.samples_per_s))
                 values.append(Value(fmt_num(c.pct_peak), c.pct_peak) if c.pct_peak is not None
-                              else Value(DASH, note=notes.add("no peak FLOP/s measured for this thread count")))
+                              else Value(DASH, note=notes.add(_no_peak(c))))
         mem = row_memory_bytes(r)
         values.append(Value(fmt_bytes_mib(mem), mem / 2**20 if mem else None))
         if has_compile:
@@ -197,10 +205,10 @@ def mark_best(table: Table) -> None:
         for members in by_group.values():
             if len(members) < 2:
                 continue
-            numbers = [table.rows[i][j].number for i in members]
-            best = min(numbers) if col.better == "low" else max(numbers)
-            for i in members:
-                if table.rows[i][j].number == best:
+            pick = min if col.better == "low" else max
+            best = table.rows[pick(members, key=lambda i: table.rows[i][j].number)][j]
+            for i in members:  # equal as shown is equal: "323" and "323" are both bold
+                if table.rows[i][j].text == best.text:
                     table.rows[i][j].best = True
 
 
