@@ -2,6 +2,10 @@
 run of Bahrampour et al.'s Table 3 on torch."""
 
 import json
+import os
+import re
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +167,29 @@ def test_quick_reproduce_bahrampour_table3_on_torch(tmp_db, capsys):
     assert data["run_id"]
     # the reproduction is an ordinary stored run: it can be reported
     assert main(["report", data["run_id"], "--db", str(tmp_db), "--out", str(tmp_db.parent / "rep")]) == 0
+
+
+PAPERS = Path(os.environ.get("DLBENCH_PAPERS", "/work/shared/papers"))
+
+
+@pytest.mark.skipif(not PAPERS.is_dir(), reason=f"the paper texts are not at {PAPERS} (set DLBENCH_PAPERS)")
+def test_transcriptions_match_the_paper_texts():
+    """Every printed row of a table whose layout survived the text extraction appears in the text as
+    one tab-separated run of values; for Bahrampour Tables 5 and 7 (layout lost) the numbers of the
+    table's text block are exactly ours (Table 7's block also holds its section number 6.5 and the
+    stacked duplicate 23.2)."""
+    for name, t in rep.targets().items():
+        if not t.get("printed", True):
+            continue
+        text = (PAPERS / rep.paper_of(name)["text"]).read_text()
+        if name in ("bahrampour2016-table5", "bahrampour2016-table7"):
+            continue
+        for r in t["rows"]:
+            assert "\t".join(r["values"]) in text, (name, r["setting"])
+    text = (PAPERS / rep.paper_of("bahrampour2016-table5")["text"]).read_text()
+    blocks = {"bahrampour2016-table5": text[text.index("\t\t\tGradient (ms)"):text.index("Table 5:")],
+              "bahrampour2016-table7": text[text.index("6.5 SUPPLEMENTAL"):text.index("Table 7:")]}
+    extra = {"bahrampour2016-table5": Counter(), "bahrampour2016-table7": Counter({"6.5": 1, "23.2": 1})}
+    for name, block in blocks.items():
+        ours = Counter(v for r in rep.targets()[name]["rows"] for v in r["values"])
+        assert Counter(re.findall(r"\d+\.\d+", block)) == ours + extra[name], name
