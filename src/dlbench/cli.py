@@ -132,9 +132,7 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)
 
-    import dlbench.cli as registry  # the module, also when this file runs as __main__
-
-    for register in registry.EXTRA_COMMANDS:
+    for register in EXTRA_COMMANDS:
         register(sub)
     return parser
 
@@ -144,6 +142,7 @@ EXTRA_COMMANDS: list[Callable] = []
 
 
 def main(argv: list[str] | None = None) -> int:
+    import dlbench.cli_report  # noqa: F401  (registers report, compare, reproduce)
     import dlbench.cli_run  # noqa: F401  (registers run, runs, show, export)
 
     try:
@@ -167,4 +166,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # ``python -m dlbench.cli``: this file runs as ``__main__``, a different module object from the
+    # ``dlbench.cli`` that cli_run/cli_report register their verbs on; call that one's main.
+    from dlbench.cli import main as _main
+
+    sys.exit(_main())

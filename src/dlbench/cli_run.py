@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import io
 import json
 import sys
@@ -15,6 +14,7 @@ from rich.table import Table
 from dlbench.cli import EXTRA_COMMANDS, console, int_list, split_list
 from dlbench.errors import UsageError
 from dlbench.report.convergence import agreement
+from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
 from dlbench.report.summary import summary_dict, summary_rows
 from dlbench.results import RunResults
 from dlbench.scenarios import TIMED
@@ -185,27 +185,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     return print_summary(res, args.json, args.db)
 
 
-EXPORT_COLUMNS = ("key", "framework", "variant", "model", "scenario", "batch", "threads", "device", "data", "status",
-                  "reason",
-                  "verified", "median_ms", "ci_low_ms", "ci_high_ms", "mean_ms", "std_ms", "min_ms", "p5_ms", "p95_ms",
-                  "iqr_ms", "n", "samples_per_s", "gflops", "pct_peak", "first_call_ms", "peak_rss_bytes",
-                  "rss_growth_bytes", "warnings")
-
-
-def export_rows(res: RunResults) -> list[dict]:
-    rows = []
-    for c in res.cells:
-        d = c.to_dict()
-        t = d.pop("time_ms") or {}
-        row = {k: d.get(k) for k in EXPORT_COLUMNS if k in d}
-        for stat in ("median", "ci_low", "ci_high", "mean", "std", "min", "p5", "p95", "iqr"):
-            row[f"{stat}_ms"] = t.get(stat)
-        row["n"] = t.get("n")
-        row["warnings"] = "; ".join(c.cell.warnings)
-        rows.append(row)
-    return rows
-
-
 def cmd_export(args: argparse.Namespace) -> int:
     from dlbench import api
 
@@ -218,9 +197,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         text = json.dumps(data, indent=2, default=str)
     else:
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=EXPORT_COLUMNS)
-        writer.writeheader()
-        writer.writerows(export_rows(res))
+        write_csv(res, buf)
         text = buf.getvalue()
     if args.out:
         with open(args.out, "w") as f:

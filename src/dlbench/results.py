@@ -31,6 +31,8 @@ class CellResult:
     first_call_ms: float | None = None
     compile_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # closure -> {cold, warm} medians
     convergence: dict[str, Any] = field(default_factory=dict)  # report.convergence.summarise_curves
+    #: every timed iteration in the order it ran: (repeat, "warmup" | "measure", ms); for warm-up plots
+    series_ms: list[tuple[int, str, float]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -107,6 +109,9 @@ def analyse_cell(store: Store, cell: CellRecord, verified: str, peak: float | No
         return res
     measure = [s for s in samples if s.phase == "measure"]
     res.warmup_ms = [s.value_ns / 1e6 for s in samples if s.phase == "warmup"]
+    order = {"warmup": 0, "measure": 1}
+    res.series_ms = [(s.repeat, s.phase, s.value_ns / 1e6) for s in
+                     sorted((s for s in samples if s.phase in order), key=lambda s: (s.repeat, order[s.phase], s.idx))]
     first = [s.value_ns / 1e6 for s in samples if s.phase == "first_call"]
     res.first_call_ms = float(np.median(first)) if first else None
     if not measure or cell.status != "ok":

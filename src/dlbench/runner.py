@@ -329,17 +329,22 @@ def _run(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress: P
     store.finish_run(run_id, "complete")
 
 
-def build_suite(suite: str | None = None, *, models: list[str] | None = None, frameworks: list[str] | None = None,
-                variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int] | None = None,
+def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = None,
+                frameworks: list[str] | None = None, variants: list[str] | None = None,
+                scenarios: list[str] | None = None, batches: list[int] | None = None,
                 threads: list[int] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
                 seed: int | None = None, data: str | None = None, data_dir: str | None = None,
                 convergence: dict | None = None) -> Suite:
-    """A suite from a name/file and flag overrides (flags alone build one on the spot)."""
+    """A suite from a name, a file or a built :class:`Suite`, and flag overrides (flags alone build one
+    on the spot)."""
     from dlbench.plan import suite_from_dict
 
     flags_given = any(x for x in (models, frameworks, scenarios, batches, threads))
-    if suite is None and flags_given:
-        base: dict[str, Any] = {"name": "custom", "models": models or ["lenet"]}
+    base: dict[str, Any]
+    if isinstance(suite, Suite):  # built by a caller (e.g. dlbench reproduce)
+        base = suite.model_dump()
+    elif suite is None and flags_given:
+        base = {"name": "custom", "models": models or ["lenet"]}
     else:
         base = load_suite(suite or "quick").model_dump()
     if models:
