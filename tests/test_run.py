@@ -229,6 +229,13 @@ def test_convergence_curves_and_agreement_flags_a_planted_difference(tmp_db):
     rows = {r["framework"]: r for r in agreement(res.cells, "torch")}
     assert rows["fakefw/ok"]["first_departure_step"] is None  # same arithmetic, same batches
     assert rows["fakefw/lr"]["first_departure_step"] == 2  # step 1 is before any update
+    from dlbench.report.plots import convergence_curves
+    from dlbench.report.tables import build_content
+
+    content = build_content(res)
+    assert [t.title for t in content.convergence] == ["convergence", "agreement check (same weights, same batches)"]
+    plots, _ = convergence_curves(res)
+    assert len(plots) == 1 and "<svg" in plots[0].svg
 
 
 def test_convergence_needs_real_data(tmp_path, capsys):

@@ -17,6 +17,8 @@ import io
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from dlbench.report.summary import summary_rows
 from dlbench.report.tables import row_memory_bytes
 from dlbench.results import CellResult, RunResults
@@ -201,7 +203,42 @@ def warmup_series(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
     return plots, skipped
 
 
-PLOTTERS = (time_vs_batch, time_vs_threads, memory_vs_batch, warmup_series)
+def convergence_curves(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
+    """Test accuracy against epoch and against training wall-clock, mean with a +-1 std band over
+    repeats, one line per framework/variant (Liu et al. Fig. 8)."""
+    cells = [c for c in res.cells if c.cell.scenario == "convergence" and c.convergence]
+    if not cells:
+        return [], []
+    plots = []
+    for (model, data), mcells in _by(cells, lambda c: (c.cell.model, c.cell.data)).items():
+        fig, (ax_e, ax_t) = _figure(2)
+        for c in mcells:
+            curves = c.convergence["curves"]
+            mean = np.array(curves["test_acc"]["mean"])
+            std = np.array(curves["test_acc"]["std"])
+            epochs = np.arange(1, len(mean) + 1)
+            elapsed = np.array(curves["elapsed_train_s"]["mean"])
+            label = f"{c.cell.framework}/{c.cell.variant} (b{c.cell.batch}, t{c.cell.threads})"
+            (line,) = ax_e.plot(epochs, mean, marker="o", label=label)
+            ax_e.fill_between(epochs, mean - std, mean + std, alpha=0.2, color=line.get_color())
+            ax_t.plot(elapsed, mean, marker="o", label=label, color=line.get_color())
+            ax_t.fill_between(elapsed, mean - std, mean + std, alpha=0.2, color=line.get_color())
+        target = mcells[0].convergence["target_accuracy"]
+        for ax, xlabel in ((ax_e, "epoch"), (ax_t, "training time (s, evaluation excluded)")):
+            ax.axhline(target, color="grey", ls="--", lw=0.8, label=f"target {target:.0%}")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("test accuracy (fraction)")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize="small")
+        ax_e.set_title(f"{model} on {data}: accuracy per epoch")
+        ax_t.set_title(f"{model} on {data}: accuracy over time")
+        plots.append(Plot(f"convergence-{_safe(model)}-{_safe(data)}", f"{model} on {data}: test accuracy",
+                          "Mean over repeats (different seeds) with a band of ±1 standard deviation; the dashed "
+                          "line is the target accuracy of the time-to-accuracy column.", _svg(fig)))
+    return plots, []
+
+
+PLOTTERS = (time_vs_batch, time_vs_threads, memory_vs_batch, warmup_series, convergence_curves)
 
 
 def make_plots(res: RunResults) -> tuple[list[Plot], list[Skipped]]:

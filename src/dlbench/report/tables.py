@@ -81,6 +81,7 @@ class ReportContent:
     footnotes: list[Footnote]
     warnings: list[tuple[str, str]]  # (cell key, warning)
     verification: list[tuple[str, str]]  # (framework/variant/model/device, verdict and reason) for non-passes
+    convergence: list[Table] = field(default_factory=list)  # final accuracy, time-to-accuracy; the agreement check
 
 
 class _Notes:
@@ -260,11 +261,61 @@ def peaks_table(res: RunResults) -> Table:
     return Table("measured float32 matmul peak", columns, rows)
 
 
+def convergence_tables(res: RunResults) -> list[Table]:
+    """Per-framework final accuracy with its spread and time-to-accuracy (Liu et al. Fig. 8, DAWNBench),
+    and the agreement check: the first step where a framework's loss leaves the reference's."""
+    from dlbench.report.convergence import agreement
+
+    cells = [c for c in res.cells if c.cell.scenario == "convergence"]
+    if not cells:
+        return []
+    cols = [Column("model", "model", numeric=False), Column("framework", "framework", numeric=False),
+            Column("variant", "variant", numeric=False), Column("data", "data", numeric=False),
+            Column("batch", "batch"), Column("threads", "threads"), Column("epochs", "epochs"),
+            Column("acc", "final test accuracy (mean ± std over repeats)", "high"),
+            Column("range", "min – max", numeric=False), Column("tta", "seconds to target accuracy", "low"),
+            Column("rate", "training samples/s", "high")]
+    rows, groups = [], []
+    for c in cells:
+        v = c.convergence
+        head = [Value(c.cell.model), Value(c.cell.framework), Value(c.cell.variant), Value(c.cell.data),
+                Value(str(c.cell.batch)), Value(str(c.cell.threads))]
+        if not v:
+            rows.append(head + [Value(DASH), Value(f"{c.cell.status}: {c.cell.reason}"), Value(DASH), Value(DASH),
+                                Value(DASH)])
+        else:
+            tta = v["time_to_accuracy_s"]
+            rows.append(head + [
+                Value(str(v["epochs"])),
+                Value(f"{v['final_test_acc_mean']:.4f} ± {v['final_test_acc_std']:.4f}", v["final_test_acc_mean"]),
+                Value(f"{v['final_test_acc_min']:.4f} – {v['final_test_acc_max']:.4f}"),
+                Value(fmt_num(tta), tta) if tta is not None else
+                Value(f"not reached ({v['reached']} repeats reached {v['target_accuracy']:.0%})"),
+                Value(fmt_num(v["train_samples_per_s"]), v["train_samples_per_s"])])
+        groups.append((c.cell.model, c.cell.data, c.cell.batch, c.cell.threads, c.cell.device))
+    table = Table("convergence", cols, rows, groups)
+    mark_best(table)
+    out = [table]
+    agree = agreement(res.cells)
+    if agree:
+        cols = [Column(k, label, numeric=k in ("steps", "diff1", "maxdiff", "first")) for k, label in (
+            ("model", "model"), ("reference", "reference"), ("framework", "framework"), ("steps", "steps compared"),
+            ("diff1", "relative loss difference at step 1"), ("maxdiff", "largest relative difference"),
+            ("first", "first step > 1% apart"))]
+        out.append(Table("agreement check (same weights, same batches)", cols, [[
+            Value(a["model"]), Value(a["reference"]), Value(a["framework"]), Value(str(a["steps_compared"])),
+            Value(f"{a['rel_diff_step1']:.1e}" if a["rel_diff_step1"] is not None else DASH),
+            Value(f"{a['max_rel_diff']:.1e}" if a["max_rel_diff"] is not None else DASH),
+            Value("none" if a["first_departure_step"] is None else str(a["first_departure_step"]))] for a in agree]))
+    return out
+
+
 def build_content(res: RunResults) -> ReportContent:
     notes = _Notes()
-    tables = [model_table(m, rows, notes) for m, rows in summary_rows(res).items()]
+    tables = [model_table(m, [r for r in rows if set(r.cells) - {"convergence"}], notes)
+              for m, rows in summary_rows(res).items() if any(set(r.cells) - {"convergence"} for r in rows)]
     warnings = [(c.cell.key, w) for c in res.cells for w in c.cell.warnings]
     verification = [(f"{fw}/{variant}/{model}/{device}", f"{v['verdict']}: {v.get('reason') or ''}".strip(": "))
                     for (fw, variant, model, device), v in res.verifications.items() if v.get("verdict") != "pass"]
     return ReportContent(res.run, environment_items(res), peaks_table(res), tables, notes.list(), warnings,
-                         verification)
+                         verification, convergence_tables(res))
