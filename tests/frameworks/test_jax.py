@@ -196,3 +196,71 @@ def test_persistent_compilation_cache(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(tmp_path / "cache")
     assert any((tmp_path / "cache").iterdir())
+
+
+@pytest.fixture(scope="module")
+def digits_lenet():
+    from dlbench.data import adapt, load_dataset
+
+    spec = get_model("lenet")
+    return spec, adapt(load_dataset("digits"), spec), adapt(load_dataset("digits", split="test"), spec)
+
+
+def test_convergence_agrees_with_torch_and_learns(backend, digits_lenet):
+    """The cross-framework agreement check: same canonical weights, same batches, same SGD
+    momentum, so the first steps' losses match torch's; one epoch lifts test accuracy."""
+    pytest.importorskip("torch")
+    from dlbench.frameworks import get_backend
+    from dlbench.scenarios.convergence import ConvergenceConfig, default_batch, evaluate, train
+
+    spec, train_set, test_set = digits_lenet
+    batch, config = default_batch(spec, len(train_set)), ConvergenceConfig(epochs=1, log_steps=5)
+    ours = train(backend, spec, train_set, test_set, batch, 0, config)
+    theirs = train(get_backend("torch"), spec, train_set, test_set, batch, 0, config)
+    assert len(ours["step_losses"]) == 5
+    np.testing.assert_allclose(ours["step_losses"], theirs["step_losses"], rtol=1e-3)
+    fresh = backend.build(spec, init_weights(spec, 0))
+    _, initial_acc = evaluate(backend, fresh, backend.predictor(fresh), test_set, config.eval_batch)
+    assert ours["epochs"][0]["test_acc"] > initial_acc + 0.2
+
+
+def test_trainer_compiles_once_for_batches_of_one_shape(backend, digits_lenet):
+    spec, train_set, _ = digits_lenet
+    model = backend.build(spec, init_weights(spec, 0))
+    opt = OptimizerSpec(lr=spec.learning_rate)
+    step = backend.trainer(model, opt)
+    before = {k: v.copy() for k, v in backend.get_params(model).items()}
+    for i, batch in enumerate(train_set.batches(32, seed=1)):
+        loss = step(backend.place(batch, model))
+        if i == 3:
+            break
+    backend.sync(loss)
+    assert model.train_fns[opt]._cache_size() == 1
+    after = backend.get_params(model)
+    assert not np.array_equal(after["conv1.weight"], before["conv1.weight"])
+
+
+def test_trainer_pads_variable_length_tokens_without_changing_the_function(backend):
+    """Token batches of different lengths share one executable (padded to the maximum length,
+    mask 0) and train exactly as the unpadded batches do; the predictor's outputs match forward's."""
+    spec = get_model("lstm-imdb", small=True, units=16, embed=8)
+    w = init_weights(spec, 0)
+    raws = [make_batch(spec, 6, seed=s) for s in range(4)]
+    assert len({r.x.shape[1] for r in raws}) > 1 and any(r.x.shape[1] < spec.input.shape[0] for r in raws)
+    opt = OptimizerSpec(lr=0.5)
+    padded, unpadded = backend.build(spec, w), backend.build(spec, w)
+    step = backend.trainer(padded, opt)
+    predict = backend.predictor(padded)
+    fn = backend._train_fn(unpadded, opt)
+    for raw in raws:
+        batch = backend.place(raw, padded)
+        np.testing.assert_allclose(np.asarray(predict(batch)), np.asarray(backend.forward(padded, batch)()),
+                                   rtol=1e-5, atol=1e-6)
+        got = float(step(batch))
+        want = float(backend._run_train_fn(unpadded, fn, batch["x"], batch["y"], batch["mask"]))
+        assert abs(got - want) < 1e-5 * abs(want)
+    assert padded.train_fns[opt]._cache_size() == 1
+    assert unpadded.train_fns[opt]._cache_size() == len({r.x.shape[1] for r in raws})
+    ours, theirs = backend.get_params(padded), backend.get_params(unpadded)
+    for k in ours:
+        np.testing.assert_allclose(ours[k], theirs[k], rtol=1e-4, atol=1e-6)

@@ -22,8 +22,14 @@ Fast path and fairness settings:
   ``train_step`` (gradient + ``optax.sgd(lr, momentum=0.9)`` + the BN running-statistics update)
   are each ONE ``jax.jit`` function taking the parameter pytrees as arguments (never baked in as
   constants).
-* donation: ``train_step`` donates its parameters, optimiser state, BN statistics and step
-  counter; the updated state is stored on the model, so the closure can be called repeatedly.
+* convergence: ``trainer`` calls ``train_step``'s jitted function and ``predictor`` ``forward``'s,
+  with the batch arrays as arguments, so every batch of one shape reuses one executable.
+  Variable-length token batches (lstm-imdb) are padded to the model's maximum length with mask 0
+  before the call: the function is unchanged (causal LSTM, masked mean), and the step compiles
+  once per batch size instead of once per distinct length.
+* donation: ``train_step`` (and ``trainer``) donates its parameters, optimiser state, BN
+  statistics and step counter; the updated state is stored on the model, so the closure can be
+  called repeatedly.
 * threads: XLA has no runtime thread setting; its CPU thread pool is sized from the process's
   CPU affinity, which ``dlbench.worker`` sets before the import. ``set_threads`` reports it.
 * cache: if ``DLBENCH_CACHE_DIR`` is set, JAX's persistent compilation cache lives there with
@@ -58,6 +64,7 @@ import importlib.metadata
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import jax
@@ -488,6 +495,27 @@ def _make_train_fn(spec: ModelSpec, graphdef: nnx.GraphDef, tx: optax.GradientTr
     return jax.jit(train_fn, donate_argnums=(0, 1, 2, 3))
 
 
+@partial(jax.jit, static_argnums=2)
+def _pad_steps(x: jax.Array, mask: jax.Array, steps: int) -> tuple[jax.Array, jax.Array]:
+    extra = ((0, 0), (0, steps - x.shape[1]))
+    return jnp.pad(x, extra), jnp.pad(mask, extra)
+
+
+def _full_length(model: JaxModel, batch: dict) -> tuple[jax.Array, jax.Array | None]:
+    """``(x, mask)`` of a variable-length token batch padded (token 0, mask 0) to the model's
+    maximum length; other batches unchanged. The spec's function is unchanged: the LSTM runs
+    forward in time, so the added trailing steps never reach a valid step's output, and the masked
+    mean multiplies them by an exact 0 (which also stops every gradient through them). What it
+    buys: one executable of the training step per batch size instead of one per distinct length
+    (IMDB reviews cut at 100 tokens are mostly full length, so the extra compute is small). The
+    pad itself is a tiny jitted program, compiled once per distinct length."""
+    x, mask = batch["x"], batch["mask"]
+    steps = model.spec.input.shape[0]
+    if mask is None or not model.spec.input.variable_length or x.shape[1] >= steps:
+        return x, mask
+    return _pad_steps(x, mask, steps)
+
+
 def _device(device: str) -> jax.Device:
     kind, _, index = device.partition(":")
     platform = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu"}.get(kind)
@@ -557,21 +585,49 @@ class JaxBackend(Backend):
             return loss, grads
         return run
 
-    def train_step(self, model: JaxModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
-        """A closure doing one SGD-with-momentum step on the model's state. Making a closure
-        starts a fresh momentum buffer (held on the model, so it is shared with earlier closures)."""
+    def _train_fn(self, model: JaxModel, opt: OptimizerSpec) -> Callable:
+        """The model's one jitted SGD-momentum step for ``opt`` (made once, shared by ``train_step``
+        and ``trainer``), with a fresh momentum buffer put on the model."""
         tx = optax.sgd(opt.lr, momentum=opt.momentum)
         if opt not in model.train_fns:
             model.train_fns[opt] = _make_train_fn(model.spec, model.graphdef, tx)
-        fn, x, y, mask = model.train_fns[opt], batch["x"], batch["y"], batch["mask"]
         model.opt_state = jax.device_put(tx.init(model.params), model.device)
+        return model.train_fns[opt]
+
+    def _run_train_fn(self, model: JaxModel, fn: Callable, x, y, mask) -> jax.Array:
+        model.params, model.opt_state, model.stats, model.step, loss = fn(
+            model.params, model.opt_state, model.stats, model.step, model.frozen, model.rest, x, y, mask, model.key)
+        return loss
+
+    def train_step(self, model: JaxModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
+        """A closure doing one SGD-with-momentum step on the model's state. Making a closure
+        starts a fresh momentum buffer (held on the model, so it is shared with earlier closures)."""
+        fn = self._train_fn(model, opt)
+        x, y, mask = batch["x"], batch["y"], batch["mask"]
 
         def run():
-            model.params, model.opt_state, model.stats, model.step, loss = fn(
-                model.params, model.opt_state, model.stats, model.step, model.frozen, model.rest, x, y, mask,
-                model.key)
-            return loss
+            return self._run_train_fn(model, fn, x, y, mask)
         return run
+
+    def trainer(self, model: JaxModel, opt: OptimizerSpec) -> Callable[[Any], Any]:
+        """The same jitted step as ``train_step``, with the batch as its argument: batches of one
+        shape reuse one executable. Token batches cut to their longest sequence are padded to the
+        model's maximum length first (see :func:`_full_length`), so they do too."""
+        fn = self._train_fn(model, opt)
+
+        def step(batch):
+            x, mask = _full_length(model, batch)
+            return self._run_train_fn(model, fn, x, batch["y"], mask)
+        return step
+
+    def predictor(self, model: JaxModel) -> Callable[[Any], Any]:
+        """``forward``'s jitted function (eval-mode BN, no dropout) on the model's current state."""
+        fn = model.forward_fn
+
+        def predict(batch):
+            x, mask = _full_length(model, batch)
+            return fn(model.params, model.frozen, model.stats, model.rest, x, mask)
+        return predict
 
     def sync(self, out: Any) -> None:
         jax.block_until_ready(out)
