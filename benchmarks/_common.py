@@ -21,4 +21,6 @@ def machine() -> str:
 def header(title: str) -> str:
     today = datetime.date.today().isoformat()
     cmd = "python " + " ".join(sys.argv)
-    return f"### {title}\n\n- machine: {machine()}\n- date: {today}\n- command: `{cmd}`\n"
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (f"### {title}\n\n- machine: {machine()}\n- date: {today}\n- command: `{cmd}`\n"
+            f"- load average when it started (1, 5, 15 min): {load}\n")
