@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from dlbench.cli import main
-from dlbench.survey import api_coverage, catalog, features, live_checks, popularity, setup, status
+from dlbench.survey import api_coverage, catalog, collect, features, live_checks, popularity, setup, status
 from dlbench.survey.catalog import TODAY
 from dlbench.survey.installable import PIP_NAMES, _last_error
 from tests.conftest import requires
@@ -24,6 +24,7 @@ PAPER_FRAMEWORKS = ("caffe", "caffe2", "neon", "theano", "torch7", "tensorflow",
 
 # --- live checks, torch (each really runs fresh processes) ------------------------------------------
 @requires("torch")
+@pytest.mark.slow
 def test_torch_forward_runs_and_matches_reference():
     cpu, gpu = live_checks.check_forward(TODAY["torch"])
     assert cpu["status"] == "verified", cpu
@@ -34,6 +35,7 @@ def test_torch_forward_runs_and_matches_reference():
 
 @requires("torch")
 @requires("onnxruntime")
+@pytest.mark.slow
 def test_torch_onnx_export_really_ran_in_onnxruntime():
     cell = live_checks.check_onnx(TODAY["torch"])
     assert cell["status"] == "verified", cell
@@ -45,6 +47,7 @@ def test_torch_onnx_export_really_ran_in_onnxruntime():
 
 
 @requires("torch")
+@pytest.mark.slow
 def test_torch_checkpoint_restart_in_a_new_process():
     cell = live_checks.check_checkpoint(TODAY["torch"])
     assert cell["status"] == "verified", cell
@@ -59,6 +62,7 @@ def test_torch_checkpoint_restart_in_a_new_process():
 
 
 @requires("torch")
+@pytest.mark.slow
 def test_torch_gloo_allreduce_two_processes():
     cell = live_checks.check_allreduce(TODAY["torch"])
     assert cell["status"] == "verified", cell
@@ -108,6 +112,7 @@ def test_torch_rules_put_relu_in_activations_and_linear_in_layers():
 
 @requires("keras")
 @requires("jax")
+@pytest.mark.slow
 def test_keras_and_jax_rules_in_a_worker():
     out = api_coverage.collect([TODAY["keras"], TODAY["jax"]])
     k = out["keras"]
@@ -278,6 +283,7 @@ def test_conversion_effort_is_a_diff_or_says_not_implemented(tmp_path):
     assert res["status"] == "measured" and (res["added"], res["removed"]) == (2, 1)
 
 
+@pytest.mark.slow
 def test_measure_setup_on_a_tiny_package():
     res = setup.measure(["six==1.17.0"], "import six")
     if res.get("step") == "pip download" and "six" in res.get("error", ""):
@@ -310,3 +316,10 @@ def test_pip_names_are_stated_for_every_paper_framework():
     for key in PAPER_FRAMEWORKS:
         if key != "tensorflow":
             assert key in PIP_NAMES, key
+
+
+@requires("torch")
+def test_successor_status_does_not_depend_on_the_selection():
+    data = collect(["caffe2"], live=False)
+    (row,) = data["frameworks"]
+    assert row["status"] == ("successor benchmarked" if catalog.registered("torch") else "successor not benchmarked")

@@ -51,7 +51,7 @@ def collect(frameworks: list[str] | None = None, live: bool = True, measure_setu
         "date": dt.date.today().isoformat(),
         "machine": f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
         "live_checks_run": live,
-        "frameworks": status.rows(keys, chosen),
+        "frameworks": status.rows(keys, all_targets),
         "features": {"rows": features.rows(), "matrix": features.matrix(keys, chosen, live_results),
                      "data_date": fdata.get("date"), "papers": fdata.get("papers", {})},
         "api_coverage": api,

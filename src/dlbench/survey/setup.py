@@ -28,6 +28,9 @@ DISTRIBUTED_PATTERNS = ("distributed/{fw}.py", "distributed/{fw}_*.py", "distrib
 #: what to import when timing the import, and environment it needs
 IMPORTS = {"jax": "import jax, flax.nnx, optax", "keras": "import keras"}
 IMPORT_ENV = {"keras": {"KERAS_BACKEND": "numpy"}}
+#: what else a framework needs before it can be imported at all, and why
+EXTRA_SPECS = {"keras": (["scipy"], "keras with its NumPy backend (which needs scipy); a training backend "
+                                   "(jax, tensorflow or torch) is a further install")}
 
 
 def install_spec(target: Target) -> tuple[list[str], list[str]]:
@@ -44,6 +47,11 @@ def install_spec(target: Target) -> tuple[list[str], list[str]]:
             specs.append(f"{companion}=={importlib.metadata.version(companion)}")
         except importlib.metadata.PackageNotFoundError:
             pass
+    for name in EXTRA_SPECS.get(target.name, ([], ""))[0]:
+        try:
+            specs.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            specs.append(name)
     extra = ["--index-url", "https://download.pytorch.org/whl/cpu"] if "+cpu" in version else []
     return specs, extra
 
@@ -110,7 +118,10 @@ def measure(specs: list[str], import_stmt: str, extra_args: list[str] | None = N
 def measure_target(target: Target, timeout: float = 1800) -> dict[str, Any]:
     specs, extra = install_spec(target)
     stmt = IMPORTS.get(target.name, f"import {target.import_name}")
-    return measure(specs, stmt, extra, timeout, IMPORT_ENV.get(target.name))
+    out = measure(specs, stmt, extra, timeout, IMPORT_ENV.get(target.name))
+    if target.name in EXTRA_SPECS:
+        out["what"] = EXTRA_SPECS[target.name][1]
+    return out
 
 
 def conversion_effort(framework: str, src: Path = SRC) -> dict[str, Any]:
