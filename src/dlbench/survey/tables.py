@@ -51,13 +51,10 @@ def features_long(data: dict) -> tuple[list[str], list[list]]:
     rows = []
     for key, cells in data["features"]["matrix"].items():
         for row, c in cells.items():
-            how = c.get("what") or ""
-            if c.get("reason"):
-                how += f" -- {c['reason']}"
-            if c.get("not_verified"):
-                how += f"not verified here: {c['not_verified']}"
-            if c.get("note"):
-                how += f" [{c['note']}]"
+            parts = [c.get("what") or "", f"reason: {c['reason']}" if c.get("reason") else "",
+                     f"not verified here: {c['not_verified']}" if c.get("not_verified") else "",
+                     f"note: {c['note']}" if c.get("note") else ""]
+            how = "; ".join(p for p in parts if p)
             src = c.get("source") or (c.get("declared") or {}).get("source")
             date = c.get("date") or (c.get("declared") or {}).get("date")
             rows.append([key, row, c["value"], c["status"], src, date, how.strip()])
