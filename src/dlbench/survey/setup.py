@@ -29,7 +29,7 @@ DISTRIBUTED_PATTERNS = ("distributed/{fw}.py", "distributed/{fw}_*.py", "distrib
 IMPORTS = {"jax": "import jax, flax.nnx, optax", "keras": "import keras"}
 IMPORT_ENV = {"keras": {"KERAS_BACKEND": "jax"}}
 #: what else a framework needs before it can be imported at all, and why. Keras alone cannot be
-#: imported: measured here, even its NumPy backend imports scipy and jax.
+#: imported without one: measured here, even its NumPy backend needs scipy and jax.
 EXTRA_SPECS = {"keras": (["jax"], "keras with its JAX backend (keras alone cannot be imported; the sizes include "
                                   "jax and jaxlib)")}
 
