@@ -132,7 +132,9 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)
 
-    for register in EXTRA_COMMANDS:
+    import dlbench.cli as registry  # the module verbs register in, also when this file runs as __main__
+
+    for register in registry.EXTRA_COMMANDS:
         register(sub)
     return parser
 
@@ -144,6 +146,7 @@ EXTRA_COMMANDS: list[Callable] = []
 def main(argv: list[str] | None = None) -> int:
     import dlbench.cli_report  # noqa: F401  (registers report, compare, reproduce)
     import dlbench.cli_run  # noqa: F401  (registers run, runs, show, export)
+    import dlbench.cli_survey  # noqa: F401  (registers survey)
 
     try:
         args = build_parser().parse_args(argv)

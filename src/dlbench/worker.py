@@ -164,8 +164,15 @@ def _versions(backend) -> dict[str, str]:
     return out
 
 
+def run_survey(job: dict[str, Any]) -> dict[str, Any]:
+    """``dlbench survey``: live checks and introspection (see :mod:`dlbench.survey.jobs`)."""
+    from dlbench.survey.jobs import run
+
+    return run(job)
+
+
 JOBS = {"verify": run_verify, "cell": run_cell, "first_calls": run_first_calls, "convergence": run_convergence,
-        "peak": run_peak}
+        "peak": run_peak, "survey": run_survey}
 
 
 def main(argv: list[str]) -> int:
