@@ -28,7 +28,10 @@ INTRO = """# Performance of dlbench itself
 Targets from the issues, checked by the scripts in `benchmarks/`. Each section below was written
 by `python benchmarks/update_performance.py <script>` from the script's own output: the machine,
 date and command are in its header. Timings on a shared machine are noisy: the scripts compare
-ratios measured in one process or one run, never absolute times across runs.
+ratios measured in one process or one run, never absolute times across runs. Each header also gives
+the load average when the script started: a load above the number of cores means other processes
+competed for the CPU, and the figures then say little about the target (the first figures here were
+taken that way, on 2026-11-22, while other work loaded the machine; re-run them on a quiet one).
 """
 
 
