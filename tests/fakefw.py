@@ -70,6 +70,11 @@ def _backend():
                 return run
             return fn
 
+        def trainer(self, model, opt):
+            if self.mode == "lr":
+                opt = OptimizerSpec(lr=opt.lr * 10, momentum=opt.momentum)
+            return super().trainer(model, opt)
+
         def forward(self, model, batch):
             return self._wrap(super().forward(model, batch))
 

@@ -17,7 +17,7 @@ def test_threads_scaled_to_cores():
 def test_expand_cross_product_and_exclusions():
     suite = suite_from_dict({"models": ["lenet", "sae"], "scenarios": ["forward", "gradient"], "batch_sizes": [8, 16],
                              "threads": [1], "exclude": [{"model": "sae", "scenario": "gradient"}]})
-    cells = expand(suite, ["torch"], lambda fw, req: ["eager"], lambda m: 64, cores=2)
+    cells = expand(suite, ["torch"], lambda fw, req: ["eager"], lambda m, s, d: 64, cores=2)
     assert len(cells) == 2 * 2 * 2 - 2
     assert not any(c.model == "sae" and c.scenario == "gradient" for c in cells)
 
@@ -25,7 +25,7 @@ def test_expand_cross_product_and_exclusions():
 def test_default_batch_and_mapping():
     suite = suite_from_dict({"models": ["lenet", "sae"], "batch_sizes": {"lenet": [32], "default": ["default"]},
                              "scenarios": ["forward"], "threads": [1]})
-    cells = expand(suite, ["torch"], lambda fw, req: ["eager"], lambda m: 99, cores=2)
+    cells = expand(suite, ["torch"], lambda fw, req: ["eager"], lambda m, s, d: 99, cores=2)
     assert {(c.model, c.batch) for c in cells} == {("lenet", 32), ("sae", 99)}
 
 

@@ -199,3 +199,45 @@ def test_resume_after_parent_killed(tmp_db):
     assert len(after) == 4 and all(c.cell.status == "ok" for c in res.cells)
     assert all(after[k] == v for k, v in before.items()), "finished cells were measured again"
     assert res.run["status"] == "complete"
+
+
+def test_compile_scenario_times_cold_and_warm_first_calls(tmp_db):
+    res = run(tmp_db, models=["lenet"], frameworks=["torch"], scenarios=["compile"], batches=[4], threads=[1])
+    (cell,) = res.cells
+    assert cell.cell.status == "ok"
+    assert set(cell.compile_ms) == {"forward", "gradient", "train_step"}
+    assert all(set(d) == {"cold", "warm"} and min(d.values()) > 0 for d in cell.compile_ms.values())
+
+
+@requires("onnxruntime")
+def test_scenario_a_framework_lacks_is_unsupported_with_reason(tmp_db):
+    res = run(tmp_db, models=["lenet"], frameworks=["onnxruntime"], scenarios=["gradient"], batches=[4], threads=[1])
+    (cell,) = res.cells
+    assert cell.cell.status == "unsupported" and "supports only the forward" in cell.cell.reason
+
+
+def test_convergence_curves_and_agreement_flags_a_planted_difference(tmp_db):
+    res = run(tmp_db, models=["lenet"], frameworks=["torch", "fakefw"], variants=["eager", "ok", "lr"],
+              scenarios=["convergence"], threads=[1], data="digits", convergence={"epochs": 2, "log_steps": 10})
+    by = {(c.cell.framework, c.cell.variant): c for c in res.cells}
+    assert all(c.cell.status == "ok" for c in res.cells)
+    torch_curve = by["torch", "eager"].convergence
+    assert torch_curve["epochs"] == 2 and 0.5 < torch_curve["final_test_acc_mean"] <= 1.0
+    assert len(torch_curve["curves"]["test_acc"]["mean"]) == 2
+    from dlbench.report.convergence import agreement
+
+    rows = {r["framework"]: r for r in agreement(res.cells, "torch")}
+    assert rows["fakefw/ok"]["first_departure_step"] is None  # same arithmetic, same batches
+    assert rows["fakefw/lr"]["first_departure_step"] == 2  # step 1 is before any update
+    from dlbench.report.plots import convergence_curves
+    from dlbench.report.tables import build_content
+
+    content = build_content(res)
+    assert [t.title for t in content.convergence] == ["convergence", "agreement check (same weights, same batches)"]
+    plots, _ = convergence_curves(res)
+    assert len(plots) == 1 and "<svg" in plots[0].svg
+
+
+def test_convergence_needs_real_data(tmp_path, capsys):
+    assert main(["run", "--scenario", "convergence", "--model", "lenet", "--db", str(tmp_path / "r.db")]) == 2
+    assert "convergence needs a real data set" in capsys.readouterr().err

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import io
 import json
 import sys
@@ -14,6 +13,8 @@ from rich.table import Table
 
 from dlbench.cli import EXTRA_COMMANDS, console, int_list, split_list
 from dlbench.errors import UsageError
+from dlbench.report.convergence import agreement
+from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
 from dlbench.report.summary import summary_dict, summary_rows
 from dlbench.results import RunResults
 from dlbench.scenarios import DATASET, TIMED
@@ -36,9 +37,9 @@ class RichProgress:
         elif self.task is None:
             return
         elif event == "phase":
-            self.bar.update(self.task, description=kw["text"])
+            self.bar.update(self.task, description=_fit(kw["text"]))
         elif event == "cell_start":
-            self.bar.update(self.task, description=kw["cell"].key)
+            self.bar.update(self.task, description=_fit(kw["cell"].key))
         elif event == "cell_done":
             self.bar.advance(self.task)
             if kw["status"] != "ok":
@@ -47,6 +48,23 @@ class RichProgress:
 
     def stop(self) -> None:
         self.bar.stop()
+
+
+def _fit(text: str) -> str:
+    """Leave room for the bar on an 80-column terminal."""
+    width = max(20, console.width - 45)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _convergence(args: argparse.Namespace) -> dict:
+    out = {}
+    for flag, key in (("epochs", "epochs"), ("target_accuracy", "target_accuracy"), ("lr", "lr")):
+        value = getattr(args, flag)
+        if value is not None:
+            if value <= 0 or (key == "target_accuracy" and value > 1):
+                raise UsageError(f"--{flag.replace('_', '-')} out of range: {value}")
+            out[key] = value
+    return out
 
 
 def _protocol(args: argparse.Namespace) -> dict:
@@ -71,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       batches=int_list(args.batch, "batch sizes") or None,
                       threads=int_list(args.threads, "thread counts") or None,
                       devices=split_list(args.device) or None, protocol=_protocol(args), seed=args.seed,
-                      data=args.data, data_dir=args.data_dir, db=args.db,
+                      data=args.data, data_dir=args.data_dir, convergence=_convergence(args), db=args.db,
                       resume=args.resume, progress=progress, argv=sys.argv[1:])
     except KeyboardInterrupt:
         if progress:
@@ -90,24 +108,42 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
     if as_json:
         print(json.dumps(summary_dict(res), indent=2, default=str))
         return 1 if failed else 0
-    for model, rows in summary_rows(res).items():
-        scenarios = [s for s in (*TIMED, *DATASET, "compile") if any(s in r.cells for r in rows)]
-        table = Table(title=f"{model}", title_justify="left")
-        for col in ("framework", "variant", "batch", "threads", "device", "data"):
+    tables = summary_rows(res)
+    every = [r for rows in tables.values() for r in rows]
+    axes = ("framework", "variant", "batch", "threads", "device", "data")
+    shown = [a for a in axes if a in ("framework", "variant") or len({getattr(r, a) for r in every}) > 1]
+    fixed = [f"{a} {getattr(every[0], a)}" for a in axes if a not in shown] if every else []
+    titles = {"compile": "compile cold/warm", "convergence": "convergence",
+              **{s: f"{s} samples/s [95% CI] (whole data set)" for s in DATASET}}
+    for model, rows in tables.items():
+        scenarios = [s for s in (*TIMED, *DATASET, "compile", "convergence") if any(s in r.cells for r in rows)]
+        title = model + (f"  ({', '.join(fixed)})" if fixed else "")
+        table = Table(title=title, title_justify="left")
+        for col in shown:
             table.add_column(col)
         for s in scenarios:
-            title = "compile cold/warm" if s == "compile" else \
-                f"{s} samples/s [95% CI] (whole data set)" if s in DATASET else f"{s} ms [95% CI]"
-            table.add_column(title, justify="right")
-        for col in ("samples/s", "peak RSS MiB", "verified"):
+            table.add_column(titles.get(s, f"{s} ms [95% CI]"), justify="right")
+        for col in ("samples/s", "peak MiB", "verified"):
             table.add_column(col, justify="right")
         for r in rows:
-            cols = [r.compile_text if s == "compile" else r.rate_text(s) if s in DATASET else r.time_text(s)
+            cols = [r.compile_text if s == "compile" else r.convergence_text if s == "convergence"
+                    else r.rate_text(s) if s in DATASET else r.time_text(s)
                     for s in scenarios]
             thr = f"{r.throughput:,.0f}" if r.throughput else "–"
             mem = f"{r.peak_rss_mib:,.0f}" if r.peak_rss_mib else "–"
-            table.add_row(r.framework, r.variant, str(r.batch), str(r.threads), r.device, r.data, *cols, thr, mem,
+            table.add_row(*(str(getattr(r, a)) for a in shown), *cols, thr, mem,
                           {"pass": "yes", "fail": "[red]NO[/]"}.get(r.verified, r.verified))
+        console.print(table)
+    agree = agreement(res.cells)
+    if agree:
+        table = Table(title="agreement: first step where a framework's loss departs from the reference by > 1%",
+                      title_justify="left")
+        for col in ("model", "reference", "framework", "steps", "step-1 diff", "first departure"):
+            table.add_column(col)
+        for a in agree:
+            dep = "none" if a["first_departure_step"] is None else str(a["first_departure_step"])
+            table.add_row(a["model"], a["reference"], a["framework"], str(a["steps_compared"]),
+                          f"{a['rel_diff_step1']:.1e}" if a["rel_diff_step1"] is not None else "–", dep)
         console.print(table)
     noisy = [c for c in res.cells if c.cell.warnings]
     if noisy:
@@ -151,27 +187,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     return print_summary(res, args.json, args.db)
 
 
-EXPORT_COLUMNS = ("key", "framework", "variant", "model", "scenario", "batch", "threads", "device", "data", "status",
-                  "reason",
-                  "verified", "median_ms", "ci_low_ms", "ci_high_ms", "mean_ms", "std_ms", "min_ms", "p5_ms", "p95_ms",
-                  "iqr_ms", "n", "samples_per_s", "gflops", "pct_peak", "first_call_ms", "peak_rss_bytes",
-                  "rss_growth_bytes", "warnings")
-
-
-def export_rows(res: RunResults) -> list[dict]:
-    rows = []
-    for c in res.cells:
-        d = c.to_dict()
-        t = d.pop("time_ms") or {}
-        row = {k: d.get(k) for k in EXPORT_COLUMNS if k in d}
-        for stat in ("median", "ci_low", "ci_high", "mean", "std", "min", "p5", "p95", "iqr"):
-            row[f"{stat}_ms"] = t.get(stat)
-        row["n"] = t.get("n")
-        row["warnings"] = "; ".join(c.cell.warnings)
-        rows.append(row)
-    return rows
-
-
 def cmd_export(args: argparse.Namespace) -> int:
     from dlbench import api
 
@@ -184,9 +199,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         text = json.dumps(data, indent=2, default=str)
     else:
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=EXPORT_COLUMNS)
-        writer.writeheader()
-        writer.writerows(export_rows(res))
+        write_csv(res, buf)
         text = buf.getvalue()
     if args.out:
         with open(args.out, "w") as f:
@@ -212,7 +225,12 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=int, help="fresh processes per cell")
     p.add_argument("--timeout", type=float, help="seconds per cell process")
     p.add_argument("--seed", type=int)
-    p.add_argument("--data", help="fill batches from a real data set (digits, mnist, cifar10, imdb, ptb) "
+    p.add_argument("--epochs", type=int, help="convergence: epochs of training (default 10)")
+    p.add_argument("--target-accuracy", type=float, dest="target_accuracy",
+                   help="convergence: test accuracy whose time-to-reach is reported (default 0.95)")
+    p.add_argument("--lr", type=float, help="convergence: learning rate (default: the paper's for the model)")
+    p.add_argument("--data", "--dataset", dest="data",
+                   help="fill batches from a real data set (digits, mnist, cifar10, imdb, ptb) "
                                   "instead of synthetic samples")
     p.add_argument("--data-dir", dest="data_dir", help="where the data set's files are (see docs/data.md)")
     p.add_argument("--resume", metavar="RUN_ID", help="finish a stored run: only missing cells are measured")

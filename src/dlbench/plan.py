@@ -60,6 +60,16 @@ class ProtocolModel(BaseModel):
                         repeats=self.repeats, max_time_s=self.max_time_s)
 
 
+class ConvergenceModel(BaseModel):
+    """Settings of the convergence scenario."""
+
+    model_config = ConfigDict(extra="forbid")
+    epochs: int = Field(10, ge=1)
+    target_accuracy: float = Field(0.95, gt=0, le=1)
+    lr: float | None = Field(None, gt=0)
+    log_steps: int = Field(50, ge=1)
+
+
 class Suite(BaseModel):
     """A suite file. ``data`` maps a model (or ``default``) to a real data set whose samples fill the
     batches instead of synthetic ones (``data_dir`` says where its files are).
@@ -82,6 +92,7 @@ class Suite(BaseModel):
     data: dict[str, str] = Field(default_factory=dict)  # model -> data set ("default" key: every model)
     data_dir: str | None = None
     protocol: ProtocolModel = Field(default_factory=ProtocolModel)
+    convergence: ConvergenceModel = Field(default_factory=ConvergenceModel)
     seed: int = 0
 
     @field_validator("scenarios")
@@ -162,8 +173,8 @@ def _excluded(cell: Cell, rules: list[dict[str, Any]]) -> bool:
 
 def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, cores: int | None = None,
            scenarios_of=None) -> list[Cell]:
-    """The suite's cells. ``variants_of(framework, requested)``, ``default_batch_of(model)`` and
-    ``scenarios_of(framework, scenarios)`` (the scenarios a framework measures for those the suite
+    """The suite's cells. ``variants_of(framework, requested)``, ``default_batch_of(model, scenario, data)``
+    and ``scenarios_of(framework, scenarios)`` (the scenarios a framework measures for those the suite
     names; default: the same) come from the registries (kept out of this module so it stays pure)."""
     threads = resolve_threads(suite.threads, cores)
     cells: list[Cell] = []
@@ -172,13 +183,13 @@ def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, c
             for model in suite.models:
                 raw = suite.batch_sizes.get(model, suite.batch_sizes.get("default", ["default"])) \
                     if isinstance(suite.batch_sizes, dict) else suite.batch_sizes
-                batches = []
-                for b in raw:
-                    size = default_batch_of(model) if b == "default" else int(b)
-                    if size not in batches:
-                        batches.append(size)
                 data = suite.data.get(model, suite.data.get("default", "synthetic"))
                 for scenario in (scenarios_of(fw, suite.scenarios) if scenarios_of else suite.scenarios):
+                    batches: list[int] = []
+                    for b in raw:
+                        size = default_batch_of(model, scenario, data) if b == "default" else int(b)
+                        if size not in batches:
+                            batches.append(size)
                     for batch in batches:
                         for t in threads:
                             for device in suite.devices:

@@ -30,6 +30,9 @@ class CellResult:
     pct_peak: float | None = None
     first_call_ms: float | None = None
     compile_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # closure -> {cold, warm} medians
+    convergence: dict[str, Any] = field(default_factory=dict)  # report.convergence.summarise_curves
+    #: every timed iteration in the order it ran: (repeat, "warmup" | "measure", ms); for warm-up plots
+    series_ms: list[tuple[int, str, float]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -45,7 +48,7 @@ class CellResult:
             "time_ms": self.time_ms.to_dict() if self.time_ms else None,
             "repeat_medians_ms": self.repeat_medians_ms,
             "samples_per_s": self.samples_per_s, "gflops": self.gflops, "pct_peak": self.pct_peak,
-            "first_call_ms": self.first_call_ms, "compile_ms": self.compile_ms,
+            "first_call_ms": self.first_call_ms, "compile_ms": self.compile_ms, "convergence": self.convergence,
             "peak_rss_bytes": c.metrics.get("peak_rss_bytes"), "rss_growth_bytes": c.metrics.get("rss_growth_bytes"),
             "device_memory": c.metrics.get("device_memory"), "threads_readback": c.metrics.get("threads_readback"),
             "loop_k": c.metrics.get("loop_k"),
@@ -90,6 +93,12 @@ def _flops_per_batch(model: str, batch: int) -> float | None:
 def analyse_cell(store: Store, cell: CellRecord, verified: str, peak: float | None) -> CellResult:
     res = CellResult(cell=cell, verified=verified)
     samples = store.samples(cell.id)
+    if cell.scenario == "convergence":
+        from dlbench.report.convergence import summarise_curves
+
+        res.convergence = summarise_curves(cell.metrics.get("convergence", []), cell.metrics.get("target_accuracy", 1.0))
+        res.samples_per_s = res.convergence.get("train_samples_per_s")
+        return res
     if cell.scenario == "compile":
         by: dict[str, dict[str, list[float]]] = {}
         for s in samples:
@@ -100,6 +109,9 @@ def analyse_cell(store: Store, cell: CellRecord, verified: str, peak: float | No
         return res
     measure = [s for s in samples if s.phase == "measure"]
     res.warmup_ms = [s.value_ns / 1e6 for s in samples if s.phase == "warmup"]
+    order = {"warmup": 0, "measure": 1}
+    res.series_ms = [(s.repeat, s.phase, s.value_ns / 1e6) for s in
+                     sorted((s for s in samples if s.phase in order), key=lambda s: (s.repeat, order[s.phase], s.idx))]
     first = [s.value_ns / 1e6 for s in samples if s.phase == "first_call"]
     res.first_call_ms = float(np.median(first)) if first else None
     if not measure or cell.status != "ok":

@@ -69,8 +69,18 @@ def scenarios_of(framework: str, scenarios: list[str]) -> list[str]:
     return out
 
 
-def _default_batch(model: str) -> int:
-    return get_model(model).default_batch
+def _default_batch(model: str, scenario: str, data: str, data_dir: str | None = None) -> int:
+    """The model's default batch; for convergence on a real data set, at least ten steps an epoch."""
+    spec = get_model(model)
+    if scenario == "convergence" and data != "synthetic":
+        from dlbench.data import DataError, load_dataset
+        from dlbench.scenarios.convergence import default_batch
+
+        try:
+            return default_batch(spec, len(load_dataset(data, data_dir, "train")))
+        except DataError:
+            return spec.default_batch  # check_data reports the problem
+    return spec.default_batch
 
 
 def resolve_suite_frameworks(suite: Suite) -> list[str]:
@@ -88,9 +98,14 @@ def plan_cells(suite: Suite) -> tuple[list[str], list[Cell]]:
 
     resolve_models(suite.models)
     frameworks = resolve_suite_frameworks(suite)
-    cells = expand(suite, frameworks, variants_of, _default_batch, scenarios_of=scenarios_of)
+    cells = expand(suite, frameworks, variants_of,
+                   lambda m, s, d: _default_batch(m, s, d, suite.data_dir), scenarios_of=scenarios_of)
     if not cells:
         raise UsageError("the suite selects no cells (check its exclusions)")
+    synthetic = sorted({c.model for c in cells if c.scenario == "convergence" and c.data == "synthetic"})
+    if synthetic:
+        raise UsageError(f"convergence needs a real data set for {', '.join(synthetic)} (--data digits, or "
+                         "--data mnist|cifar10|imdb|ptb with --data-dir)")
     check_data(suite, cells)
     return frameworks, cells
 
@@ -118,7 +133,8 @@ def _framework_env(cell: Cell) -> dict[str, str] | None:
 
 
 def _job(cell: Cell, kind: str, suite: Suite) -> dict[str, Any]:
-    return {"kind": kind, **cell.to_dict(), "seed": suite.seed, "data_dir": suite.data_dir, "protocol": {
+    return {"kind": kind, **cell.to_dict(), "seed": suite.seed, "data_dir": suite.data_dir,
+            "convergence": suite.convergence.model_dump(), "protocol": {
         k: v for k, v in suite.protocol.model_dump().items() if k not in ("timeout_s",)}}
 
 
@@ -198,6 +214,26 @@ def measure_compile(cell: Cell, suite: Suite) -> CellOutcome:
     return out
 
 
+def measure_convergence(cell: Cell, suite: Suite) -> CellOutcome:
+    """R fresh processes, repeat r training from seed ``suite.seed + r`` (weights and batch order)."""
+    out = CellOutcome("ok")
+    repeats = []
+    for r in range(suite.protocol.repeats):
+        job = {**_job(cell, "convergence", suite), "seed": suite.seed + r}
+        timeout = suite.protocol.timeout_s * suite.convergence.epochs
+        o = run_job(job, timeout, cell.threads, extra_env=_framework_env(cell))
+        out.seconds += o.seconds
+        if o.status != "ok":
+            out.status, out.reason = _failure(o)
+            break
+        if "unsupported" in o.result:
+            return CellOutcome("unsupported", o.result["unsupported"], seconds=out.seconds)
+        repeats.append(o.result["curves"])
+        out.samples += [Sample(r, e["epoch"] - 1, "epoch_train", e["train_s"] * 1e9) for e in o.result["curves"]["epochs"]]
+    out.metrics = {"convergence": repeats, "target_accuracy": suite.convergence.target_accuracy}
+    return out
+
+
 # --- the run ------------------------------------------------------------------------------------
 @dataclass
 class RunHandle:
@@ -215,7 +251,7 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
             if c.model not in models:
                 models.append(c.model)
     for (fw, variant, device), models in groups.items():
-        progress("phase", text=f"verifying {fw}/{variant} on {len(models)} model(s)")
+        progress("phase", text=f"verify {fw}/{variant}: {len(models)} model(s)")
         job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
                "threads": None}
         timeout = max(suite.protocol.timeout_s, 60.0) * len(models)
@@ -235,7 +271,7 @@ def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress) -> 
     for t in sorted({c.threads for c in cells if c.device == "cpu"}):
         if t in have:
             continue
-        progress("phase", text=f"measuring this machine's float32 matmul peak on {t} thread(s)")
+        progress("phase", text=f"machine peak, {t} thread(s)")
         o = run_job({"kind": "peak", "threads": t}, 300.0, t)
         if o.status == "ok":
             store.save_peak(run_id, t, o.result["gflops"])
@@ -253,7 +289,8 @@ def execute(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress
         progress("cell_start", cell=cell)
         v = verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"})
         supported = FRAMEWORKS[cell.framework].scenarios
-        if cell.scenario != "compile" and cell.scenario not in supported:
+        needs = "train_step" if cell.scenario == "convergence" else cell.scenario
+        if needs != "compile" and needs not in supported:
             outcome = CellOutcome("unsupported", f"{cell.framework} supports only the {', '.join(supported)} "
                                   f"scenario(s), not {cell.scenario}")
         elif cell.scenario == "compile" and not set(supported) & set(TIMED):
@@ -265,6 +302,8 @@ def execute(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress
             outcome = CellOutcome("unsupported", v["reason"])
         elif cell.scenario == "compile":
             outcome = measure_compile(cell, suite)
+        elif cell.scenario == "convergence":
+            outcome = measure_convergence(cell, suite)
         else:
             outcome = measure_timed(cell, suite)
         store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason, outcome.seconds,
@@ -280,7 +319,7 @@ def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = No
     store = Store(db)
     try:
         run_id = store.create_run(suite.name, resolved.model_dump(), argv)
-        progress("phase", text="capturing the environment")
+        progress("phase", text="environment")
         store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
         _run(store, run_id, resolved, cells, progress)
     finally:
@@ -311,16 +350,22 @@ def _run(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress: P
     store.finish_run(run_id, "complete")
 
 
-def build_suite(suite: str | None = None, *, models: list[str] | None = None, frameworks: list[str] | None = None,
-                variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int] | None = None,
+def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = None,
+                frameworks: list[str] | None = None, variants: list[str] | None = None,
+                scenarios: list[str] | None = None, batches: list[int] | None = None,
                 threads: list[int] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
-                seed: int | None = None, data: str | None = None, data_dir: str | None = None) -> Suite:
-    """A suite from a name/file and flag overrides (flags alone build one on the spot)."""
+                seed: int | None = None, data: str | None = None, data_dir: str | None = None,
+                convergence: dict | None = None) -> Suite:
+    """A suite from a name, a file or a built :class:`Suite`, and flag overrides (flags alone build one
+    on the spot)."""
     from dlbench.plan import suite_from_dict
 
     flags_given = any(x for x in (models, frameworks, scenarios, batches, threads))
-    if suite is None and flags_given:
-        base: dict[str, Any] = {"name": "custom", "models": models or ["lenet"]}
+    base: dict[str, Any]
+    if isinstance(suite, Suite):  # built by a caller (e.g. dlbench reproduce)
+        base = suite.model_dump()
+    elif suite is None and flags_given:
+        base = {"name": "custom", "models": models or ["lenet"]}
     else:
         base = load_suite(suite or "quick").model_dump()
     if models:
@@ -354,5 +399,7 @@ def build_suite(suite: str | None = None, *, models: list[str] | None = None, fr
         base["data"] = {"default": data}
     if data_dir:
         base["data_dir"] = data_dir
+    if convergence:
+        base["convergence"] = {**base.get("convergence", {}), **convergence}
     return suite_from_dict(base, "command line")
 

@@ -125,6 +125,28 @@ def run_first_calls(job: dict[str, Any]) -> dict[str, Any]:
             "python": sys.executable, "versions": _versions(backend)}
 
 
+def run_convergence(job: dict[str, Any]) -> dict[str, Any]:
+    """Train on the real data set for the configured epochs; curves measured by dlbench itself."""
+    from dlbench.data import adapt, load_dataset
+    from dlbench.frameworks import get_backend
+    from dlbench.frameworks.base import UnsupportedError
+    from dlbench.models import get_model
+    from dlbench.scenarios.convergence import ConvergenceConfig, train
+
+    backend = get_backend(job["framework"])
+    readback = backend.set_threads(job["threads"]) if job.get("threads") else {}
+    spec = get_model(job["model"])
+    train_set = adapt(load_dataset(job["data"], job.get("data_dir"), "train"), spec)
+    test_set = adapt(load_dataset(job["data"], job.get("data_dir"), "test"), spec)
+    try:
+        curves = train(backend, spec, train_set, test_set, job["batch"], job.get("seed", 0),
+                       ConvergenceConfig(**{k: v for k, v in job["convergence"].items() if k != "target_accuracy"}),
+                       job.get("device", "cpu"), job["variant"])
+    except UnsupportedError as exc:
+        return {"unsupported": str(exc)}
+    return {"curves": curves, "threads_readback": readback, "python": sys.executable, "versions": _versions(backend)}
+
+
 def run_peak(job: dict[str, Any]) -> dict[str, Any]:
     from dlbench.measure.peak import measure_peak_gflops
 
@@ -143,7 +165,15 @@ def _versions(backend) -> dict[str, str]:
     return out
 
 
-JOBS = {"verify": run_verify, "cell": run_cell, "first_calls": run_first_calls, "peak": run_peak}
+def run_survey(job: dict[str, Any]) -> dict[str, Any]:
+    """``dlbench survey``: live checks and introspection (see :mod:`dlbench.survey.jobs`)."""
+    from dlbench.survey.jobs import run
+
+    return run(job)
+
+
+JOBS = {"verify": run_verify, "cell": run_cell, "first_calls": run_first_calls, "convergence": run_convergence,
+        "peak": run_peak, "survey": run_survey}
 
 
 def main(argv: list[str]) -> int:

@@ -47,6 +47,7 @@ class FrameworkInfo:
 FRAMEWORKS: dict[str, FrameworkInfo] = {
     "torch": FrameworkInfo("torch", "dlbench.frameworks.torch", "torch", "torch", ("eager", "compile"),
                            "PyTorch (torch.nn, torch.compile)"),
+    "jax": FrameworkInfo("jax", "dlbench.frameworks.jax", "jax", "jax", ("jit",), "JAX + Flax + Optax (jax.jit)"),
     "onnxruntime": FrameworkInfo("onnxruntime", "dlbench.frameworks.onnxruntime", ("onnxruntime", "onnxruntime-gpu"),
                                  "onnxruntime", ("default",), "ONNX Runtime (exported from torch)",
                                  scenarios=("forward",), requires=("torch", "onnx", "onnxscript")),

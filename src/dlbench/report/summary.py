@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlbench.report.convergence import agreement
 from dlbench.results import CellResult, RunResults
 from dlbench.scenarios import DATASET, TIMED
 
@@ -65,6 +66,18 @@ class SummaryRow:
                  for k, d in c.compile_ms.items()]
         return ", ".join(parts)
 
+    @property
+    def convergence_text(self) -> str:
+        c = self.cells.get("convergence")
+        if c is None:
+            return ""
+        if not c.convergence:
+            return f"– ({c.cell.status})"
+        v = c.convergence
+        tta = f"{v['time_to_accuracy_s']:.1f} s" if v["time_to_accuracy_s"] is not None else f"not reached ({v['reached']})"
+        return (f"test acc {v['final_test_acc_mean']:.3f} ± {v['final_test_acc_std']:.3f} after {v['epochs']} epochs; "
+                f"to {v['target_accuracy']:.0%}: {tta}")
+
     def to_dict(self) -> dict[str, Any]:
         return {"framework": self.framework, "variant": self.variant, "batch": self.batch, "threads": self.threads,
                 "device": self.device, "data": self.data, "verified": self.verified,
@@ -73,6 +86,7 @@ class SummaryRow:
                 **{f"{s}_samples_per_s": c.samples_per_s for s, c in self.cells.items() if s in DATASET},
                 "samples_per_s": self.throughput, "peak_rss_mib": self.peak_rss_mib,
                 "compile_ms": self.cells["compile"].compile_ms if "compile" in self.cells else None,
+                "convergence": self.cells["convergence"].convergence if "convergence" in self.cells else None,
                 "statuses": {s: c.cell.status for s, c in self.cells.items()}}
 
 
@@ -95,4 +109,5 @@ def summary_dict(results: RunResults) -> dict[str, Any]:
         "models": {m: [r.to_dict() for r in rows] for m, rows in summary_rows(results).items()},
         "failed": [{"key": c.cell.key, "status": c.cell.status, "reason": c.cell.reason} for c in results.failed],
         "warnings": [{"key": c.cell.key, "warnings": c.cell.warnings} for c in results.cells if c.cell.warnings],
+        "agreement": agreement(results.cells),
     }

@@ -6,6 +6,8 @@ timer calls; ``compile`` times first calls instead (see :mod:`dlbench.scenarios.
 * ``train_step``: gradient + SGD momentum update (Shi et al.'s time per mini-batch).
 * ``compile``: wall time of the first call of each closure in a fresh process, with the
   framework's caches cold and then warm (Bahrampour et al.'s Table 8).
+* ``convergence``: E epochs of training on a real data set, evaluated by dlbench after each
+  epoch (see :mod:`dlbench.scenarios.convergence`).
 
 Whole-data-set scenarios, for frameworks that cannot time one batch (H2O trains and scores whole
 frames inside a JVM): one call processes a data set of ``batch`` samples, and what is reported is
@@ -31,7 +33,7 @@ from dlbench.models.spec import ModelSpec
 TIMED = ("forward", "gradient", "train_step")
 #: scenarios whose one call processes a whole data set of ``batch`` samples (reported as samples/s)
 DATASET = ("epoch", "predict")
-SCENARIOS = (*TIMED, *DATASET, "compile")
+SCENARIOS = (*TIMED, *DATASET, "compile", "convergence")
 
 #: FLOPs of a scenario as a multiple of the forward pass (backward ~ 2x forward, the usual
 #: convention; the SGD update's element-wise work is not counted)
