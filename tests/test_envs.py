@@ -24,12 +24,15 @@ def envs_dir(tmp_path, monkeypatch):
     return root
 
 
-def fake_env(root: Path, framework: str, python: str = sys.executable, version: str = "9.9.9") -> Path:
+def fake_env(root: Path, framework: str, python: str = sys.executable, version: str = "9.9.9",
+             reqs: tuple[list[str], list[str]] | None = None) -> Path:
     path = root / framework
     path.mkdir(parents=True)
+    reqs = reqs or ([f"{framework}=={version}"], [])
     record = envs.EnvRecord(framework=framework, path=str(path), python=python, python_version="3.11",
                             created="2026-01-01T00:00:00+00:00", create_seconds=1.0, framework_version=version,
-                            versions={framework: version, "numpy": "1.0"}, requirements=[f"{framework}=={version}"])
+                            versions={framework: version, "numpy": "1.0"}, requirements=reqs[0],
+                            build_requirements=reqs[1])
     (path / envs.RECORD).write_text(json.dumps(record.to_dict()))
     return path
 
@@ -103,9 +106,25 @@ def test_a_failed_install_reports_pips_error_and_leaves_no_environment(envs_dir,
 
 
 def test_an_existing_environment_is_reused_not_rebuilt(envs_dir):
-    fake_env(envs_dir, "chainer", version="7.8.1")
+    fake_env(envs_dir, "chainer", version="7.8.1", reqs=envs.requirements("chainer"))
+    assert envs.stale(envs.load("chainer")) is None
     record = envs.create("chainer")  # would need the network if it rebuilt
     assert record.framework_version == "7.8.1" and record.created.startswith("2026-01-01")
+
+
+def test_an_environment_whose_requirements_changed_is_rebuilt(envs_dir, monkeypatch):
+    fake_env(envs_dir, "mxnet", version="1.9.1", reqs=(["mxnet==1.9.0"], []))
+    assert "mxnet==1.9.0" in envs.stale(envs.load("mxnet"))
+    monkeypatch.setattr(envs, "requirements", lambda name: (["./no-such-directory-dlbench"], []))
+    with pytest.raises(envs.EnvError):  # it tried to rebuild, and the stale environment is gone
+        envs.create("mxnet")
+    assert envs.load("mxnet") is None
+
+
+def test_an_environments_workers_run_the_driving_checkouts_code():
+    assert envs.worker_env(None) == {}
+    src = Path(envs.__file__).resolve().parents[2]
+    assert envs.worker_env("/some/env/bin/python")["PYTHONPATH"].split(":")[0] == str(src)
 
 
 @requires("torch")

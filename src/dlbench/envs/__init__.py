@@ -39,7 +39,7 @@ RECORD = "dlbench-env.json"
 LOG = "create.log"
 
 __all__ = ["EnvError", "EnvRecord", "envs_dir", "recipes", "requirements", "load", "list_envs", "python_for",
-           "create", "remove"]
+           "stale", "worker_env", "create", "remove"]
 
 
 class EnvError(Exception):
@@ -113,6 +113,33 @@ def list_envs() -> list[EnvRecord]:
     if not root.is_dir():
         return []
     return [r for p in sorted(root.iterdir()) if p.is_dir() and (r := load(p.name)) is not None]
+
+
+def stale(record: EnvRecord) -> str | None:
+    """Why an existing environment no longer matches its recipe (None: it matches and is reused).
+
+    An environment is identified by its requirement sets alone: dlbench's own code is not part of
+    it (measuring processes put the driver's ``src`` first on their path, see :func:`worker_env`), so
+    a cached environment stays valid across checkouts and commits until a requirements file changes."""
+    reqs, build = requirements(record.framework)
+    if record.requirements != reqs or record.build_requirements != build:
+        return (f"its requirements ({' '.join(record.build_requirements + record.requirements)}) differ from the "
+                f"recipe's ({' '.join(build + reqs)})")
+    return None
+
+
+def worker_env(python: str | None) -> dict[str, str]:
+    """Environment variables for a measuring process run by ``python`` (an environment's interpreter):
+    the driver's dlbench source first on ``PYTHONPATH``, so the environment measures with exactly the
+    code of the checkout that drives it, whatever checkout it was built from. Only a source checkout's
+    ``src`` is added (never an installed dlbench's site-packages, which would leak the driver's NumPy)."""
+    if not python:
+        return {}
+    repo = _repo_root()
+    if repo is None:
+        return {}
+    rest = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": str(repo / "src") + (os.pathsep + rest if rest else "")}
 
 
 def python_for(framework: str) -> str | None:
@@ -195,8 +222,11 @@ def create(framework: str, python: str | None = None, force: bool = False,
     reqs, build = requirements(framework)
     existing = load(framework)
     if existing and not force:
-        progress(f"{framework}: environment exists at {existing.path}")
-        return existing
+        why = stale(existing)
+        if why is None:
+            progress(f"{framework}: environment exists at {existing.path} (requirements unchanged)")
+            return existing
+        progress(f"{framework}: rebuilding the environment at {existing.path}: {why}")
     path = env_path(framework)
     if path.exists():
         shutil.rmtree(path)

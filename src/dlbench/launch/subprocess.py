@@ -69,6 +69,10 @@ def run_job(job: dict[str, Any], timeout_s: float, threads: int | None = None, p
         job_path, result_path, log_path = tmpdir / "job.json", tmpdir / "result.json", tmpdir / "log.txt"
         job_path.write_text(json.dumps(job))
         env = thread_env(threads)
+        if python:
+            from dlbench.envs import worker_env
+
+            env.update(worker_env(python))
         if extra_env:
             env.update(extra_env)
         cmd = [python or sys.executable, "-m", "dlbench.worker", str(job_path), str(result_path)]
