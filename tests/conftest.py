@@ -27,6 +27,15 @@ def requires_framework(name: str) -> pytest.MarkDecorator:
                                      f"(dlbench envs create {name})")
 
 
+def env_models(quick: list[str], full: list[str]) -> list[str]:
+    """Models a backend test runs the gate on: ``quick`` (lenet or fcn-r: CI runs these) unless
+    ``DLBENCH_TEST_ALL_MODELS=1`` asks for ``full`` too (the models exercising a backend's special rules;
+    ``dlbench verify --framework NAME`` covers the whole zoo)."""
+    import os
+
+    return quick + [m for m in full if m not in quick] if os.environ.get("DLBENCH_TEST_ALL_MODELS") == "1" else quick
+
+
 def run_in_framework(name: str, code: str, timeout: float = 600) -> dict:
     """Run ``code`` in the interpreter that measures ``name`` (its environment's, or this one) with this
     checkout's dlbench on the path; the code prints one JSON object as its last line, returned here."""

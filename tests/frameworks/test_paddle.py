@@ -1,14 +1,16 @@
-"""PaddlePaddle in its environment: the gate on both variants, and a to_static training step that really
+"""PaddlePaddle in its environment: the gate on both variants (LeNet; DLBENCH_TEST_ALL_MODELS=1
+adds the LSTM and ResNet-56), and a to_static training step that really
 differentiates and updates (a step timed about equal to a forward once made that suspicious)."""
 
 from dlbench.api import verify
-from tests.conftest import requires_framework, run_in_framework
+from tests.conftest import env_models, requires_framework, run_in_framework
 
 pytestmark = requires_framework("paddle")
 
 
 def test_gate_passes_on_both_variants():
-    results = verify(models=["lenet", "lstm-imdb", "resnet-56"], frameworks=["paddle"], variants=["all"])
+    results = verify(models=env_models(["lenet"], ["lstm-imdb", "resnet-56"]), frameworks=["paddle"],
+                     variants=["all"])
     assert all(r.verdict == "pass" for r in results), [(r.model, r.variant, r.reason) for r in results
                                                        if r.verdict != "pass"]
 
