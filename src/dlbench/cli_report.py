@@ -68,7 +68,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         style = {"slower": "red", "faster": "green"}.get(m.verdict)
         table.add_row(*map(Text, row), style=style)
     console.print(table)
-    console.print(f"significant: p < {cmp.alpha:g} (Mann-Whitney U, two-sided) and B/A outside 1 ± "
+    console.print(f"significant: p < {cmp.alpha:g} (Welch t on log per-process medians; Mann-Whitney on "
+                  f"iterations where a run has 1 process) and B/A outside 1 ± "
                   f"{cmp.threshold * 100:g}%; {len(cmp.slower)} slower, {len(cmp.faster)} faster, "
                   f"{len(cmp.matched) - len(cmp.slower) - len(cmp.faster)} unchanged", highlight=False)
     for title, keys in (("only in A", cmp.only_a), ("only in B", cmp.only_b)):
@@ -171,7 +172,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the written paths as JSON")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("compare", help="compare two runs cell by cell (ratio, CI, Mann-Whitney U)")
+    p = sub.add_parser("compare", help="compare two runs cell by cell (ratio, CI, process-level test)")
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("run_b", metavar="RUN_B")
     p.add_argument("--fail-above", type=float, metavar="PCT", dest="fail_above",

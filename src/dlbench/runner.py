@@ -151,9 +151,10 @@ def measure_timed(cell: Cell, suite: Suite) -> CellOutcome:
         if t["truncated"]:
             out.warnings.append(f"repeat {r}: stopped at max_time_s with {len(t['samples_ns'])} samples")
         per_repeat.append(o.result)
-    measured = [s.value_ns for s in out.samples if s.phase == "measure"]
+    measured = [s for s in out.samples if s.phase == "measure"]
     if measured:
-        out.warnings = summarize(measured, suite.protocol.min_iters).warnings + out.warnings
+        out.warnings = summarize([s.value_ns for s in measured], suite.protocol.min_iters,
+                                 groups=[s.repeat for s in measured]).warnings + out.warnings
     if per_repeat:
         loop_k = max(p["timing"]["loop_k"] for p in per_repeat)
         out.metrics = {

@@ -162,9 +162,10 @@ def render_compare(cmp) -> str:
 
     header, rows = compare_rows(cmp)
     body: list[Any] = [el("h1", f"dlbench compare: {cmp.run_a} → {cmp.run_b}")]
-    body.append(el("p", f"Ratio B/A of the median time per batch, with a 95% bootstrap interval; Mann-Whitney U "
-                        f"test (two-sided) on the raw samples. Significant: p < {cmp.alpha:g} and the ratio outside "
-                        f"1 ± {cmp.threshold * 100:g}%."))
+    body.append(el("p", f"Ratio B/A of the median time per batch, with a 95% hierarchical bootstrap interval "
+                        f"(processes, then iterations); p from Welch's t-test on the log per-process medians "
+                        f"(Mann-Whitney U on the iterations where a run has one process). Significant: "
+                        f"p < {cmp.alpha:g} and the ratio outside 1 ± {cmp.threshold * 100:g}%."))
     trs = []
     for row, m in zip(rows, cmp.matched, strict=True):
         cls = {"slower": "slower", "faster": "faster"}.get(m.verdict)
