@@ -73,10 +73,11 @@ def run(suite: str | None = None, *, models: list[str] | None = None, frameworks
         variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int] | None = None,
         threads: list[int] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
         seed: int | None = None, db: str | Path = DEFAULT_DB, resume: str | None = None, progress=None,
-        argv: list[str] | None = None) -> RunResults:
+        argv: list[str] | None = None, distributed: dict | None = None) -> RunResults:
     """Run a suite (the built-in ``quick`` by default) and return its analysed results.
 
-    Mirrors ``dlbench run``: flags override the suite's axes; ``resume`` finishes a stored run."""
+    Mirrors ``dlbench run``: flags override the suite's axes; ``resume`` finishes a stored run;
+    ``distributed`` sets the scaling scenario's options (workers, scaling, exchange, launcher, cluster)."""
     from dlbench import runner
 
     kwargs = {"progress": progress} if progress else {}
@@ -84,7 +85,8 @@ def run(suite: str | None = None, *, models: list[str] | None = None, frameworks
         handle = runner.resume(resume, db, **kwargs)
     else:
         s = runner.build_suite(suite, models=models, frameworks=frameworks, variants=variants, scenarios=scenarios,
-                               batches=batches, threads=threads, devices=devices, protocol=protocol, seed=seed)
+                               batches=batches, threads=threads, devices=devices, protocol=protocol, seed=seed,
+                               distributed=distributed)
         handle = runner.start(s, db, argv, **kwargs)
     return results(handle.run_id, db)
 

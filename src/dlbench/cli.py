@@ -154,4 +154,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from dlbench.cli import main as _main  # the package module, where the other verbs register
+
+    sys.exit(_main())

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from dlbench.cli import EXTRA_COMMANDS, console, int_list, split_list
+from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling
 from dlbench.errors import UsageError
 from dlbench.report.summary import summary_dict, summary_rows
 from dlbench.results import RunResults
@@ -71,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       batches=int_list(args.batch, "batch sizes") or None,
                       threads=int_list(args.threads, "thread counts") or None,
                       devices=split_list(args.device) or None, protocol=_protocol(args), seed=args.seed, db=args.db,
-                      resume=args.resume, progress=progress, argv=sys.argv[1:])
+                      resume=args.resume, progress=progress, argv=sys.argv[1:], distributed=distributed_flags(args))
     except KeyboardInterrupt:
         if progress:
             progress.stop()
@@ -105,6 +106,7 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
             table.add_row(r.framework, r.variant, str(r.batch), str(r.threads), r.device, *cols, thr, mem,
                           {"pass": "yes", "fail": "[red]NO[/]"}.get(r.verified, r.verified))
         console.print(table)
+    print_scaling(res, db)
     noisy = [c for c in res.cells if c.cell.warnings]
     if noisy:
         console.print(f"[yellow]{len(noisy)} cell(s) with warnings[/] (dlbench show {res.run_id} --warnings)")
@@ -197,7 +199,7 @@ def register(sub) -> None:
     p.add_argument("--model", help="comma-separated models, e.g. lenet,resnet-56")
     p.add_argument("--framework", help="comma-separated frameworks (default: all installed)")
     p.add_argument("--variant", help="comma-separated variants, or 'all'")
-    p.add_argument("--scenario", help="comma-separated: forward,gradient,train_step,compile")
+    p.add_argument("--scenario", help="comma-separated: forward,gradient,train_step,compile,scaling")
     p.add_argument("--batch", help="comma-separated batch sizes")
     p.add_argument("--threads", help="comma-separated thread counts")
     p.add_argument("--device", help="comma-separated devices (cpu, cuda)")
@@ -210,6 +212,7 @@ def register(sub) -> None:
     p.add_argument("--resume", metavar="RUN_ID", help="finish a stored run: only missing cells are measured")
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.add_argument("--json", action="store_true")
+    add_run_flags(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("runs", help="list stored runs")

@@ -97,7 +97,7 @@ def _failure(outcome) -> tuple[str, str]:
     return "failed", outcome.reason
 
 
-def measure_timed(cell: Cell, suite: Suite) -> CellOutcome:
+def measure_timed(cell: Cell, suite: Suite, run_job=run_job) -> CellOutcome:
     """R fresh processes, each timing the scenario under the protocol."""
     out = CellOutcome("ok")
     per_repeat: list[dict] = []
@@ -137,7 +137,7 @@ def measure_timed(cell: Cell, suite: Suite) -> CellOutcome:
     return out
 
 
-def measure_compile(cell: Cell, suite: Suite) -> CellOutcome:
+def measure_compile(cell: Cell, suite: Suite, run_job=run_job) -> CellOutcome:
     """Per repeat, a fresh cache directory: a cold process, then a warm one reusing the cache."""
     out = CellOutcome("ok")
     per_repeat: list[dict] = []
@@ -170,7 +170,8 @@ class RunHandle:
     cells_total: int
 
 
-def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, progress: Progress) -> None:
+def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, progress: Progress,
+                   run_job=run_job) -> None:
     done = store.verifications(run_id)
     groups: dict[tuple[str, str, str], list[str]] = {}
     for c in cells:
@@ -194,7 +195,7 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
                 store.save_verification(run_id, fw, variant, m, device, "fail", f"verification process: {o.reason}", {})
 
 
-def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress) -> None:
+def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress, run_job=run_job) -> None:
     have = store.peaks(run_id)
     for t in sorted({c.threads for c in cells if c.device == "cpu"}):
         if t in have:
@@ -210,23 +211,29 @@ def execute(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress
     done = store.done_keys(run_id)
     todo = [c for c in cells if c.key not in done]
     progress("start", total=len(cells), done=len(cells) - len(todo))
-    _peaks(store, run_id, todo, progress)
-    _verify_groups(store, run_id, todo, suite, progress)
-    verdicts = store.verifications(run_id)
-    for cell in todo:
-        progress("cell_start", cell=cell)
-        v = verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"})
-        if v["verdict"] == "fail":
-            outcome = CellOutcome("not_equivalent", f"failed the equivalence gate: {v['reason']}")
-        elif v["verdict"] == "unsupported":
-            outcome = CellOutcome("unsupported", v["reason"])
-        elif cell.scenario == "compile":
-            outcome = measure_compile(cell, suite)
-        else:
-            outcome = measure_timed(cell, suite)
-        store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason, outcome.seconds,
-                        outcome.warnings, outcome.metrics, outcome.samples)
-        progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason)
+    from dlbench.distributed.scaling import Session  # namespaces / Ray for the scaling scenario, when asked
+
+    with Session(suite, todo, progress) as session:
+        jobs = session.job_runner()
+        _peaks(store, run_id, todo, progress, jobs)
+        _verify_groups(store, run_id, todo, suite, progress, jobs)
+        verdicts = store.verifications(run_id)
+        for cell in todo:
+            progress("cell_start", cell=cell)
+            v = verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"})
+            if v["verdict"] == "fail":
+                outcome = CellOutcome("not_equivalent", f"failed the equivalence gate: {v['reason']}")
+            elif v["verdict"] == "unsupported":
+                outcome = CellOutcome("unsupported", v["reason"])
+            elif cell.scenario == "scaling":
+                outcome = session.measure(cell)
+            elif cell.scenario == "compile":
+                outcome = measure_compile(cell, suite, jobs)
+            else:
+                outcome = measure_timed(cell, suite, jobs)
+            store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
+                            outcome.seconds, outcome.warnings, outcome.metrics, outcome.samples)
+            progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason)
 
 
 def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = None,
@@ -271,7 +278,7 @@ def _run(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress: P
 def build_suite(suite: str | None = None, *, models: list[str] | None = None, frameworks: list[str] | None = None,
                 variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int] | None = None,
                 threads: list[int] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
-                seed: int | None = None) -> Suite:
+                seed: int | None = None, distributed: dict | None = None) -> Suite:
     """A suite from a name/file and flag overrides (flags alone build one on the spot)."""
     from dlbench.plan import suite_from_dict
 
@@ -307,5 +314,7 @@ def build_suite(suite: str | None = None, *, models: list[str] | None = None, fr
         base["protocol"] = {**base.get("protocol", {}), **protocol}
     if seed is not None:
         base["seed"] = seed
+    if distributed:
+        base["distributed"] = {**base.get("distributed", {}), **distributed}
     return suite_from_dict(base, "command line")
 
