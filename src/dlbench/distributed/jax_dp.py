@@ -173,7 +173,7 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
         data = common.shard(spec, int(job["global_batch"]), rank, world, seed)
         lr, momentum = spec.learning_rate, 0.9
         mesh = Mesh(np.array(jax.devices()), ("d",))
-        rep, bat = NamedSharding(mesh, P()), NamedSharding(mesh, P("d"))
+        bat = NamedSharding(mesh, P("d"))
 
         def put_rep(tree):
             return jax.tree.map(lambda a: multihost_utils.host_local_array_to_global_array(a, mesh, P()), tree)

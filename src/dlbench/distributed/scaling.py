@@ -226,7 +226,8 @@ def measure_cell(cell: Cell, suite: Suite, network: Network) -> CellOutcome:
             out.warnings.append(f"repeat {r}: processes still alive after clean-up: {o.leftovers}")
         if o.status != "ok":
             out.status, out.reason = o.status, o.reason
-            out.metrics = {"network": network.describe(), "leftover_pids": o.leftovers, "workers": cell.workers}
+            out.metrics = {"network": network.describe(), "leftover_pids": o.leftovers, "workers": cell.workers,
+                           "job_pids": o.pids}
             return out
         res = o.result or {}
         if "unsupported" in res:

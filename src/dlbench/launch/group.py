@@ -38,6 +38,7 @@ class GroupOutcome:
     seconds: float
     leftovers: list[int] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)
+    pids: list[int] = field(default_factory=list)  # every process of the job we know of (all ended)
 
 
 def procs_naming(marker: str) -> list[int]:
@@ -121,18 +122,20 @@ def run_group(procs: list[Proc], job: dict[str, Any], job_dir: Path, timeout_s: 
         raise
     leftovers = cleanup(running, marker)
     seconds = time.perf_counter() - started
+    pids = [p.pid for p in running] + [int(f.read_text()) for f in job_dir.glob("pid.*") if f.read_text().isdigit()]
     texts = {p.name: p.read_text(errors="replace")[-20000:] for p in logs if p.exists()}
     explain = explain or explain_errors
     result_path = job_dir / "result.json"
     if status == "ok" and result_path.exists():
-        return GroupOutcome("ok", json.loads(result_path.read_text()), "", seconds, leftovers, texts)
+        return GroupOutcome("ok", json.loads(result_path.read_text()), "", seconds, leftovers, texts, pids)
     if status == "ok":
         status = "failed"
     cause = explain(job_dir, texts, codes)
     if status == "timeout":
         return GroupOutcome("timeout", None, f"timed out after {timeout_s:g} s" + (f" ({cause})" if cause else ""),
-                            seconds, leftovers, texts)
-    return GroupOutcome("failed", None, cause or "the job's processes failed without a reason", seconds, leftovers, texts)
+                            seconds, leftovers, texts, pids)
+    return GroupOutcome("failed", None, cause or "the job's processes failed without a reason", seconds, leftovers, texts,
+                        pids)
 
 
 def _wait(procs: list[subprocess.Popen], deadline: float, fail_grace_s: float) -> str:
