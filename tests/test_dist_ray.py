@@ -33,6 +33,7 @@ def test_parameter_server_async_and_sync(tmp_db):
     assert s["mode"] == "sync" and "staleness" not in s
     assert by["ps-async"].samples_per_s > 0 and by["ps-sync"].samples_per_s > 0
     assert by["ps-sync"].cell.key.endswith("/w2/weak/ps-sync")
+    assert a["leftover_pids"] == [] and s["leftover_pids"] == []  # Ray's daemons and workers all ended
 
 
 @pytest.fixture

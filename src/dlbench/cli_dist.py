@@ -99,6 +99,19 @@ def _mib(v) -> str:
     return "–" if v is None else f"{v / 2**20:.2f}"
 
 
+def scaling_json(res, db) -> list[dict]:
+    """The scaling rows of a run, for ``--json`` output (empty without scaling cells)."""
+    if not any(c.cell.scenario == "scaling" for c in res.cells):
+        return []
+    from dlbench.distributed.report import scaling_rows
+
+    store = Store(db, create=False)
+    try:
+        return scaling_rows(res, store)
+    finally:
+        store.close()
+
+
 def print_scaling(res, db) -> None:
     """The scaling table of a run (nothing when it has no scaling cells)."""
     if not any(c.cell.scenario == "scaling" for c in res.cells):
@@ -152,13 +165,16 @@ def cmd_scaling_model(args: argparse.Namespace) -> int:
     t = Table(title=f"scaling model vs measurement, run {res.run_id} (step = compute(W=1) + exchange, no overlap)",
               title_justify="left")
     for col in ("model", "exchange", "scaling", "network", "W", "algorithm", "link MB/s", "latency us", "compute(1) ms",
-                "exchange ms pred", "comm ms meas", "step ms pred", "step ms meas", "error %"):
+                "exchange ms pred", "comm ms meas", "step ms pred", "step ms meas", "error %", "compute(W) ms",
+                "pred. on compute(W)", "error %"):
         t.add_column(col, justify="left" if col in ("model", "exchange", "scaling", "network", "algorithm") else "right")
     for r in compared:
         t.add_row(r["model"], r["exchange"], r["scaling"], r["network"], str(r["workers"]), r["algorithm"],
                   f"{r['bandwidth_Bps'] / 1e6:,.0f}", f"{r['latency_s'] * 1e6:.0f}", _fmt(r["compute_1_ms"]),
                   _fmt(r["predicted_exchange_ms"]), _fmt(r["measured_comm_ms"]), _fmt(r["predicted_step_ms"]),
-                  _fmt(r["measured_step_ms"]), f"{r['error_pct']:+.0f}")
+                  _fmt(r["measured_step_ms"]), f"{r['error_pct']:+.0f}", _fmt(r.get("measured_compute_ms")),
+                  _fmt(r.get("predicted_own_compute_step_ms")),
+                  f"{r['error_own_compute_pct']:+.0f}" if "error_own_compute_pct" in r else "–")
     console.print(t)
     for link in LINKS:
         t = Table(title=f"extrapolation on {link.name} ({link.note})", title_justify="left")

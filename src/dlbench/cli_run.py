@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from dlbench.cli import EXTRA_COMMANDS, console, int_list, split_list
-from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling
+from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
 from dlbench.errors import UsageError
 from dlbench.report.summary import summary_dict, summary_rows
 from dlbench.results import RunResults
@@ -88,7 +88,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def print_summary(res: RunResults, as_json: bool, db) -> int:
     failed = res.failed
     if as_json:
-        print(json.dumps(summary_dict(res), indent=2, default=str))
+        data = summary_dict(res)
+        if scaling := scaling_json(res, db):
+            data["scaling"] = scaling
+        print(json.dumps(data, indent=2, default=str))
         return 1 if failed else 0
     for model, rows in summary_rows(res).items():
         scenarios = [s for s in (*TIMED, "compile") if any(s in r.cells for r in rows)]

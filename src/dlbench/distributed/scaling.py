@@ -17,8 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,10 @@ class Network:
         return d
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 class Session:
     """Run-scoped resources of the scaling scenario (a context manager)."""
 
@@ -79,10 +85,14 @@ class Session:
         self.network = Network()
         self.owned_cluster = False
         self.ray = None
+        self._sigterm = None
 
     def __enter__(self) -> Session:
         d = self.suite.distributed
         scaling = [c for c in self.cells if c.scenario == "scaling"]
+        if scaling and threading.current_thread() is threading.main_thread():
+            # a `kill` of the run cleans up like Ctrl-C does (namespaces down, job processes ended)
+            self._sigterm = signal.signal(signal.SIGTERM, _interrupt)
         try:
             if any(c.cluster == "netns" for c in scaling):
                 self._cluster(max(c.workers for c in scaling))
@@ -117,6 +127,9 @@ class Session:
         self.network = Network("netns", state)
 
     def __exit__(self, *exc) -> None:
+        if self._sigterm is not None:
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None
         if self.owned_cluster:
             netns.down()
             self.owned_cluster = False
@@ -213,6 +226,7 @@ def measure_cell(cell: Cell, suite: Suite, network: Network) -> CellOutcome:
     """R repeats of the cell, each a fresh set of processes; samples and metrics for the store."""
     out = CellOutcome("ok")
     results: list[dict[str, Any]] = []
+    leftovers: list[int] = []
     for r in range(suite.protocol.repeats):
         with tempfile.TemporaryDirectory(prefix="dlbench-dist-") as tmp:
             try:
@@ -222,6 +236,7 @@ def measure_cell(cell: Cell, suite: Suite, network: Network) -> CellOutcome:
             except netns.ClusterError as exc:
                 return CellOutcome("failed", str(exc))
         out.seconds += o.seconds
+        leftovers += o.leftovers
         if o.leftovers:
             out.warnings.append(f"repeat {r}: processes still alive after clean-up: {o.leftovers}")
         if o.status != "ok":
@@ -234,7 +249,7 @@ def measure_cell(cell: Cell, suite: Suite, network: Network) -> CellOutcome:
             return CellOutcome("unsupported", res["unsupported"], seconds=out.seconds)
         out.samples += samples_of(res, r)
         results.append(res)
-    out.metrics = metrics_of(cell, results, network)
+    out.metrics = {**metrics_of(cell, results, network), "leftover_pids": leftovers}
     if network.fallback:
         out.warnings.append(f"--cluster fell back to loopback: {network.fallback}")
     warn = oversubscribed(cell.workers if network.kind == "loopback" else 1, cell.threads)

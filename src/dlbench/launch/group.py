@@ -41,8 +41,10 @@ class GroupOutcome:
     pids: list[int] = field(default_factory=list)  # every process of the job we know of (all ended)
 
 
-def procs_naming(marker: str) -> list[int]:
-    """Live processes whose command line contains ``marker``."""
+def procs_naming(marker: str, sessions: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """Live processes whose command line contains ``marker`` or whose session is one of ``sessions``
+    (every process of a job starts a session of its own; what it spawns stays there unless it
+    starts another session, as torchrun's workers do, whose command lines name the job directory)."""
     found = []
     me = os.getpid()
     for entry in Path("/proc").iterdir():
@@ -50,19 +52,14 @@ def procs_naming(marker: str) -> list[int]:
             continue
         try:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-        except OSError:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
-        if marker in cmd and _alive(int(entry.name)):
+        if fields[0] == "Z":
+            continue
+        if marker in cmd or int(fields[3]) in sessions:
             found.append(int(entry.name))
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -74,15 +71,16 @@ def _signal_group(pid: int, sig: int) -> None:
 
 def cleanup(procs: list[subprocess.Popen], marker: str, grace_s: float = 5.0) -> list[int]:
     """Stop every process of a job; return the pids still alive afterwards (should be none)."""
+    sessions = frozenset(p.pid for p in procs)
     for p in procs:
         if p.poll() is None:
             _signal_group(p.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and (any(p.poll() is None for p in procs) or procs_naming(marker)):
+    while time.monotonic() < deadline and (any(p.poll() is None for p in procs) or procs_naming(marker, sessions)):
         time.sleep(0.1)
     for p in procs:
         _signal_group(p.pid, signal.SIGKILL)
-    for pid in procs_naming(marker):
+    for pid in procs_naming(marker, sessions):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -93,9 +91,9 @@ def cleanup(procs: list[subprocess.Popen], marker: str, grace_s: float = 5.0) ->
         except subprocess.TimeoutExpired:  # pragma: no cover
             pass
     deadline = time.monotonic() + 5
-    while procs_naming(marker) and time.monotonic() < deadline:
+    while procs_naming(marker, sessions) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return procs_naming(marker)
+    return procs_naming(marker, sessions)
 
 
 def run_group(procs: list[Proc], job: dict[str, Any], job_dir: Path, timeout_s: float, base_env: dict[str, str],
