@@ -153,7 +153,9 @@ def cmd_scaling_model(args: argparse.Namespace) -> int:
     try:
         compared = model_rows(res, store)
         workers = tuple(int_list(args.workers, "worker counts")) if args.workers else (8, 16, 32, 64, 128, 256, 512, 1024)
-        extra = extrapolation_rows(res, store, workers)
+        if args.compute_ms is not None and args.compute_ms <= 0:
+            raise UsageError("--compute-ms must be positive")
+        extra = extrapolation_rows(res, store, workers, args.compute_ms)
     finally:
         store.close()
     if not compared and not extra:
@@ -176,8 +178,9 @@ def cmd_scaling_model(args: argparse.Namespace) -> int:
                   _fmt(r.get("predicted_own_compute_step_ms")),
                   f"{r['error_own_compute_pct']:+.0f}" if "error_own_compute_pct" in r else "–")
     console.print(t)
+    source = f"compute {args.compute_ms:g} ms per step (given)" if args.compute_ms else "measured W=1 compute"
     for link in LINKS:
-        t = Table(title=f"extrapolation on {link.name} ({link.note})", title_justify="left")
+        t = Table(title=f"extrapolation on {link.name} ({link.note}); {source}", title_justify="left")
         for col in ("model", "batch/worker", "algorithm", *[f"W={w}" for w in workers]):
             t.add_column(col, justify="left" if col in ("model", "algorithm") else "right")
         rows = [r for r in extra if r["link"] == link.name]
@@ -188,7 +191,7 @@ def cmd_scaling_model(args: argparse.Namespace) -> int:
             t.add_row(m, str(b), algo + (" (S=W/8)" if algo == "ps" else ""),
                       *[f"{by_w[w]['efficiency']:.2f}" if w in by_w else "–" for w in workers])
         console.print(t)
-    console.print("cells: parallel efficiency (speedup / W), weak scaling from the measured W=1 compute time; "
+    console.print(f"cells: parallel efficiency (speedup / W over one worker alone), {source}; "
                   "--json for step times and speedups", highlight=False)
     return 0
 
@@ -239,6 +242,8 @@ def register(sub) -> None:
                                              "and an extrapolation to many workers")
     p.add_argument("run_id", nargs="?", help="default: the latest run")
     p.add_argument("--workers", help="worker counts to extrapolate to (default 8,16,...,1024)")
+    p.add_argument("--compute-ms", type=float, dest="compute_ms",
+                   help="extrapolate from this single-worker compute time instead of the measured one (e.g. a GPU's)")
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_scaling_model)

@@ -90,11 +90,11 @@ class Prediction:
 
 def predict(compute_1_s: float, grad_bytes: float, workers: int, bandwidth_Bps: float, latency_s: float,
             algorithm: str = "ring", scaling: str = "weak", shards: int = 1) -> Prediction:
-    """Step time at W workers and the speedup over one worker (throughput ratio)."""
+    """Step time at W workers and the speedup over one worker training alone (no exchange at all),
+    as a throughput ratio, so every algorithm is measured against the same baseline."""
     comp = compute_at(compute_1_s, workers, scaling)
     ex = exchange_s(algorithm, grad_bytes, workers, bandwidth_Bps, latency_s, shards)
-    base = compute_1_s + (exchange_s(algorithm, grad_bytes, 1, bandwidth_Bps, latency_s, shards)
-                          if algorithm == "ps" else 0.0)
+    base = compute_1_s
     step = comp + ex
     # throughput: weak scaling processes W batches per step, strong scaling one global batch
     work = workers if scaling == "weak" else 1

@@ -121,9 +121,10 @@ def model_rows(res: RunResults, store: Store) -> list[dict[str, Any]]:
     return out
 
 
-def extrapolation_rows(res: RunResults, store: Store, workers=(8, 16, 32, 64, 128, 256, 512, 1024)) -> list[dict]:
-    """For each measured model: its W=1 compute time and gradient bytes carried to 8..1024 workers
-    on the stated links (:data:`dlbench.distributed.model.LINKS`)."""
+def extrapolation_rows(res: RunResults, store: Store, workers=(8, 16, 32, 64, 128, 256, 512, 1024),
+                       compute_ms: float | None = None) -> list[dict]:
+    """For each measured model: its W=1 compute time (or ``compute_ms``, e.g. a GPU's step time)
+    and gradient bytes carried to 8..1024 workers on the stated links (:data:`dlbench.distributed.model.LINKS`)."""
     out = []
     seen = set()
     for r in scaling_rows(res, store):
@@ -133,7 +134,8 @@ def extrapolation_rows(res: RunResults, store: Store, workers=(8, 16, 32, 64, 12
         if key in seen or not r.get("grad_bytes"):
             continue
         seen.add(key)
-        for row in sm.extrapolate(r["compute_ms"] / 1e3, r["grad_bytes"], workers, scaling=r["scaling"]):
+        compute = compute_ms if compute_ms is not None else r["compute_ms"]
+        for row in sm.extrapolate(compute / 1e3, r["grad_bytes"], workers, scaling=r["scaling"]):
             out.append({"model": r["model"], "framework": r["framework"], "batch_per_worker": r["per_worker_batch"],
-                        "compute_1_ms": r["compute_ms"], "grad_bytes": r["grad_bytes"], **row})
+                        "compute_1_ms": compute, "grad_bytes": r["grad_bytes"], **row})
     return out
