@@ -117,3 +117,35 @@ def test_two_machines_meet_at_a_c10d_rendezvous(tmp_path):
         assert c.cell.status == "ok" and c.cell.metrics["nnodes"] == 2 and c.cell.metrics["params_identical"]
         assert c.cell.key.endswith("/torchrun")
     assert not procs_naming(str(tmp_path))
+
+
+@pytest.mark.skipif(WHY != "", reason=f"network namespaces unavailable here: {WHY}")
+def test_ctrl_c_during_a_cluster_run_leaves_nothing(tmp_path):
+    """SIGINT to `dlbench run --cluster` while it works: exit 130, namespaces gone, no job process left."""
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"),
+           "DLBENCH_CLUSTER_STATE": str(tmp_path / "cluster.json")}
+    cmd = [sys.executable, "-m", "dlbench.cli", "run", "--model", "lenet", "--framework", "torch", "--scenario",
+           "scaling", "--batch", "8", "--threads", "1", "--workers", "2", "--warmup", "50", "--min-iters", "50",
+           "--repeats", "1", "--cluster", "--db", str(tmp_path / "r.db")]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and not any("10.213.0.11" in " ".join(_cmdline(p)) for p in _pids()):
+        time.sleep(0.5)  # until node 1's torchrun agent (--local-addr 10.213.0.11) runs in its namespace
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    assert cluster._ours() == []
+    assert not [p for p in _pids() if "10.213.0." in " ".join(_cmdline(p)) or "torch_ddp" in " ".join(_cmdline(p))]
+
+
+def _pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _alive(int(p.name))]
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return []
