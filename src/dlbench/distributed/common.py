@@ -107,7 +107,8 @@ def fault_due(job: dict[str, Any], rank: int, step: int) -> bool:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
+    """Atomically (several nodes sharing one directory may write the same result)."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, default=str))
     tmp.replace(path)
 
