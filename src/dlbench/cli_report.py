@@ -24,10 +24,11 @@ def _store_results(run_id: str | None, db: str):
 
 # --- report -------------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
-    from dlbench.report.build import write_report
+    from dlbench.report.build import load_survey, write_report
 
+    survey = load_survey(args.survey) if args.survey else None
     res = _store_results(args.run_id, args.db)
-    files = write_report(res, args.out)
+    files = write_report(res, args.out, survey)
     if args.json:
         print(json.dumps({"run_id": res.run_id, "html": str(files.html), "markdown": str(files.markdown),
                           "csv": str(files.csv), "plots": [str(p) for p in files.plots],
@@ -170,6 +171,8 @@ def register(sub) -> None:
     p.add_argument("--out", help="directory (default: dlbench-results/report-RUN_ID)")
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.add_argument("--json", action="store_true", help="print the written paths as JSON")
+    p.add_argument("--survey", metavar="PATH",
+                   help="add the survey section: a survey.json, or the --out directory of `dlbench survey`")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("compare", help="compare two runs cell by cell (ratio, CI, process-level test)")
