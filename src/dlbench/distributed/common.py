@@ -13,7 +13,7 @@ import math
 import os
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +146,15 @@ def combine_ranks(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     warm = min(len(r["warmup_ns"]) for r in per_rank)
     warmup = [max(r["warmup_ns"][i] for r in per_rank) for i in range(warm)]
     return {"step_ns": step, "comm_ns": comm, "compute_ns": compute, "warmup_ns": warmup}
+
+
+def worker_main(argv: list[str], run: Callable[[dict[str, Any], Path], Any], rank_env: str = "DLBENCH_RANK") -> int:
+    """The entry point every worker module shares: ``argv`` is ``[prog, job.json, out_dir]``; an
+    exception becomes ``error.<rank>.json`` (the launcher reads it) and exit status 1."""
+    job, out_dir = load_job(argv[1]), Path(argv[2])
+    try:
+        run(job, out_dir)
+        return 0
+    except BaseException as exc:
+        write_error(out_dir, int(os.environ.get(rank_env, "-1")), exc)
+        return 1

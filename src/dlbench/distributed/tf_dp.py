@@ -262,13 +262,7 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
 
 
 def main(argv: list[str]) -> int:
-    job, out_dir = common.load_job(argv[1]), Path(argv[2])
-    try:
-        run(job, out_dir)
-        return 0
-    except BaseException as exc:
-        common.write_error(out_dir, int(os.environ.get("DLBENCH_RANK", "-1")), exc)
-        return 1
+    return common.worker_main(argv, run)
 
 
 if __name__ == "__main__":

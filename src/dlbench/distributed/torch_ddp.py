@@ -218,13 +218,7 @@ def _restore_opt_state(opt, saved: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    job, out_dir = common.load_job(argv[1]), Path(argv[2])
-    try:
-        run(job, out_dir)
-        return 0
-    except BaseException as exc:  # the launcher reads error.<rank>.json
-        common.write_error(out_dir, int(os.environ.get("RANK", "-1")), exc)
-        return 1
+    return common.worker_main(argv, run, rank_env="RANK")
 
 
 if __name__ == "__main__":
