@@ -8,6 +8,8 @@ timer calls; ``compile`` times first calls instead (see :mod:`dlbench.scenarios.
   framework's caches cold and then warm (Bahrampour et al.'s Table 8).
 * ``convergence``: E epochs of training on a real data set, evaluated by dlbench after each
   epoch (see :mod:`dlbench.scenarios.convergence`).
+* ``scaling``: train_step throughput of synchronous data parallel training at W workers, weak or
+  strong scaling, with compute and communication time split (see :mod:`dlbench.distributed`).
 
 Whole-data-set scenarios, for frameworks that cannot time one batch (H2O trains and scores whole
 frames inside a JVM): one call processes a data set of ``batch`` samples, and what is reported is
@@ -33,11 +35,11 @@ from dlbench.models.spec import ModelSpec
 TIMED = ("forward", "gradient", "train_step")
 #: scenarios whose one call processes a whole data set of ``batch`` samples (reported as samples/s)
 DATASET = ("epoch", "predict")
-SCENARIOS = (*TIMED, *DATASET, "compile", "convergence")
+SCENARIOS = (*TIMED, *DATASET, "compile", "convergence", "scaling")
 
 #: FLOPs of a scenario as a multiple of the forward pass (backward ~ 2x forward, the usual
 #: convention; the SGD update's element-wise work is not counted)
-FLOP_FACTOR = {"forward": 1.0, "gradient": 3.0, "train_step": 3.0, "epoch": 3.0, "predict": 1.0}
+FLOP_FACTOR = {"forward": 1.0, "gradient": 3.0, "train_step": 3.0, "epoch": 3.0, "predict": 1.0, "scaling": 3.0}
 
 
 def make_closure(scenario: str, backend: Backend, model: Any, placed: Any, spec: ModelSpec) -> Callable[[], Any]:
