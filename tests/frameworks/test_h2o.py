@@ -1,6 +1,8 @@
 """H2O in its environment: the forward gate through initial weights (sigmoid rebuilt exactly from tanh),
 the models it cannot express, its throughput cells, and no JVM left behind."""
 
+import os
+import re
 import subprocess
 
 from dlbench import api
@@ -11,8 +13,15 @@ TINY = {"warmup": 1, "min_iters": 2, "min_time_s": 0.0, "repeats": 1, "timeout_s
 
 
 def h2o_jvms() -> list[str]:
+    """H2O JVMs left behind: a cluster is named ``dlbench-h2o-PID-...`` after the measuring process that
+    started it, so a JVM whose process is gone is an orphan (JVMs of other runs still going are not)."""
     out = subprocess.run(["pgrep", "-af", "dlbench-h2o-"], capture_output=True, text=True)
-    return [line for line in out.stdout.splitlines() if "java" in line]
+    left = []
+    for line in out.stdout.splitlines():
+        name = re.search(r"-name dlbench-h2o-(\d+)-", line)
+        if "java" in line and name and not os.path.exists(f"/proc/{name.group(1)}"):
+            left.append(line)
+    return left
 
 
 def test_sigmoid_as_rescaled_tanh_is_exact_and_invertible():
