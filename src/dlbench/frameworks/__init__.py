@@ -26,7 +26,9 @@ class UnknownFrameworkError(ValueError):
 class FrameworkInfo:
     name: str
     module: str  # dlbench module holding the backend class
-    distribution: str  # the pip distribution whose presence and version we report
+    #: the pip distribution whose presence and version we report; a tuple lists alternatives tried
+    #: in order (``tensorflow-cpu`` on CPU machines, ``tensorflow`` on GPU ones)
+    distribution: str | tuple[str, ...]
     import_name: str
     variants: tuple[str, ...]
     description: str
@@ -37,6 +39,14 @@ class FrameworkInfo:
 FRAMEWORKS: dict[str, FrameworkInfo] = {
     "torch": FrameworkInfo("torch", "dlbench.frameworks.torch", "torch", "torch", ("eager", "compile"),
                            "PyTorch (torch.nn, torch.compile)"),
+    "tensorflow": FrameworkInfo("tensorflow", "dlbench.frameworks.tensorflow", ("tensorflow-cpu", "tensorflow"),
+                                "tensorflow", ("function", "xla"), "TensorFlow 2 (Keras 3 layers, tf.function, XLA)"),
+    "keras": FrameworkInfo("keras", "dlbench.frameworks.keras", "keras", "keras",
+                           ("keras-jax", "keras-tensorflow", "keras-torch"),
+                           "Keras 3 (one model on the JAX, TensorFlow and PyTorch backends; compile, train_on_batch)",
+                           variant_env={"keras-jax": {"KERAS_BACKEND": "jax"},
+                                        "keras-tensorflow": {"KERAS_BACKEND": "tensorflow"},
+                                        "keras-torch": {"KERAS_BACKEND": "torch"}}),
 }
 
 
@@ -50,10 +60,13 @@ def installed_version(name: str) -> str | None:
     info = framework_info(name)
     if importlib.util.find_spec(info.import_name) is None:
         return None
-    try:
-        return importlib.metadata.version(info.distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    candidates = (info.distribution,) if isinstance(info.distribution, str) else info.distribution
+    for dist in candidates:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def list_frameworks() -> list[dict]:

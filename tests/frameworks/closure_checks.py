@@ -1,0 +1,130 @@
+"""Behaviour checks of a backend's closures, shared by the TensorFlow tests (in process) and the
+Keras tests (one subprocess per Keras backend: ``python -m tests.frameworks.closure_checks``).
+
+Each check raises AssertionError with what went wrong; :func:`main` runs them all for the
+backend named on the command line and prints ``{check: "ok" | reason}`` as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+
+import numpy as np
+
+
+def _setup(backend, model: str, variant: str, seed: int = 0, small: bool = False):
+    from dlbench.data import make_batch
+    from dlbench.models import get_model
+    from dlbench.weights import init_weights
+
+    spec = get_model(model, small=small)
+    weights = init_weights(spec, seed)
+    built = backend.build(spec, weights, "cpu", variant)
+    return spec, weights, built, backend.place(make_batch(spec, 8), built)
+
+
+def train_step_updates_and_gradient_does_not(backend, variant: str) -> None:
+    from dlbench.frameworks.base import OptimizerSpec
+
+    _, w, model, batch = _setup(backend, "lenet", variant)
+    grad = backend.gradient(model, batch)
+    for _ in range(2):
+        backend.sync(grad())
+    after_grad = backend.get_params(model)
+    changed = [k for k in w.params if not np.array_equal(after_grad[k], w.params[k])]
+    assert not changed, f"the gradient closure changed {changed[:3]}"
+    step = backend.train_step(model, batch, OptimizerSpec(lr=0.1))
+    losses = []
+    for _ in range(5):
+        out = step()
+        backend.sync(out)
+        losses.append(float(backend.to_numpy(out)))
+    after = backend.get_params(model)
+    assert not np.array_equal(after["conv1.weight"], w.params["conv1.weight"]), "train_step did not update conv1"
+    assert losses[-1] < losses[0], f"loss did not fall: {losses}"
+
+
+def frozen_encoders_stay_frozen(backend, variant: str) -> None:
+    from dlbench.frameworks.base import OptimizerSpec
+
+    _, w, model, batch = _setup(backend, "sae:phase=pretrain2", variant)
+    step = backend.train_step(model, batch, OptimizerSpec(lr=0.5))
+    for _ in range(3):
+        backend.sync(step())
+    after = backend.get_params(model)
+    for name in ("enc1.weight", "enc1.bias"):
+        assert np.array_equal(after[name], w.params[name]), f"frozen {name} changed"
+    for name in ("enc2.weight", "dec2.bias"):
+        assert not np.array_equal(after[name], w.params[name]), f"trainable {name} did not change"
+    _, grads = backend.loss_and_grads(model, batch)
+    assert "enc1.weight" not in grads and "enc2.weight" in grads
+
+
+def repeated_calls_agree(backend, variant: str) -> None:
+    """Each closure can be called again and again: the same forward and gradient every time
+    (no hidden state leaks between calls), and a train step keeps training (its loss changes;
+    that it falls is checked on LeNet)."""
+    from dlbench.frameworks.base import OptimizerSpec
+
+    for ref in ("lstm-imdb", "alexnet-r"):
+        _, _, model, batch = _setup(backend, ref, variant, small=True)
+        fwd = backend.forward(model, batch)
+        outs = []
+        for _ in range(3):
+            out = fwd()
+            backend.sync(out)
+            outs.append(np.array(backend.to_numpy(out)))
+        assert all(np.allclose(o, outs[0], rtol=1e-5, atol=1e-6) for o in outs), f"{ref}: forward differs between calls"
+        losses = []
+        grad = backend.gradient(model, batch)
+        for _ in range(3):
+            out = grad()
+            backend.sync(out)
+            losses.append(float(backend.to_numpy(out)))
+        assert np.allclose(losses, losses[0], rtol=1e-5), f"{ref}: gradient-closure loss differs: {losses}"
+        step = backend.train_step(model, batch, OptimizerSpec(lr=0.01))
+        steps = []
+        for _ in range(4):
+            out = step()
+            backend.sync(out)
+            steps.append(float(backend.to_numpy(out)))
+        assert len(set(steps)) > 1 and all(np.isfinite(steps)), f"{ref}: train steps {steps}"
+
+
+def get_params_round_trips(backend, variant: str) -> None:
+    """Loading then reading every parameter gives the canonical weights back (layouts, flatten rows)."""
+    for ref in ("lenet", "alexnet-r", "lstm-imdb", "sae:phase=pretrain2"):
+        _, w, model, _ = _setup(backend, ref, variant, small=True)
+        got = backend.get_params(model)
+        assert set(got) == set(w.params), f"{ref}: parameter names differ"
+        for k, v in w.params.items():
+            assert np.array_equal(got[k], v), f"{ref}: {k} does not round-trip"
+
+
+CHECKS = {f.__name__: f for f in (train_step_updates_and_gradient_does_not, frozen_encoders_stay_frozen,
+                                  repeated_calls_agree, get_params_round_trips)}
+
+
+def run_all(backend, variant: str) -> dict[str, str]:
+    results = {}
+    for name, check in CHECKS.items():
+        try:
+            check(backend, variant)
+            results[name] = "ok"
+        except Exception as exc:  # reported, not raised: the parent test asserts per check
+            results[name] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+    return results
+
+
+def main(argv: list[str]) -> int:
+    from dlbench.frameworks import get_backend
+
+    framework, variant = argv[1], argv[2]
+    print("RESULT " + json.dumps(run_all(get_backend(framework), variant)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
