@@ -260,7 +260,8 @@ class KerasBackend(Backend):
             out["xla_cache_dir"] = cache_dir("tf_xla")
         elif BACKEND == "torch":
             out.update(torch=torch.__version__, mkldnn=torch.backends.mkldnn.is_available(),
-                       cuda=torch.version.cuda, inductor_cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+                       cuda=torch.version.cuda,
+                       inductor_cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR") if JIT_COMPILE["torch"] else None)
         return out
 
 

@@ -393,12 +393,6 @@ class Builder:
         return Residual(body, short, layer.post == "relu")
 
 
-def keras_input_shape(spec: ModelSpec) -> tuple[int, ...]:
-    """One sample's shape as the Keras model takes it (images channels_last)."""
-    shape = spec.input.shape
-    return (shape[1], shape[2], shape[0]) if spec.input.kind == "image" else shape
-
-
 def keras_inputs(spec: ModelSpec, x: np.ndarray, mask: np.ndarray | None) -> Any:
     """NumPy model inputs in Keras layout: NCHW -> NHWC, token ids int32, and the mask as ``valid``."""
     if spec.input.kind == "image":
@@ -416,9 +410,8 @@ def build_keras_model(spec: ModelSpec, weights: Weights, builder: Builder | None
     builder = builder or Builder()
     steps, _ = builder.sequence(spec.layers, spec.input.shape)
     model = SpecModel(steps, reconstructs=spec.loss.kind == "mse")
-    dummy = np.zeros((1, *keras_input_shape(spec)), np.float32 if spec.input.kind != "tokens" else np.int32)
-    model(keras_inputs(spec, dummy if spec.input.kind != "image" else np.transpose(dummy, (0, 3, 1, 2)), None),
-          training=False)  # creates the variables
+    dummy = np.zeros((1, *spec.input.shape), np.int64 if spec.input.kind == "tokens" else np.float32)
+    model(keras_inputs(spec, dummy, None), training=False)  # one sample through: creates the variables
     for name, binding in builder.params.items():
         _assign(name, binding, weights.params[name])
     for name, binding in builder.state.items():
