@@ -93,6 +93,25 @@ def repeated_calls_agree(backend, variant: str) -> None:
         assert len(set(steps)) > 1 and all(np.isfinite(steps)), f"{ref}: train steps {steps}"
 
 
+def train_step_runs_in_training_mode(backend, variant: str) -> None:
+    """The first train step's loss (computed before its update) is the reference training loss,
+    batch norm on batch statistics: BN must not run in inference mode while training."""
+    from dlbench import reference
+    from dlbench.data import make_batch
+    from dlbench.frameworks.base import OptimizerSpec
+    from dlbench.models import get_model
+    from dlbench.weights import init_weights
+
+    spec = get_model("resnet-56:n=1", small=True)
+    weights = init_weights(spec, 0, mode="verify")
+    batch = make_batch(spec, 8)
+    model = backend.build(spec, weights, "cpu", variant)
+    out = backend.train_step(model, backend.place(batch, model), OptimizerSpec(lr=0.01))()
+    backend.sync(out)
+    loss, expected = float(backend.to_numpy(out)), reference.loss(spec, weights, batch)
+    assert abs(loss - expected) <= 1e-4 * abs(expected), f"first train-step loss {loss} vs reference {expected}"
+
+
 def get_params_round_trips(backend, variant: str) -> None:
     """Loading then reading every parameter gives the canonical weights back (layouts, flatten rows)."""
     for ref in ("lenet", "alexnet-r", "lstm-imdb", "sae:phase=pretrain2"):
@@ -104,7 +123,7 @@ def get_params_round_trips(backend, variant: str) -> None:
 
 
 CHECKS = {f.__name__: f for f in (train_step_updates_and_gradient_does_not, frozen_encoders_stay_frozen,
-                                  repeated_calls_agree, get_params_round_trips)}
+                                  repeated_calls_agree, train_step_runs_in_training_mode, get_params_round_trips)}
 
 
 def run_all(backend, variant: str) -> dict[str, str]:

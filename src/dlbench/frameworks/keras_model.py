@@ -36,6 +36,7 @@ works with ``compile(loss=None)``. Softmax models compile with Keras's standard
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -163,20 +164,30 @@ class Mark(keras.layers.Layer):
         return x
 
 
+def _takes_training(layer: keras.layers.Layer) -> bool:
+    return "training" in inspect.signature(layer.call).parameters
+
+
+def _run(layers: list, flags: list[bool], x, training):
+    """Calls each layer, handing ``training`` to those that take it. Explicitly: Keras's
+    ``stateless_call`` (JAX) calls ``model.call`` directly, so the training flag is not in the
+    call context that ``Layer.__call__`` would otherwise propagate to sublayers."""
+    for layer, takes in zip(layers, flags, strict=True):
+        x = layer(x, training=training) if takes else layer(x)
+    return x
+
+
 class Residual(keras.layers.Layer):
     """``post(body(x) + shortcut(x))``; an empty shortcut is the identity."""
 
     def __init__(self, body: list, shortcut: list, relu: bool, **kwargs):
         super().__init__(**kwargs)
         self.body, self.shortcut, self.relu = body, shortcut, relu
+        self._body_flags = [_takes_training(layer) for layer in body]
+        self._short_flags = [_takes_training(layer) for layer in shortcut]
 
-    def call(self, x):
-        out, short = x, x
-        for layer in self.body:
-            out = layer(out)
-        for layer in self.shortcut:
-            short = layer(short)
-        out = out + short
+    def call(self, x, training=None):
+        out = _run(self.body, self._body_flags, x, training) + _run(self.shortcut, self._short_flags, x, training)
         return ops.relu(out) if self.relu else out
 
 
@@ -189,6 +200,7 @@ class SpecModel(keras.Model):
         super().__init__(**kwargs)
         self.steps = steps
         self.reconstructs = reconstructs
+        self._flags = [_takes_training(layer) for layer in steps]
 
     def build(self, input_shape):
         """Nothing to create here: each layer builds on the first call, which ``build_keras_model`` makes."""
@@ -199,13 +211,13 @@ class SpecModel(keras.Model):
         else:
             x, valid = inputs, None
         target = x
-        for layer in self.steps:
+        for layer, takes in zip(self.steps, self._flags, strict=True):
             if isinstance(layer, Mark):
                 target = x
             elif isinstance(layer, MaskedMean):
                 x = layer(x, valid=valid)
-            else:
-                x = layer(x)
+            else:  # training passed explicitly, see _run
+                x = layer(x, training=training) if takes else layer(x)
         if training and self.reconstructs:
             return x, target
         return x
@@ -226,6 +238,12 @@ def keras_loss(spec: ModelSpec) -> keras.losses.Loss | None:
 
 
 # --- building and loading -------------------------------------------------------------------------
+def _name(canonical: str) -> str:
+    """A Keras layer name for a canonical one: torch (Keras's torch backend registers variables
+    as module parameters under the layer name) rejects "." in names."""
+    return canonical.replace(".", "_")
+
+
 def _same(a: np.ndarray) -> np.ndarray:
     return a
 
@@ -307,7 +325,7 @@ class Builder:
         k, p, s = layer.kernel, layer.padding, layer.stride
         same = s == 1 and k % 2 == 1 and p == k // 2 and p > 0
         conv = keras.layers.Conv2D(layer.out_channels, k, strides=s, padding="same" if same else "valid",
-                                   groups=layer.groups, use_bias=layer.bias, name=layer.name)
+                                   groups=layer.groups, use_bias=layer.bias, name=_name(layer.name))
         self.params[f"{layer.name}.weight"] = Binding(lambda: conv.kernel, _oihw_to_hwio, _hwio_to_oihw)
         if layer.bias:
             self.params[f"{layer.name}.bias"] = Binding(lambda: conv.bias)
@@ -332,7 +350,7 @@ class Builder:
 
     def make_batchnorm(self, layer: L.BatchNorm, shape):
         bn = keras.layers.BatchNormalization(axis=-1, momentum=1.0 - layer.momentum, epsilon=layer.eps,
-                                             name=layer.name)
+                                             name=_name(layer.name))
         self.params[f"{layer.name}.gamma"] = Binding(lambda: bn.gamma)
         self.params[f"{layer.name}.beta"] = Binding(lambda: bn.beta)
         self.state[f"{layer.name}.running_mean"] = Binding(lambda: bn.moving_mean)
@@ -340,7 +358,7 @@ class Builder:
         return bn
 
     def make_dense(self, layer: L.Dense, shape):
-        dense = keras.layers.Dense(layer.units, use_bias=layer.bias, trainable=layer.trainable, name=layer.name)
+        dense = keras.layers.Dense(layer.units, use_bias=layer.bias, trainable=layer.trainable, name=_name(layer.name))
         to_k, from_k = _same, _same
         if self._flattened is not None and math.prod(self._flattened[1:]) > 1:
             to_k, from_k = _flatten_rows(self._flattened)
@@ -352,7 +370,7 @@ class Builder:
         return dense
 
     def make_tieddense(self, layer: L.TiedDense, shape):
-        tied = TiedDense(self.dense[layer.tied_to], layer.units, trainable=layer.trainable, name=layer.name)
+        tied = TiedDense(self.dense[layer.tied_to], layer.units, trainable=layer.trainable, name=_name(layer.name))
         self.params[f"{layer.name}.bias"] = Binding(lambda: tied.bias)
         return tied
 
@@ -367,12 +385,12 @@ class Builder:
         return keras.layers.Flatten()
 
     def make_embedding(self, layer: L.Embedding, shape):
-        emb = keras.layers.Embedding(layer.vocab, layer.dim, name=layer.name)
+        emb = keras.layers.Embedding(layer.vocab, layer.dim, name=_name(layer.name))
         self.params[f"{layer.name}.weight"] = Binding(lambda: emb.embeddings)
         return emb
 
     def make_lstm(self, layer: L.LSTM, shape):
-        lstm = keras.layers.LSTM(layer.units, return_sequences=True, name=layer.name)
+        lstm = keras.layers.LSTM(layer.units, return_sequences=True, name=_name(layer.name))
         self.params[f"{layer.name}.w_x"] = Binding(lambda: lstm.cell.kernel)
         self.params[f"{layer.name}.w_h"] = Binding(lambda: lstm.cell.recurrent_kernel)
         self.params[f"{layer.name}.b"] = Binding(lambda: lstm.cell.bias)
@@ -382,7 +400,7 @@ class Builder:
         return MaskedMean()
 
     def make_mark(self, layer: L.Mark, shape):
-        return Mark(name=f"mark_{layer.name}")
+        return Mark(name=_name(f"mark_{layer.name}"))
 
     def make_zeropadshortcut(self, layer: L.ZeroPadShortcut, shape):
         return ZeroPadShortcut(layer.out_channels, layer.stride)
