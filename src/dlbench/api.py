@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dlbench.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, installed_version
 from dlbench.launch.subprocess import run_job
 from dlbench.models import UnknownModelError, list_models, parse_model_ref
+from dlbench.plan import Suite
+from dlbench.results import RunResults, load_run
+from dlbench.store import DEFAULT_DB, Store
 from dlbench.verify import VerifyResult
 
 
@@ -63,3 +68,35 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
                 results += [VerifyResult(model=m, framework=fw, variant=variant, verdict="fail", reason=outcome.reason)
                             for m in models]
     return results
+
+
+def run(suite: str | Suite | None = None, *, models: list[str] | None = None, frameworks: list[str] | None = None,
+        variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int] | None = None,
+        threads: list[int] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
+        seed: int | None = None, data: str | None = None, data_dir: str | None = None, convergence: dict | None = None,
+        db: str | Path = DEFAULT_DB,
+        resume: str | None = None, progress=None, argv: list[str] | None = None) -> RunResults:
+    """Run a suite (the built-in ``quick`` by default) and return its analysed results.
+
+    Mirrors ``dlbench run``: ``suite`` is a name, a YAML file or a :class:`~dlbench.plan.Suite`; flags
+    override the suite's axes; ``resume`` finishes a stored run."""
+    from dlbench import runner
+
+    kwargs = {"progress": progress} if progress else {}
+    if resume:
+        handle = runner.resume(resume, db, **kwargs)
+    else:
+        s = runner.build_suite(suite, models=models, frameworks=frameworks, variants=variants, scenarios=scenarios,
+                               batches=batches, threads=threads, devices=devices, protocol=protocol, seed=seed,
+                               data=data, data_dir=data_dir, convergence=convergence)
+        handle = runner.start(s, db, argv, **kwargs)
+    return results(handle.run_id, db)
+
+
+def results(run_id: str | None = None, db: str | Path = DEFAULT_DB) -> RunResults:
+    """A stored run (the latest by default), analysed from its raw samples."""
+    store = Store(db, create=False)
+    try:
+        return load_run(store, run_id)
+    finally:
+        store.close()

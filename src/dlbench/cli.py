@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sqlite3
 import sys
 from collections.abc import Callable
 
@@ -130,7 +132,9 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)
 
-    for register in EXTRA_COMMANDS:
+    import dlbench.cli as registry  # the module verbs register in, also when this file runs as __main__
+
+    for register in registry.EXTRA_COMMANDS:
         register(sub)
     return parser
 
@@ -140,6 +144,10 @@ EXTRA_COMMANDS: list[Callable] = []
 
 
 def main(argv: list[str] | None = None) -> int:
+    import dlbench.cli_report  # noqa: F401  (registers report, compare, reproduce)
+    import dlbench.cli_run  # noqa: F401  (registers run, runs, show, export)
+    import dlbench.cli_survey  # noqa: F401  (registers survey)
+
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
@@ -149,7 +157,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dlbench: interrupted", file=sys.stderr)
         return 130
+    except sqlite3.Error as exc:
+        print(f"dlbench: error: database: {exc} (was it written by another dlbench version?)", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug of ours: one line, the traceback only on request
+        if os.environ.get("DLBENCH_DEBUG"):
+            raise
+        print(f"dlbench: internal error: {type(exc).__name__}: {exc} (set DLBENCH_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # ``python -m dlbench.cli``: this file runs as ``__main__``, a different module object from the
+    # ``dlbench.cli`` that cli_run/cli_report register their verbs on; call that one's main.
+    from dlbench.cli import main as _main
+
+    sys.exit(_main())

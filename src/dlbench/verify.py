@@ -12,6 +12,10 @@ For one (framework, variant, model), on the model's small input and with the spe
     nearly orthogonal to the gradient from turning float32 rounding into a failure);
 (d) loss: finite, and equal to the reference's training loss within 1e-4.
 
+A backend that declares itself forward-only (``scenarios = ("forward",)``, an inference engine such
+as ONNX Runtime) gets (a) and (b); it passes on those, with ``gradient_error`` None and a reason
+that says the gradient and loss checks did not apply.
+
 The weights are drawn in ``verify`` mode (random biases and BN statistics) so a dropped bias or
 ignored running statistic cannot hide behind zeros and ones.
 """
@@ -26,15 +30,16 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from dlbench import reference
-from dlbench.data.synthetic import make_batch
+from dlbench.data.synthetic import Batch, make_batch
 from dlbench.frameworks.base import Backend, UnsupportedError
-from dlbench.models import verify_spec
+from dlbench.models import ModelSpec, verify_spec
 from dlbench.weights import Weights, directions, init_weights
 
 FORWARD_TOL = 1e-4
 GRADIENT_TOL = 1e-3
 LOSS_TOL = 1e-4
 DIRECTIONS = 3
+FORWARD_ONLY = "forward only (inference engine): gradient and loss checks do not apply"
 FD_STEP = 1e-6
 VERIFY_BATCH = 8
 
@@ -56,6 +61,8 @@ class VerifyResult:
     reference_loss: float | None = None
     seconds: float = 0.0
     checks: dict = field(default_factory=dict)
+    #: facts of the framework's build of this model (e.g. the ONNX exporter and opset), if it records any
+    build: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -89,6 +96,7 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
         weights = init_weights(spec, seed, mode="verify")
         batch = make_batch(spec, VERIFY_BATCH, seed)
         model = backend.build(spec, weights, device, variant)
+        res.build = dict(getattr(model, "build_info", None) or {})
         placed = backend.place(batch, model)
 
         # (a) parameter count
@@ -110,31 +118,12 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
         if not res.checks["forward"]:
             failures.append(f"forward error {res.forward_error:.2e} > {FORWARD_TOL:g}")
 
-        # (c) gradients and (d) loss
-        loss, grads = backend.loss_and_grads(model, placed)
-        res.loss = loss
-        res.reference_loss = reference.loss(spec, weights, batch)
-        loss_err = abs(loss - res.reference_loss) / max(abs(res.reference_loss), 1e-12)
-        res.checks["loss"] = math.isfinite(loss) and loss_err <= LOSS_TOL
-        if not res.checks["loss"]:
-            failures.append(f"loss {loss:.6g} vs reference {res.reference_loss:.6g}")
-        gnorm = math.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values()))
-        worst = 0.0
-        for v in directions(spec, DIRECTIONS, seed=seed + 1234):
-            missing = set(v) - set(grads)
-            if missing:
-                raise ValueError(f"no gradient for {sorted(missing)[:3]}")
-            analytic = sum(float((grads[k].astype(np.float64) * v[k]).sum()) for k in v)
-            plus = reference.loss(spec, _shift(weights, v, FD_STEP), batch)
-            minus = reference.loss(spec, _shift(weights, v, -FD_STEP), batch)
-            numeric = (plus - minus) / (2 * FD_STEP)
-            worst = max(worst, abs(analytic - numeric) / max(abs(numeric), 0.01 * gnorm, 1e-30))
-        res.gradient_error = worst
-        res.checks["gradient"] = worst <= GRADIENT_TOL
-        if not res.checks["gradient"]:
-            failures.append(f"gradient error {worst:.2e} > {GRADIENT_TOL:g}")
+        # (c) gradients and (d) loss, unless the backend is an inference engine
+        forward_only = "gradient" not in backend.scenarios
+        if not forward_only:
+            _check_gradients(backend, model, placed, spec, weights, batch, seed, res, failures)
         res.verdict = "fail" if failures else "pass"
-        res.reason = "; ".join(failures)
+        res.reason = "; ".join([*failures, FORWARD_ONLY] if forward_only else failures)
     except UnsupportedError as exc:
         res.verdict, res.reason = "unsupported", str(exc)
     except Exception as exc:  # a crash is a failed check, with where it happened
@@ -143,3 +132,30 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
         res.reason = "; ".join([*failures, f"{type(exc).__name__}: {exc} ({frame.filename.split('/')[-1]}:{frame.lineno})"])
     res.seconds = time.perf_counter() - started
     return res
+
+
+def _check_gradients(backend: Backend, model, placed, spec: ModelSpec, weights: Weights, batch: Batch, seed: int,
+                     res: VerifyResult, failures: list[str]) -> None:
+    """Checks (c) gradients and (d) loss, recorded on ``res``; each failed check is added to ``failures``."""
+    loss, grads = backend.loss_and_grads(model, placed)
+    res.loss = loss
+    res.reference_loss = reference.loss(spec, weights, batch)
+    loss_err = abs(loss - res.reference_loss) / max(abs(res.reference_loss), 1e-12)
+    res.checks["loss"] = math.isfinite(loss) and loss_err <= LOSS_TOL
+    if not res.checks["loss"]:
+        failures.append(f"loss {loss:.6g} vs reference {res.reference_loss:.6g}")
+    gnorm = math.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values()))
+    worst = 0.0
+    for v in directions(spec, DIRECTIONS, seed=seed + 1234):
+        missing = set(v) - set(grads)
+        if missing:
+            raise ValueError(f"no gradient for {sorted(missing)[:3]}")
+        analytic = sum(float((grads[k].astype(np.float64) * v[k]).sum()) for k in v)
+        plus = reference.loss(spec, _shift(weights, v, FD_STEP), batch)
+        minus = reference.loss(spec, _shift(weights, v, -FD_STEP), batch)
+        numeric = (plus - minus) / (2 * FD_STEP)
+        worst = max(worst, abs(analytic - numeric) / max(abs(numeric), 0.01 * gnorm, 1e-30))
+    res.gradient_error = worst
+    res.checks["gradient"] = worst <= GRADIENT_TOL
+    if not res.checks["gradient"]:
+        failures.append(f"gradient error {worst:.2e} > {GRADIENT_TOL:g}")

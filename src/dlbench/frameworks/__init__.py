@@ -10,7 +10,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 
@@ -26,21 +28,30 @@ class UnknownFrameworkError(ValueError):
 class FrameworkInfo:
     name: str
     module: str  # dlbench module holding the backend class
-    #: the pip distribution whose presence and version we report; a tuple lists alternatives tried
-    #: in order (``tensorflow-cpu`` on CPU machines, ``tensorflow`` on GPU ones)
+    #: the pip distribution whose presence and version we report; a tuple lists alternatives
+    #: (``onnxruntime`` or ``onnxruntime-gpu``, ``tensorflow-cpu`` or ``tensorflow``), the first one installed wins
     distribution: str | tuple[str, ...]
     import_name: str
     variants: tuple[str, ...]
     description: str
     #: environment a variant needs before the framework is imported (e.g. KERAS_BACKEND)
     variant_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: scenarios the backend can run (mirrors ``Backend.scenarios``, readable without the import)
+    scenarios: tuple[str, ...] = ("forward", "gradient", "train_step")
+    #: other import names the backend needs (onnxruntime's models are exported from torch)
+    requires: tuple[str, ...] = ()
 
 
 FRAMEWORKS: dict[str, FrameworkInfo] = {
     "torch": FrameworkInfo("torch", "dlbench.frameworks.torch", "torch", "torch", ("eager", "compile"),
                            "PyTorch (torch.nn, torch.compile)"),
+    "jax": FrameworkInfo("jax", "dlbench.frameworks.jax", "jax", "jax", ("jit",), "JAX + Flax + Optax (jax.jit)"),
+    "onnxruntime": FrameworkInfo("onnxruntime", "dlbench.frameworks.onnxruntime", ("onnxruntime", "onnxruntime-gpu"),
+                                 "onnxruntime", ("default",), "ONNX Runtime (exported from torch)",
+                                 scenarios=("forward",), requires=("torch", "onnx", "onnxscript")),
     "tensorflow": FrameworkInfo("tensorflow", "dlbench.frameworks.tensorflow", ("tensorflow-cpu", "tensorflow"),
-                                "tensorflow", ("function", "xla"), "TensorFlow 2 (Keras 3 layers, tf.function, XLA)"),
+                                "tensorflow", ("function", "xla"), "TensorFlow 2 (Keras 3 layers, tf.function, XLA)",
+                                requires=("keras",)),
     "keras": FrameworkInfo("keras", "dlbench.frameworks.keras", "keras", "keras",
                            ("keras-jax", "keras-tensorflow", "keras-torch"),
                            "Keras 3 (one model on the JAX, TensorFlow and PyTorch backends; compile, train_on_batch)",
@@ -48,6 +59,40 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {
                                         "keras-tensorflow": {"KERAS_BACKEND": "tensorflow"},
                                         "keras-torch": {"KERAS_BACKEND": "torch"}}),
 }
+
+
+def register(info: FrameworkInfo) -> None:
+    """Add a backend (plugins and tests use this; see :func:`load_plugins`)."""
+    FRAMEWORKS[info.name] = info
+
+
+def _import(module: str):
+    """A module by dotted name, or a ``.py`` file by path (plugins outside any package)."""
+    if module.endswith(".py"):
+        import importlib.util as iu
+        import sys
+
+        name = "dlbench_plugin_" + Path(module).stem
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = iu.spec_from_file_location(name, module)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load plugin {module}")
+        mod = iu.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+    return importlib.import_module(module)
+
+
+def load_plugins() -> None:
+    """Backends outside dlbench: ``DLBENCH_PLUGINS`` lists modules or .py files that define
+    ``FRAMEWORK_INFO`` (a FrameworkInfo, or a list of them). The variable reaches every measuring
+    process, so a plugin backend runs there too. A plugin must not import its framework at top level."""
+    for item in filter(None, (p.strip() for p in os.environ.get("DLBENCH_PLUGINS", "").split(","))):
+        infos = _import(item).FRAMEWORK_INFO
+        for info in infos if isinstance(infos, list | tuple) else [infos]:
+            register(info)
 
 
 def framework_info(name: str) -> FrameworkInfo:
@@ -58,12 +103,12 @@ def framework_info(name: str) -> FrameworkInfo:
 
 def installed_version(name: str) -> str | None:
     info = framework_info(name)
-    if importlib.util.find_spec(info.import_name) is None:
+    if any(importlib.util.find_spec(m) is None for m in (info.import_name, *info.requires)):
         return None
     candidates = (info.distribution,) if isinstance(info.distribution, str) else info.distribution
-    for dist in candidates:
+    for distribution in candidates:
         try:
-            return importlib.metadata.version(dist)
+            return importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
@@ -85,5 +130,8 @@ def check_frameworks(names: list[str]) -> None:
 def get_backend(name: str) -> Backend:
     """Import the backend (and so the framework) into this process."""
     info = framework_info(name)
-    module = importlib.import_module(info.module)
+    module = _import(info.module)
     return module.Backend_()
+
+
+load_plugins()

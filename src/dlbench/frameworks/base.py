@@ -51,6 +51,9 @@ class Backend(ABC):
     name: str = ""
     variants: tuple[str, ...] = ("default",)
     devices: tuple[str, ...] = ("cpu",)
+    #: what the backend can measure; an inference engine declares ("forward",) and the gate then
+    #: checks parameters and forward only
+    scenarios: tuple[str, ...] = ("forward", "gradient", "train_step")
     #: import names whose versions are recorded with every result
     packages: tuple[str, ...] = ()
 
@@ -100,6 +103,16 @@ class Backend(ABC):
     @abstractmethod
     def loss_and_grads(self, model: Any, batch: Any) -> tuple[float, dict[str, np.ndarray]]:
         """Training-mode loss and the gradients of the trainable parameters, canonical layout."""
+
+    # --- training over a data set (the convergence scenario) ---------------------------------
+    def trainer(self, model: Any, opt: OptimizerSpec) -> Callable[[Any], Any]:
+        """``step(placed_batch) -> loss``: one SGD-momentum step on a new batch each call, the
+        optimiser state carried from call to call (the timed closures are over one fixed batch)."""
+        raise UnsupportedError(f"{self.name} has no trainer for the convergence scenario yet")
+
+    def predictor(self, model: Any) -> Callable[[Any], Any]:
+        """``predict(placed_batch) -> output`` in inference mode (eval-mode BN, no dropout)."""
+        raise UnsupportedError(f"{self.name} has no predictor for the convergence scenario yet")
 
     def peak_device_memory(self, device: str) -> dict[str, int]:
         """Allocator peak on an accelerator, in bytes; empty on the CPU."""

@@ -339,6 +339,29 @@ class TorchBackend(Backend):
             return loss
         return run
 
+    def trainer(self, model: TorchModel, opt: OptimizerSpec) -> Callable[[Any], Any]:
+        model.net.train()
+        optimizer = torch.optim.SGD(model.trainable, lr=opt.lr, momentum=opt.momentum, fused=True)
+        loss_fn = model.loss_fn
+
+        def step(batch):
+            model.net.train()
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(batch["x"], batch["y"], batch["mask"])
+            loss.backward()
+            optimizer.step()
+            return loss
+        return step
+
+    def predictor(self, model: TorchModel) -> Callable[[Any], Any]:
+        infer = model.infer_fn
+
+        def predict(batch):
+            model.net.eval()
+            with torch.inference_mode():
+                return infer(batch["x"], batch["mask"])
+        return predict
+
     def sync(self, out: Any) -> None:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()

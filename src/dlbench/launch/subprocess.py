@@ -30,6 +30,7 @@ class JobOutcome:
     reason: str
     seconds: float
     returncode: int | None
+    pid: int | None = None  # also the process-group id: the job ran in its own session
 
 
 def thread_env(threads: int | None) -> dict[str, str]:
@@ -79,7 +80,8 @@ def run_job(job: dict[str, Any], timeout_s: float, threads: int | None = None, p
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
-                return JobOutcome("timeout", None, f"timed out after {timeout_s:g} s", time.perf_counter() - started, None)
+                return JobOutcome("timeout", None, f"timed out after {timeout_s:g} s", time.perf_counter() - started, None,
+                                  proc.pid)
             except BaseException:
                 _kill_group(proc)
                 raise
@@ -87,7 +89,7 @@ def run_job(job: dict[str, Any], timeout_s: float, threads: int | None = None, p
         _kill_group(proc)  # children the job left behind
         result = json.loads(result_path.read_text()) if result_path.exists() else None
         if rc == 0 and result is not None:
-            return JobOutcome("ok", result, "", seconds, rc)
+            return JobOutcome("ok", result, "", seconds, rc, proc.pid)
         log_text = _tail(log_path)
         if result is not None and result.get("error"):
             reason = result["error"]
@@ -97,7 +99,7 @@ def run_job(job: dict[str, Any], timeout_s: float, threads: int | None = None, p
             reason = f"crashed with signal {signal.Signals(-rc).name}"
         else:
             reason = f"exited with code {rc}: {_last_error_line(log_text)}"
-        return JobOutcome("failed", result, reason, seconds, rc)
+        return JobOutcome("failed", result, reason, seconds, rc, proc.pid)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -1,0 +1,53 @@
+"""Helpers for benchmark scripts: the machine's identity and a results block for docs/performance.md."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import sys
+
+
+def machine() -> str:
+    try:
+        import cpuinfo
+
+        cpu = cpuinfo.get_cpu_info().get("brand_raw", platform.processor())
+    except Exception:
+        cpu = platform.processor()
+    return f"{cpu}, {len(os.sched_getaffinity(0))} usable cores, {platform.system()} {platform.release()}"
+
+
+def header(title: str) -> str:
+    today = datetime.date.today().isoformat()
+    cmd = "python " + " ".join(sys.argv)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (f"### {title}\n\n- machine: {machine()}\n- date: {today}\n- command: `{cmd}`\n"
+            f"- load average when it started (1, 5, 15 min): {load}\n")
+
+
+def interleaved(fns: dict, rounds: int, sync=lambda out: None) -> dict[str, list[float]]:
+    """Time each callable one step at a time, alternating them, the order reversed every round
+    (A B, B A, A B, ...), so that drift of the machine (other load, thermal, allocator state)
+    falls on all of them alike; block-wise timing left a few percent of order bias."""
+    import time
+
+    names = list(fns)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names if r % 2 == 0 else reversed(names):
+            t0 = time.perf_counter()
+            sync(fns[n]())
+            out[n].append(time.perf_counter() - t0)
+    return out
+
+
+def ratio_ci(num: list[float], den: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Bootstrap 95% interval of median(num) / median(den): how sure a throughput ratio is."""
+    import random
+    import statistics
+
+    rng = random.Random(seed)
+    ratios = sorted(statistics.median(rng.choices(num, k=len(num))) / statistics.median(rng.choices(den, k=len(den)))
+                    for _ in range(reps))
+    return ratios[int(0.025 * reps)], ratios[int(0.975 * reps) - 1]

@@ -1,0 +1,76 @@
+"""Run benchmark scripts and rebuild docs/performance.md from what they print.
+
+Every figure in docs/performance.md comes from here: each script's Markdown output is saved as
+docs/performance/<script>.md (with the machine, date and command in its header), and the page is
+the concatenation of those fragments. Re-running one script replaces only its fragment:
+
+    python benchmarks/update_performance.py harness_overhead fidelity_torch
+    python benchmarks/update_performance.py --all
+
+Never run it while other heavy work shares the machine: the scripts measure time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DOCS = HERE.parent / "docs"
+FRAGMENTS = DOCS / "performance"
+ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "fidelity_tensorflow",
+         "compare_selfcheck", "scaling_model"]
+
+INTRO = """# Performance of dlbench itself
+
+Targets from the issues, checked by the scripts in `benchmarks/`. Each section below was written
+by `python benchmarks/update_performance.py <script>` from the script's own output: the machine,
+date and command are in its header. Timings on a shared machine are noisy: the scripts compare
+ratios measured in one process or one run, never absolute times across runs. Each header also gives
+the load average when the script started: a load above the number of cores means other processes
+competed for the CPU, and the figures then say little about the target (the first figures here were
+taken that way, on 2026-11-22, while other work loaded the machine; re-run them on a quiet one).
+"""
+
+
+def run(name: str, extra: list[str]) -> None:
+    script = HERE / f"{name}.py"
+    if not script.exists():
+        raise SystemExit(f"no benchmark {script}")
+    print(f"running {name} ...", file=sys.stderr)
+    out = subprocess.run([sys.executable, str(script), *extra], cwd=HERE, capture_output=True, text=True)
+    if out.returncode:
+        sys.stderr.write(out.stderr[-3000:])
+        raise SystemExit(f"{name} failed with exit code {out.returncode}")
+    FRAGMENTS.mkdir(parents=True, exist_ok=True)
+    (FRAGMENTS / f"{name}.md").write_text(out.stdout.strip() + "\n")
+
+
+def assemble() -> None:
+    parts = [INTRO]
+    names = [n for n in ORDER if (FRAGMENTS / f"{n}.md").exists()]
+    names += sorted(p.stem for p in FRAGMENTS.glob("*.md") if p.stem not in ORDER)
+    for name in names:
+        parts.append((FRAGMENTS / f"{name}.md").read_text())
+    missing = [n for n in ORDER if n not in names]
+    if missing:
+        parts.append("## Not yet measured\n\n" + "\n".join(f"- `benchmarks/{n}.py`" for n in missing) + "\n")
+    (DOCS / "performance.md").write_text("\n".join(parts))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--all", action="store_true")
+    ap.add_argument("--args", default="", help="extra arguments passed to every script")
+    args = ap.parse_args()
+    names = [n for n in ORDER if (HERE / f"{n}.py").exists()] if args.all else args.names
+    for name in names:
+        run(name, args.args.split())
+    assemble()
+
+
+if __name__ == "__main__":
+    main()

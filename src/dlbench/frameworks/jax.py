@@ -1,0 +1,693 @@
+"""JAX backend: the spec built from Flax NNX layers, every closure one ``jax.jit``-compiled function.
+
+Why Flax NNX and not Linen: Flax's own docs (0.10 onwards, still for 0.12) call NNX the core
+API and encourage new code to use it; Linen stays supported but is the older API. NNX's
+standard layers (``nnx.Conv``, ``nnx.Linear``, ``nnx.BatchNorm``, ``nnx.Embed``, ``nnx.Dropout``,
+``nnx.RNN`` over ``nnx.OptimizedLSTMCell``, ``nnx.max_pool``/``nnx.avg_pool``) build the network;
+plain ``jax.numpy``/``jax.lax`` covers what Flax has no layer for (LRN, the ceil-mode window
+clip, the masked mean, ResNet's option-A shortcut). Shared references are part of an NNX graph,
+so the tied SAE decoder holds its encoder module and reads the encoder's kernel transposed.
+
+Fast path and fairness settings:
+
+* float32 everywhere (``jax_enable_x64`` off: token ids and labels are int32 on the device);
+  on a GPU ``jax_default_matmul_precision='highest'`` so matmuls and convolutions are not
+  silently TF32 (torch turns TF32 off too).
+* layout: NHWC, XLA's preferred CPU layout. The input is transposed once in ``place`` (outside
+  the timed closure); conv kernels go OIHW -> HWIO and the rows of the Dense after a Flatten are
+  permuted at load time, so the network computes the spec's function unchanged.
+* jit scope: Flax's functional pattern (``nnx.split`` once at build, ``nnx.merge`` inside the
+  traced function, as Flax's performance guide recommends over ``nnx.jit``): ``forward``,
+  ``gradient`` (``jax.value_and_grad`` of the training loss wrt the trainable parameters) and
+  ``train_step`` (gradient + ``optax.sgd(lr, momentum=0.9)`` + the BN running-statistics update)
+  are each ONE ``jax.jit`` function taking the parameter pytrees as arguments (never baked in as
+  constants).
+* convergence: ``trainer`` calls ``train_step``'s jitted function and ``predictor`` ``forward``'s,
+  with the batch arrays as arguments, so every batch of one shape reuses one executable.
+  Variable-length token batches (lstm-imdb) are padded to the model's maximum length with mask 0
+  before the call: the function is unchanged (causal LSTM, masked mean), and the step compiles
+  once per batch size instead of once per distinct length.
+* donation: ``train_step`` (and ``trainer``) donates its parameters, optimiser state, BN
+  statistics and step counter; the updated state is stored on the model, so the closure can be
+  called repeatedly.
+* threads: XLA has no runtime thread setting; its CPU thread pool is sized from the process's
+  CPU affinity, which ``dlbench.worker`` sets before the import. ``set_threads`` reports it.
+* cache: if ``DLBENCH_CACHE_DIR`` is set, JAX's persistent compilation cache lives there with
+  the minimum compile-time and entry-size thresholds at 0, so a second process starts warm.
+* ``sync`` is ``jax.block_until_ready``; the outputs of one XLA executable complete together,
+  so blocking on ``train_step``'s loss waits for its parameter update too.
+
+Differences a reader should know:
+
+* dropout: off in ``forward``; in ``gradient``/``train_step`` a PRNG key derived by folding a
+  device-side step counter into a fixed key, so every call draws a fresh mask.
+* ``gradient`` computes the batch-statistics forward (training mode) but discards the updated
+  running statistics; only ``train_step`` stores them.
+* Flax's BatchNorm updates the running variance with the biased batch variance (torch uses the
+  unbiased one); the momentum is converted (Flax's decay = 1 - spec momentum). This affects only
+  eval-mode outputs after training, never the equivalence gate.
+* ``nnx.OptimizedLSTMCell`` has exactly one bias per gate (on the recurrent projection) and the
+  spec's gate order i, f, g, o, so its parameter count equals the spec's.
+* trace time: Flax 0.12's ``Variable.set_value`` probes ``value.sharding``, and on a tracer JAX
+  0.10 builds that AttributeError's message by walking everything traced so far, so each BN
+  running-statistics update costs time linear in the program (quadratic overall; about 40% of
+  ResNet-56's first training trace; jax-ml/jax PR 40041). Not worked around: it is what a user of
+  these versions pays, and it shows only in the first call (the ``compile`` scenario).
+* devices: ``cpu``, and ``cuda``/``gpu`` when a CUDA jaxlib is installed; the GPU path (device
+  placement, TF32 off, allocator peak from ``memory_stats()``) is written the standard way but
+  untested here.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from dlbench.data.synthetic import Batch
+from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.models import layers as L
+from dlbench.models.spec import ModelSpec
+from dlbench.weights import Weights
+
+
+def _configure_cache() -> str | None:
+    """Point JAX's persistent compilation cache at ``DLBENCH_CACHE_DIR`` (before any compile)."""
+    cache_dir = os.environ.get("DLBENCH_CACHE_DIR")
+    if cache_dir:
+        os.makedirs(cache_dir, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", cache_dir)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return cache_dir
+
+
+CACHE_DIR = _configure_cache()
+
+
+class Frozen(nnx.Param):
+    """A parameter held out of differentiation (the lower encoders in SAE pre-training).
+    Still an ``nnx.Param``, so Flax's own parameter count includes it, as the spec's does."""
+
+
+@dataclass
+class Context:
+    """What a forward pass needs besides the activations: mask, mode, dropout keys, marks."""
+
+    mask: jax.Array | None = None
+    train: bool = False
+    rngs: nnx.Rngs | None = None
+    marks: dict[str, jax.Array] = field(default_factory=dict)
+
+
+class Op(nnx.Module):
+    """A layer Flax has no module for (or one that needs the context); called as ``op(x, ctx)``."""
+
+    def __call__(self, x: jax.Array, ctx: Context) -> jax.Array:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class Seq(Op):
+    """Runs layers in order, giving each the arguments its kind takes."""
+
+    def __init__(self, layers: list[nnx.Module]):
+        self.layers = nnx.List(layers)
+
+    def __call__(self, x: jax.Array, ctx: Context) -> jax.Array:
+        for m in self.layers:
+            if isinstance(m, Op):
+                x = m(x, ctx)
+            elif isinstance(m, nnx.BatchNorm):
+                x = m(x, use_running_average=not ctx.train)
+            elif isinstance(m, nnx.Dropout):
+                x = m(x, deterministic=not ctx.train, rngs=ctx.rngs)
+            else:
+                x = m(x)
+        return x
+
+
+_ACTIVATIONS = {"relu": nnx.relu, "tanh": nnx.tanh, "sigmoid": nnx.sigmoid}
+
+
+class Activation(Op):
+    def __init__(self, fn: str):
+        self.fn = fn
+
+    def __call__(self, x, ctx):
+        return _ACTIVATIONS[self.fn](x)
+
+
+class Pool(Op):
+    """Max or average pooling, NHWC. Ceil mode is the window clip of :func:`layers._pool_out`:
+    extra high-side padding that never counts as an element (-inf for max; excluded from the
+    divisor for average, which divides by the in-bounds count as the reference does)."""
+
+    def __init__(self, layer: L.Pool2d, shape: tuple[int, ...]):
+        _, h, w = shape
+        k, s, p = layer.kernel, layer.stride, layer.padding
+        _, oh, ow = layer.out_shape(shape)
+        self.op, self.kernel, self.stride, self.padding = layer.op, k, s, p
+        self.extra = (max(0, (oh - 1) * s + k - (h + 2 * p)), max(0, (ow - 1) * s + k - (w + 2 * p)))
+
+    def __call__(self, x, ctx):
+        k, s, p = (self.kernel,) * 2, (self.stride,) * 2, self.padding
+        eh, ew = self.extra
+        if self.op == "max":
+            return nnx.max_pool(x, k, s, padding=((p, p + eh), (p, p + ew)))
+        if eh == 0 and ew == 0:  # every window lies inside the padded input: divide by k*k
+            return nnx.avg_pool(x, k, s, padding=((p, p), (p, p)), count_include_pad=True)
+        if p:  # symmetric padding counts (count_include_pad), the ceil-mode overhang does not
+            x = jnp.pad(x, ((0, 0), (p, p), (p, p), (0, 0)))
+        return nnx.avg_pool(x, k, s, padding=((0, eh), (0, ew)), count_include_pad=False)
+
+
+class GlobalAvgPool(Op):
+    def __call__(self, x, ctx):
+        return x.mean(axis=(1, 2))
+
+
+class LRN(Op):
+    """Cross-channel LRN over the last (channel) axis: ``x / (k + alpha/size * sum x^2) ** beta``."""
+
+    def __init__(self, layer: L.LRN):
+        self.size, self.alpha, self.beta, self.k = layer.size, layer.alpha, layer.beta, layer.k
+
+    def __call__(self, x, ctx):
+        pad = ((0, 0),) * (x.ndim - 1) + ((self.size // 2, (self.size - 1) // 2),)
+        window = jax.lax.reduce_window(x * x, 0.0, jax.lax.add, (1,) * (x.ndim - 1) + (self.size,),
+                                       (1,) * x.ndim, pad)
+        return x / (self.k + self.alpha / self.size * window) ** self.beta
+
+
+class Flatten(Op):
+    def __call__(self, x, ctx):
+        return x.reshape(x.shape[0], -1)
+
+
+class MaskedMean(Op):
+    def __call__(self, x, ctx):
+        if ctx.mask is None:
+            return x.mean(axis=1)
+        return (x * ctx.mask[:, :, None]).sum(axis=1) / ctx.mask.sum(axis=1, keepdims=True)
+
+
+class Mark(Op):
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, x, ctx):
+        ctx.marks[self.name] = x
+        return x
+
+
+class ZeroPadShortcut(Op):
+    """ResNet option A, NHWC: subsample by the stride and zero-pad the channels."""
+
+    def __init__(self, out_channels: int, stride: int):
+        self.out_channels, self.stride = out_channels, stride
+
+    def __call__(self, x, ctx):
+        x = x[:, :: self.stride, :: self.stride, :]
+        return jnp.pad(x, ((0, 0), (0, 0), (0, 0), (0, self.out_channels - x.shape[-1])))
+
+
+class Residual(Op):
+    def __init__(self, body: Seq, shortcut: Seq, relu: bool):
+        self.body, self.shortcut, self.relu = body, shortcut, relu
+
+    def __call__(self, x, ctx):
+        out = self.body(x, ctx) + self.shortcut(x, ctx)
+        return nnx.relu(out) if self.relu else out
+
+
+class LSTMLayer(Op):
+    """``nnx.RNN`` over an ``nnx.OptimizedLSTMCell`` (fused gates), batch-major, zero initial state."""
+
+    def __init__(self, cell: nnx.OptimizedLSTMCell):
+        self.units = cell.hidden_features
+        self.rnn = nnx.RNN(cell, rngs=False)
+
+    def __call__(self, x, ctx):
+        zeros = jnp.zeros((x.shape[0], self.units), x.dtype)
+        return self.rnn(x, initial_carry=(zeros, zeros))  # carry is (c, h)
+
+
+class TiedDense(Op):
+    """Decoder sharing its encoder: ``y = x @ W_enc.T + b``; the encoder is a shared node of the graph."""
+
+    def __init__(self, encoder: nnx.Linear, bias: jax.Array, trainable: bool):
+        self.encoder = encoder
+        self.bias = (nnx.Param if trainable else Frozen)(bias)
+
+    def __call__(self, x, ctx):
+        return x @ self.encoder.kernel[...].T + self.bias[...]
+
+
+# A binding ties a canonical parameter to a Flax variable: (variable, to_flax, from_flax).
+Binding = tuple[nnx.Variable, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]
+
+
+def _same(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+def _oihw_to_hwio(a: np.ndarray) -> np.ndarray:
+    return a.transpose(2, 3, 1, 0)
+
+
+def _hwio_to_oihw(a: np.ndarray) -> np.ndarray:
+    return a.transpose(3, 2, 0, 1)
+
+
+def _flatten_rows(chw: tuple[int, int, int]) -> tuple[Callable, Callable]:
+    """Row permutation of a Dense after Flatten: canonical rows follow (C, H, W), NHWC's (H, W, C)."""
+    c, h, w = chw
+
+    def to_flax(a: np.ndarray) -> np.ndarray:
+        return a.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(c * h * w, -1)
+
+    def from_flax(a: np.ndarray) -> np.ndarray:
+        return a.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(c * h * w, -1)
+    return to_flax, from_flax
+
+
+class Builder:
+    """Turns layers into Flax modules holding the canonical weights, and records where each
+    canonical parameter lives. Tests may subclass it to plant bugs.
+
+    Each layer's initialisers return the converted canonical value: Flax's own random
+    initialisers would compile one kernel per shape only to be overwritten."""
+
+    def __init__(self, weights: Weights) -> None:
+        self.weights = weights
+        self.rngs = nnx.Rngs(0)  # required by the layers; the initialisers below ignore the key
+        self.params: dict[str, Binding] = {}
+        self.state: dict[str, nnx.Variable] = {}
+        self.linears: dict[str, nnx.Linear] = {}
+        self.flattened: tuple[int, int, int] | None = None  # (C, H, W) before the last Flatten
+
+    def init(self, name: str, to_flax: Callable[[np.ndarray], np.ndarray] = _same) -> Callable:
+        """A Flax initialiser that returns canonical parameter ``name`` converted to Flax's layout."""
+        value = np.ascontiguousarray(to_flax(self.weights.params[name]), dtype=np.float32)
+
+        def initializer(key, shape, dtype=jnp.float32) -> jax.Array:
+            if tuple(shape) != value.shape:
+                raise ValueError(f"{name}: canonical {self.weights.params[name].shape} -> {value.shape}, "
+                                 f"flax wants {tuple(shape)}")
+            return jnp.asarray(value, dtype)
+        return initializer
+
+    def sequence(self, layers: tuple[L.Layer, ...], shape: tuple[int, ...]) -> tuple[Seq, tuple[int, ...]]:
+        mods = []
+        for layer in layers:
+            mods.append(self.layer(layer, shape))
+            if not isinstance(layer, L.Flatten | L.Activation | L.Dropout | L.Dense):
+                self.flattened = None
+            shape = layer.out_shape(shape)
+        return Seq(mods), shape
+
+    def layer(self, layer: L.Layer, shape: tuple[int, ...]) -> nnx.Module:
+        method = getattr(self, f"make_{layer.kind.lower()}", None)
+        if method is None:
+            raise UnsupportedError(f"jax backend has no rule for layer {layer.kind}")
+        return method(layer, shape)
+
+    def make_conv2d(self, layer: L.Conv2d, shape) -> nnx.Module:
+        w, b = f"{layer.name}.weight", f"{layer.name}.bias"
+        m = nnx.Conv(shape[0], layer.out_channels, (layer.kernel, layer.kernel), layer.stride, padding=layer.padding,
+                     feature_group_count=layer.groups, use_bias=layer.bias, kernel_init=self.init(w, _oihw_to_hwio),
+                     bias_init=self.init(b) if layer.bias else nnx.initializers.zeros, rngs=self.rngs)
+        self.params[w] = (m.kernel, _oihw_to_hwio, _hwio_to_oihw)
+        if layer.bias:
+            self.params[b] = (m.bias, _same, _same)
+        return m
+
+    def make_pool2d(self, layer: L.Pool2d, shape) -> nnx.Module:
+        return Pool(layer, shape)
+
+    def make_globalavgpool(self, layer, shape) -> nnx.Module:
+        return GlobalAvgPool()
+
+    def make_lrn(self, layer: L.LRN, shape) -> nnx.Module:
+        return LRN(layer)
+
+    def make_batchnorm(self, layer: L.BatchNorm, shape) -> nnx.Module:
+        m = nnx.BatchNorm(shape[0], momentum=1.0 - layer.momentum, epsilon=layer.eps,
+                          scale_init=self.init(f"{layer.name}.gamma"), bias_init=self.init(f"{layer.name}.beta"),
+                          rngs=self.rngs)
+        self.params[f"{layer.name}.gamma"] = (m.scale, _same, _same)
+        self.params[f"{layer.name}.beta"] = (m.bias, _same, _same)
+        for leaf, var in (("running_mean", m.mean), ("running_var", m.var)):
+            self.state[f"{layer.name}.{leaf}"] = var
+            var[...] = jnp.asarray(self.weights.state[f"{layer.name}.{leaf}"], jnp.float32)
+        return m
+
+    def make_dense(self, layer: L.Dense, shape) -> nnx.Module:
+        to_flax, from_flax = _flatten_rows(self.flattened) if self.flattened else (_same, _same)
+        self.flattened = None
+        w, b = f"{layer.name}.weight", f"{layer.name}.bias"
+        m = nnx.Linear(shape[-1], layer.units, use_bias=layer.bias, kernel_init=self.init(w, to_flax),
+                       bias_init=self.init(b) if layer.bias else nnx.initializers.zeros, rngs=self.rngs)
+        if not layer.trainable:
+            m.kernel = Frozen(m.kernel[...])
+            if layer.bias:
+                m.bias = Frozen(m.bias[...])
+        self.params[w] = (m.kernel, to_flax, from_flax)
+        if layer.bias:
+            self.params[b] = (m.bias, _same, _same)
+        self.linears[layer.name] = m
+        return m
+
+    def make_tieddense(self, layer: L.TiedDense, shape) -> nnx.Module:
+        m = TiedDense(self.linears[layer.tied_to], self.init(f"{layer.name}.bias")(None, (layer.units,)),
+                      layer.trainable)
+        self.params[f"{layer.name}.bias"] = (m.bias, _same, _same)
+        return m
+
+    def make_activation(self, layer: L.Activation, shape) -> nnx.Module:
+        return Activation(layer.fn)
+
+    def make_dropout(self, layer: L.Dropout, shape) -> nnx.Module:
+        return nnx.Dropout(layer.rate)
+
+    def make_flatten(self, layer, shape) -> nnx.Module:
+        self.flattened = tuple(shape) if len(shape) == 3 else None
+        return Flatten()
+
+    def make_embedding(self, layer: L.Embedding, shape) -> nnx.Module:
+        m = nnx.Embed(layer.vocab, layer.dim, embedding_init=self.init(f"{layer.name}.weight"), rngs=self.rngs)
+        self.params[f"{layer.name}.weight"] = (m.embedding, _same, _same)
+        return m
+
+    def make_lstm(self, layer: L.LSTM, shape) -> nnx.Module:
+        n = layer.name
+        m = LSTMLayer(nnx.OptimizedLSTMCell(shape[-1], layer.units, kernel_init=self.init(f"{n}.w_x"),
+                                            recurrent_kernel_init=self.init(f"{n}.w_h"), bias_init=self.init(f"{n}.b"),
+                                            rngs=self.rngs))
+        cell = m.rnn.cell
+        self.params[f"{n}.w_x"] = (cell.dense_i.kernel, _same, _same)
+        self.params[f"{n}.w_h"] = (cell.dense_h.kernel, _same, _same)
+        self.params[f"{n}.b"] = (cell.dense_h.bias, _same, _same)
+        return m
+
+    def make_maskedmean(self, layer, shape) -> nnx.Module:
+        return MaskedMean()
+
+    def make_mark(self, layer: L.Mark, shape) -> nnx.Module:
+        return Mark(layer.name)
+
+    def make_zeropadshortcut(self, layer: L.ZeroPadShortcut, shape) -> nnx.Module:
+        return ZeroPadShortcut(layer.out_channels, layer.stride)
+
+    def make_residual(self, layer: L.Residual, shape) -> nnx.Module:
+        body, _ = self.sequence(layer.body, shape)
+        short, _ = self.sequence(layer.shortcut, shape)
+        return Residual(body, short, layer.post == "relu")
+
+
+Path = tuple[Any, ...]
+
+
+class JaxModel:
+    """The split network (graph + state pytrees on the device) and its jitted functions.
+
+    ``params`` (trainable), ``frozen``, ``stats`` (BN running statistics) and ``rest`` are the
+    current state; ``train_step`` replaces them after every call. ``bindings`` map a canonical
+    name to (collection, path in that collection, to_flax, from_flax)."""
+
+    def __init__(self, spec: ModelSpec, net: Seq, builder: Builder, device: jax.Device, variant: str):
+        self.spec, self.device, self.variant = spec, device, variant
+        missing = set(spec.param_shapes()) - set(builder.params)
+        if missing:
+            raise ValueError(f"parameters not bound to a flax variable: {sorted(missing)}")
+        self.graphdef, frozen, params, stats, rest = nnx.split(net, Frozen, nnx.Param, nnx.BatchStat, ...)
+        self.frozen, self.params, self.stats, self.rest = jax.device_put((frozen, params, stats, rest), device)
+        where: dict[int, tuple[str, Path]] = {}
+        for collection, state in (("frozen", frozen), ("params", params), ("stats", stats)):
+            for path, var in nnx.to_flat_state(state):
+                where[id(var)] = (collection, path)
+        # split returns the module's own Variable objects, so identity finds each binding's path
+        self.bindings = {name: (*where[id(var)], to_flax, from_flax)
+                         for name, (var, to_flax, from_flax) in builder.params.items()}
+        self.state_paths = {name: where[id(var)][1] for name, var in builder.state.items()}
+        self.step = jax.device_put(jnp.zeros((), jnp.uint32), device)
+        self.key = jax.device_put(jax.random.key(0), device)
+        self.forward_fn, self.grad_fn = _make_functions(spec, self.graphdef)
+        self.train_fns: dict[OptimizerSpec, Callable] = {}
+        self.opt_state: Any = None
+
+
+def _loss(spec: ModelSpec, out: jax.Array, x: jax.Array, y: jax.Array | None, marks: dict) -> jax.Array:
+    if spec.loss.kind == "mse":
+        target = marks.get(spec.loss.target, x)
+        return jnp.mean((out - target) ** 2)
+    logits = out.reshape(-1, out.shape[-1])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y.reshape(-1)).mean()
+
+
+def _training_loss(spec: ModelSpec, graphdef: nnx.GraphDef) -> Callable:
+    """``(params, frozen, stats, rest, x, y, mask, key) -> (loss, new BN statistics)``."""
+    def loss_fn(params, frozen, stats, rest, x, y, mask, key):
+        # Variables a function mutates must be made in its own trace (here value_and_grad's,
+        # not the enclosing jit's), so the BN statistics are rebuilt before the merge.
+        stats = jax.tree.map(lambda a: a, stats)
+        net = nnx.merge(graphdef, frozen, params, stats, rest)
+        ctx = Context(mask=mask, train=True, rngs=nnx.Rngs(dropout=key))
+        out = net(x, ctx)
+        return _loss(spec, out, x, y, ctx.marks), nnx.state(net, nnx.BatchStat)
+    return loss_fn
+
+
+def _make_functions(spec: ModelSpec, graphdef: nnx.GraphDef) -> tuple[Callable, Callable]:
+    loss_fn = _training_loss(spec, graphdef)
+
+    @jax.jit
+    def forward_fn(params, frozen, stats, rest, x, mask):
+        net = nnx.merge(graphdef, frozen, params, stats, rest)
+        out = net(x, Context(mask=mask, train=False))
+        return out.transpose(0, 3, 1, 2) if out.ndim == 4 else out  # an image output goes back to NCHW
+
+    @jax.jit
+    def grad_fn(params, frozen, stats, rest, x, y, mask, step, key):
+        (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            params, frozen, stats, rest, x, y, mask, jax.random.fold_in(key, step))
+        return loss, grads, step + 1
+    return forward_fn, grad_fn
+
+
+def _make_train_fn(spec: ModelSpec, graphdef: nnx.GraphDef, tx: optax.GradientTransformation) -> Callable:
+    loss_fn = _training_loss(spec, graphdef)
+
+    def train_fn(params, opt_state, stats, step, frozen, rest, x, y, mask, key):
+        (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            params, frozen, stats, rest, x, y, mask, jax.random.fold_in(key, step))
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, new_stats, step + 1, loss
+    return jax.jit(train_fn, donate_argnums=(0, 1, 2, 3))
+
+
+@partial(jax.jit, static_argnums=2)
+def _pad_steps(x: jax.Array, mask: jax.Array, steps: int) -> tuple[jax.Array, jax.Array]:
+    extra = ((0, 0), (0, steps - x.shape[1]))
+    return jnp.pad(x, extra), jnp.pad(mask, extra)
+
+
+def _full_length(model: JaxModel, batch: dict) -> tuple[jax.Array, jax.Array | None]:
+    """``(x, mask)`` of a variable-length token batch padded (token 0, mask 0) to the model's
+    maximum length; other batches unchanged. The spec's function is unchanged: the LSTM runs
+    forward in time, so the added trailing steps never reach a valid step's output, and the masked
+    mean multiplies them by an exact 0 (which also stops every gradient through them). What it
+    buys: one executable of the training step per batch size instead of one per distinct length
+    (IMDB reviews cut at 100 tokens are mostly full length, so the extra compute is small). The
+    pad itself is a tiny jitted program, compiled once per distinct length."""
+    x, mask = batch["x"], batch["mask"]
+    steps = model.spec.input.shape[0]
+    if mask is None or not model.spec.input.variable_length or x.shape[1] >= steps:
+        return x, mask
+    return _pad_steps(x, mask, steps)
+
+
+def _device(device: str) -> jax.Device:
+    kind, _, index = device.partition(":")
+    platform = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu"}.get(kind)
+    if platform is None:
+        raise UnsupportedError(f"jax backend knows devices cpu, cuda/gpu; got {device!r}")
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError as exc:
+        raise UnsupportedError(f"no {platform} device in this jaxlib: {exc}") from None
+    i = int(index or 0)
+    if i >= len(devices):
+        raise UnsupportedError(f"{device}: only {len(devices)} {platform} device(s)")
+    return devices[i]
+
+
+class JaxBackend(Backend):
+    name = "jax"
+    variants = ("jit",)
+    devices = ("cpu", "cuda")
+    packages = ("jax", "jaxlib", "flax", "optax")
+    builder_class = Builder
+
+    def set_threads(self, n: int) -> dict[str, Any]:
+        return {
+            "requested": n,
+            "cpu_affinity": len(os.sched_getaffinity(0)),
+            "platform": jax.default_backend(),
+            "device_count": jax.device_count(),
+            "note": "XLA has no runtime thread setting; its CPU thread pool follows the process's CPU affinity",
+        }
+
+    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> JaxModel:
+        variant = variant or "jit"
+        if variant not in self.variants:
+            raise UnsupportedError(f"jax has no variant {variant!r}")
+        dev = _device(device)
+        if dev.platform == "gpu":
+            jax.config.update("jax_default_matmul_precision", "highest")
+        builder = self.builder_class(weights)
+        with jax.default_device(jax.devices("cpu")[0]):  # built on the host, then placed as a whole
+            net, _ = builder.sequence(spec.layers, spec.input.shape)
+        return JaxModel(spec, net, builder, dev, variant)
+
+    def place(self, batch: Batch, model: JaxModel) -> dict[str, jax.Array | None]:
+        x = batch.x
+        if model.spec.input.kind == "image":
+            x = x.transpose(0, 2, 3, 1)  # NCHW -> NHWC, once, outside the timed closure
+        x = np.ascontiguousarray(x, np.int32 if model.spec.input.kind == "tokens" else np.float32)
+
+        def put(a: np.ndarray | None, dtype) -> jax.Array | None:
+            return None if a is None else jax.device_put(np.asarray(a, dtype), model.device)
+        return {"x": put(x, x.dtype), "y": put(batch.y, np.int32), "mask": put(batch.mask, np.float32)}
+
+    def forward(self, model: JaxModel, batch) -> Callable[[], Any]:
+        fn, x, mask = model.forward_fn, batch["x"], batch["mask"]
+
+        def run():
+            return fn(model.params, model.frozen, model.stats, model.rest, x, mask)
+        return run
+
+    def gradient(self, model: JaxModel, batch) -> Callable[[], Any]:
+        fn, x, y, mask = model.grad_fn, batch["x"], batch["y"], batch["mask"]
+
+        def run():
+            loss, grads, model.step = fn(model.params, model.frozen, model.stats, model.rest, x, y, mask,
+                                         model.step, model.key)
+            return loss, grads
+        return run
+
+    def _train_fn(self, model: JaxModel, opt: OptimizerSpec) -> Callable:
+        """The model's one jitted SGD-momentum step for ``opt`` (made once, shared by ``train_step``
+        and ``trainer``), with a fresh momentum buffer put on the model."""
+        tx = optax.sgd(opt.lr, momentum=opt.momentum)
+        if opt not in model.train_fns:
+            model.train_fns[opt] = _make_train_fn(model.spec, model.graphdef, tx)
+        model.opt_state = jax.device_put(tx.init(model.params), model.device)
+        return model.train_fns[opt]
+
+    def _run_train_fn(self, model: JaxModel, fn: Callable, x, y, mask) -> jax.Array:
+        model.params, model.opt_state, model.stats, model.step, loss = fn(
+            model.params, model.opt_state, model.stats, model.step, model.frozen, model.rest, x, y, mask, model.key)
+        return loss
+
+    def train_step(self, model: JaxModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
+        """A closure doing one SGD-with-momentum step on the model's state. Making a closure
+        starts a fresh momentum buffer (held on the model, so it is shared with earlier closures)."""
+        fn = self._train_fn(model, opt)
+        x, y, mask = batch["x"], batch["y"], batch["mask"]
+
+        def run():
+            return self._run_train_fn(model, fn, x, y, mask)
+        return run
+
+    def trainer(self, model: JaxModel, opt: OptimizerSpec) -> Callable[[Any], Any]:
+        """The same jitted step as ``train_step``, with the batch as its argument: batches of one
+        shape reuse one executable. Token batches cut to their longest sequence are padded to the
+        model's maximum length first (see :func:`_full_length`), so they do too."""
+        fn = self._train_fn(model, opt)
+
+        def step(batch):
+            x, mask = _full_length(model, batch)
+            return self._run_train_fn(model, fn, x, batch["y"], mask)
+        return step
+
+    def predictor(self, model: JaxModel) -> Callable[[Any], Any]:
+        """``forward``'s jitted function (eval-mode BN, no dropout) on the model's current state."""
+        fn = model.forward_fn
+
+        def predict(batch):
+            x, mask = _full_length(model, batch)
+            return fn(model.params, model.frozen, model.stats, model.rest, x, mask)
+        return predict
+
+    def sync(self, out: Any) -> None:
+        jax.block_until_ready(out)
+
+    def to_numpy(self, out: Any) -> np.ndarray:
+        if isinstance(out, tuple):  # gradient's (loss, grads)
+            out = out[0]
+        return np.asarray(out)
+
+    def param_count(self, model: JaxModel) -> int:
+        """Flax's params pytree (trainable and frozen ``nnx.Param``s; BN statistics are not params)."""
+        return sum(int(leaf.size) for leaf in jax.tree.leaves((model.params, model.frozen)))
+
+    def _canonical(self, model: JaxModel, states: dict[str, nnx.State], names: list[str]) -> dict[str, np.ndarray]:
+        """Values of ``names`` read from Flax state pytrees (by collection) into canonical layout."""
+        flats = {collection: dict(nnx.to_flat_state(state)) for collection, state in states.items()}
+        out = {}
+        for name in names:
+            collection, path, _, from_flax = model.bindings[name]
+            if collection not in flats:
+                raise ValueError(f"{name} is in the {collection!r} collection, expected one of {sorted(flats)}")
+            out[name] = np.array(from_flax(np.asarray(flats[collection][path][...])), np.float32)
+        return out
+
+    def get_params(self, model: JaxModel) -> dict[str, np.ndarray]:
+        return self._canonical(model, {"params": model.params, "frozen": model.frozen}, list(model.bindings))
+
+    def get_state(self, model: JaxModel) -> dict[str, np.ndarray]:
+        """BN running statistics under their canonical names (not part of the Backend contract)."""
+        flat = dict(nnx.to_flat_state(model.stats))
+        return {name: np.array(flat[path][...], np.float32) for name, path in model.state_paths.items()}
+
+    def loss_and_grads(self, model: JaxModel, batch) -> tuple[float, dict[str, np.ndarray]]:
+        loss, grads = self.gradient(model, batch)()
+        return float(loss), self._canonical(model, {"params": grads}, model.spec.trainable_names())
+
+    def peak_device_memory(self, device: str) -> dict[str, int]:
+        if device.startswith(("cuda", "gpu")):
+            stats = _device(device).memory_stats() or {}
+            if "peak_bytes_in_use" in stats:
+                return {"allocator_peak_bytes": int(stats["peak_bytes_in_use"])}
+        return {}
+
+    def info(self) -> dict[str, Any]:
+        versions = {}
+        for dist in self.packages:
+            try:
+                versions[dist] = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                versions[dist] = None
+        return {
+            **versions,
+            "platform": jax.default_backend(),
+            "devices": [str(d) for d in jax.devices()],
+            "cpu_affinity": len(os.sched_getaffinity(0)),
+            "x64": bool(jax.config.jax_enable_x64),
+            "matmul_precision": jax.config.jax_default_matmul_precision,
+            "compilation_cache_dir": CACHE_DIR,
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        }
+
+
+Backend_ = JaxBackend

@@ -1,0 +1,369 @@
+"""ONNX Runtime backend: the deployment view, inference only.
+
+The network is built by dlbench's torch backend (ONNX Runtime has no model-building API of its
+own; the usual path to it is an export from a training framework), its eval-mode forward is
+exported to ONNX in memory, and an ``InferenceSession`` runs it.
+
+Export:
+
+* torch's default exporter first, ``torch.onnx.export(..., dynamo=True)`` (torch.export +
+  onnxscript), exported with ``optimize=False`` so every parameter is still a named initializer,
+  then ``ONNXProgram.optimize()`` (the exporter's default constant folding) before the session;
+  the TorchScript exporter (``dynamo=False``, no constant folding) only if that export or its
+  session fails for the model, with the reason recorded. The exporter and opset used are in
+  ``info()["exports"]`` and in the model's ``build_info`` (the gate copies it to ``VerifyResult.build``).
+* dynamic axes: batch always; for ``variable_length`` token inputs also the sequence axis, and the
+  mask is the graph's second input ``mask`` (float32, batch x steps).
+
+Fast path and fairness settings:
+
+* ``SessionOptions``: ``intra_op_num_threads`` = the ``set_threads`` count (ORT's default, one per
+  physical core, when never set), ``inter_op_num_threads = 1`` with sequential execution,
+  ``graph_optimization_level = ORT_ENABLE_ALL`` (constant folding, BN folded into conv, fusions,
+  NCHWc layout on x86); the thread pool's default spin-waiting is kept.
+* inputs are wrapped as ``OrtValue`` and bound once with ``io_binding`` in ``place``; the output is
+  bound to the device and allocated by ORT per run; the timed closure is ``run_with_iobinding``.
+  On the CPU a ``run`` returns when the output is computed, so ``sync`` has nothing to wait for.
+* CUDA: ``CUDAExecutionProvider`` (with the CPU provider as fallback for unassigned nodes) when
+  the installed build has it (``onnxruntime-gpu``); written the standard way but untested here
+  (no GPU): ORT synchronises the stream at the end of a run, so ``sync`` is a no-op there too.
+* compile: ONNX Runtime's compile step is the session creation (graph optimisation, kernel
+  selection, weight pre-packing), timed apart from the torch export in ``build_info``
+  (``session_s`` vs ``export_s``). If ``DLBENCH_CACHE_DIR`` is set, the optimised graph is saved
+  there (``optimized_model_filepath``) under a hash of the exported graph (weights included), the
+  ORT version and the providers; a later process loads it with optimisation off, so its
+  'compile' is load + kernel creation + pre-packing only. The export runs in both processes (the
+  cache key is its output). The saved graph may hold machine-specific kernels (NCHWc), so the
+  cache is only valid on the machine that wrote it, which is how ``DLBENCH_CACHE_DIR`` is used.
+
+Gate rules:
+
+* ``param_count``: elements of the exported (unoptimised) graph's initializers whose names are
+  torch parameter names of the exported module; BN running statistics (buffers) and exporter
+  constants are not parameters. Counted before ORT's optimiser, which folds BN into the conv.
+  torch's LSTM brings its second bias (``bias_hh``, held at zero): 4 x units extra per LSTM,
+  reported as ``param_count_extra``, as for torch.
+* ``get_params``: read back from those initializers (the values the session was created from),
+  converted to canonical layout; inference never changes them.
+* ``gradient``, ``train_step`` and ``loss_and_grads`` raise :class:`UnsupportedError`: the backend
+  declares ``scenarios = ("forward",)`` and the gate checks parameters and forward only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import logging
+import os
+import platform
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+from dlbench.data.synthetic import Batch
+from dlbench.frameworks import torch as torch_backend
+from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.models import layers as L
+from dlbench.models.spec import ModelSpec
+from dlbench.weights import Weights
+
+NOT_TRAINABLE = ("onnxruntime is an inference engine here: the exported ONNX graph is the eval-mode forward only "
+                 "(no loss, no backward; ONNX Runtime's training API is a separate package), so {what} is not measured")
+EXPORTERS = ("dynamo", "torchscript")
+EXAMPLE_BATCH = 2
+
+
+class ForwardOnly(torch.nn.Module):
+    """The torch network's inference output alone (its Seq also returns an autoencoder target)."""
+
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.net(x, mask)[0]
+
+
+@dataclass
+class Exported:
+    """One exported graph: serialised, its parameter initializers by torch name, and how it was made."""
+
+    onnx_bytes: bytes
+    params: dict[str, np.ndarray]
+    exporter: str
+    opset: int
+
+
+@dataclass
+class OrtModel:
+    spec: ModelSpec
+    session: ort.InferenceSession
+    input_names: tuple[str, ...]
+    output_name: str
+    device: str
+    #: canonical name -> (torch parameter name, torch layout -> canonical)
+    bindings: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]]
+    #: parameter initializers of the exported graph, by torch parameter name
+    params: dict[str, np.ndarray]
+    #: exporter, opset, providers, session options, timings of export and session creation
+    build_info: dict[str, Any]
+
+
+@contextlib.contextmanager
+def _quiet_export() -> Iterator[None]:
+    """The exporters warn about optional packages (torchvision) and deprecations on every call."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _example_inputs(spec: ModelSpec) -> tuple[tuple[torch.Tensor, ...], list[str]]:
+    """Zero inputs of the spec's full shape (only shapes and dtypes matter to the export)."""
+    shape = (EXAMPLE_BATCH, *spec.input.shape)
+    x = torch.zeros(shape, dtype=torch.int64 if spec.input.kind == "tokens" else torch.float32)
+    if spec.input.variable_length:
+        return (x, torch.ones(shape, dtype=torch.float32)), ["x", "mask"]
+    return (x,), ["x"]
+
+
+def export_dynamo(module: torch.nn.Module, spec: ModelSpec) -> Exported:
+    args, names = _example_inputs(spec)
+    batch = torch.export.Dim("batch")
+    if spec.input.variable_length:
+        steps = torch.export.Dim("steps")
+        shapes = {"x": {0: batch, 1: steps}, "mask": {0: batch, 1: steps}}
+    else:
+        shapes = {"x": {0: batch}}
+    with _quiet_export():
+        program = torch.onnx.export(module, args, dynamo=True, input_names=names, output_names=["output"],
+                                    dynamic_shapes=shapes, optimize=False, verbose=False)
+    wanted = {name for name, _ in module.named_parameters()}
+    inits = program.model.graph.initializers
+    params = {name: inits[name].const_value.numpy() for name in wanted if name in inits}
+    opset = program.model.opset_imports.get("", 0)
+    with _quiet_export():
+        program.optimize()
+    return Exported(program.model_proto.SerializeToString(), params, "dynamo", int(opset))
+
+
+def export_torchscript(module: torch.nn.Module, spec: ModelSpec) -> Exported:
+    args, names = _example_inputs(spec)
+    axes: dict[str, dict[int, str]] = {"x": {0: "batch"}, "output": {0: "batch"}}
+    if spec.input.variable_length:
+        axes.update(x={0: "batch", 1: "steps"}, mask={0: "batch", 1: "steps"})
+    buf = io.BytesIO()
+    with _quiet_export():
+        torch.onnx.export(module, args, buf, dynamo=False, input_names=names, output_names=["output"],
+                          dynamic_axes=axes, do_constant_folding=False)
+    proto = onnx.load_from_string(buf.getvalue())
+    wanted = {name for name, _ in module.named_parameters()}
+    params = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer if i.name in wanted}
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    return Exported(buf.getvalue(), params, "torchscript", int(opset))
+
+
+EXPORT_FUNCTIONS = {"dynamo": export_dynamo, "torchscript": export_torchscript}
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+
+
+class OnnxRuntimeBackend(Backend):
+    name = "onnxruntime"
+    variants = ("default",)
+    devices = ("cpu", "cuda")
+    scenarios = ("forward",)
+    packages = ("onnxruntime", "onnx", "onnxscript", "torch")
+    #: exporters tried in order (tests force the fallback by overriding this)
+    exporters: tuple[str, ...] = EXPORTERS
+
+    def __init__(self) -> None:
+        self.threads: int | None = None
+        self.exports: list[dict[str, Any]] = []
+        self._torch = torch_backend.TorchBackend()
+
+    # --- set-up -----------------------------------------------------------------------
+    def set_threads(self, n: int) -> dict[str, Any]:
+        """Stored for the sessions ``build`` creates; torch (used only to export) is limited too."""
+        self.threads = n
+        self._torch.set_threads(n)
+        return {"intra_op": n, "inter_op": 1}
+
+    def session_options(self) -> ort.SessionOptions:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.threads or 0
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        return so
+
+    def providers(self, device: str) -> list:
+        if device == "cpu":
+            return ["CPUExecutionProvider"]
+        if device.startswith("cuda"):
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise UnsupportedError("this onnxruntime build has no CUDAExecutionProvider (pip install onnxruntime-gpu)")
+            index = int(device.partition(":")[2] or 0)
+            return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+        raise UnsupportedError(f"onnxruntime backend has no device {device!r}")
+
+    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> OrtModel:
+        variant = variant or "default"
+        if variant not in self.variants:
+            raise UnsupportedError(f"onnxruntime has no variant {variant!r}")
+        providers = self.providers(device)
+        torch_model = self._torch.build(spec, weights, "cpu", "eager")
+        module = ForwardOnly(torch_model.net).eval()
+        names = {id(p): name for name, p in module.named_parameters()}
+        bindings = {canon: (names[id(t)], from_torch) for canon, (t, _, from_torch) in torch_model.bindings.items()}
+
+        fallback: list[str] = []
+        for exporter in self.exporters:
+            try:
+                started = time.perf_counter()
+                exported = EXPORT_FUNCTIONS[exporter](module, spec)
+                export_s = time.perf_counter() - started
+                started = time.perf_counter()
+                session, cache = self._session(exported.onnx_bytes, providers)
+                session_s = time.perf_counter() - started
+                break
+            except UnsupportedError:
+                raise
+            except Exception as exc:
+                fallback.append(f"{exporter}: {_short(exc)}")
+        else:
+            raise UnsupportedError(f"no torch.onnx exporter produced a graph ONNX Runtime runs for {spec.name}: "
+                                   + "; ".join(fallback))
+
+        so = session.get_session_options()
+        info = {
+            "exporter": exported.exporter, "opset": exported.opset, "exporter_fallback": "; ".join(fallback) or None,
+            "providers": session.get_providers(), "intra_op_threads": so.intra_op_num_threads,
+            "inter_op_threads": so.inter_op_num_threads, "graph_optimization_level": "ORT_ENABLE_ALL",
+            "session_cache": cache, "onnx_bytes": len(exported.onnx_bytes),
+            "export_s": round(export_s, 3), "session_s": round(session_s, 3),
+        }
+        self.exports.append({"model": spec.name, "options": dict(spec.options), **info})
+        inputs = tuple(i.name for i in session.get_inputs())
+        return OrtModel(spec, session, inputs, session.get_outputs()[0].name, device, bindings, exported.params, info)
+
+    def _session(self, onnx_bytes: bytes, providers: list) -> tuple[ort.InferenceSession, str]:
+        """The session, and whether the optimised graph came from the cache ("hit"), went to it
+        ("miss") or no cache is set ("off")."""
+        so = self.session_options()
+        cache_dir = os.environ.get("DLBENCH_CACHE_DIR")
+        if not cache_dir:
+            return ort.InferenceSession(onnx_bytes, so, providers=providers), "off"
+        key = hashlib.sha256(onnx_bytes)
+        key.update(repr((ort.__version__, providers, platform.machine(), "ORT_ENABLE_ALL")).encode())
+        path = Path(cache_dir) / "onnxruntime" / f"{key.hexdigest()[:32]}.onnx"
+        if path.exists():
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            return ort.InferenceSession(str(path), so, providers=providers), "hit"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.onnx")
+        so.optimized_model_filepath = str(partial)
+        try:
+            session = ort.InferenceSession(onnx_bytes, so, providers=providers)
+            os.replace(partial, path)  # atomic: a concurrent process reads a whole file or none
+        finally:
+            partial.unlink(missing_ok=True)
+        return session, "miss"
+
+    def place(self, batch: Batch, model: OrtModel) -> dict[str, Any]:
+        """Inputs as OrtValues on the session's device, bound once; the arrays are kept alive
+        because a CPU OrtValue shares their memory."""
+        arrays = {"x": np.ascontiguousarray(batch.x)}
+        if "mask" in model.input_names:
+            if batch.mask is None:
+                raise ValueError(f"{model.spec.name} takes a mask and the batch has none")
+            arrays["mask"] = np.ascontiguousarray(batch.mask, dtype=np.float32)
+        device_type, _, index = model.device.partition(":")
+        device_id = int(index or 0)
+        values = {k: ort.OrtValue.ortvalue_from_numpy(a, device_type, device_id) for k, a in arrays.items()}
+        binding = model.session.io_binding()
+        for name in model.input_names:
+            binding.bind_ortvalue_input(name, values[name])
+        binding.bind_output(model.output_name, device_type, device_id)
+        return {"arrays": arrays, "values": values, "binding": binding}
+
+    # --- the measured closures ---------------------------------------------------------------
+    def forward(self, model: OrtModel, batch) -> Callable[[], Any]:
+        session, binding = model.session, batch["binding"]
+
+        def run():
+            session.run_with_iobinding(binding)
+            return binding.get_outputs()[0]
+        return run
+
+    def gradient(self, model: OrtModel, batch) -> Callable[[], Any]:
+        raise UnsupportedError(NOT_TRAINABLE.format(what="the gradient scenario"))
+
+    def train_step(self, model: OrtModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
+        raise UnsupportedError(NOT_TRAINABLE.format(what="the train_step scenario"))
+
+    def sync(self, out: Any) -> None:
+        """Nothing to wait for: a run returns when its outputs are computed (CUDA: ORT syncs its stream)."""
+
+    def to_numpy(self, out: Any) -> np.ndarray:
+        return np.asarray(out.numpy())
+
+    # --- introspection for the equivalence gate ------------------------------------------
+    def param_count(self, model: OrtModel) -> int:
+        return sum(int(a.size) for a in model.params.values())
+
+    def param_count_extra(self, spec: ModelSpec) -> tuple[int, str]:
+        extra = sum(4 * layer.units for layer in L.walk(spec.layers) if isinstance(layer, L.LSTM))
+        return extra, ("exported from torch's nn.LSTM, which has a second bias per gate (bias_hh, held at zero)"
+                       if extra else "")
+
+    def get_params(self, model: OrtModel) -> dict[str, np.ndarray]:
+        missing = [canon for canon, (name, _) in model.bindings.items() if name not in model.params]
+        if missing:
+            raise UnsupportedError(f"the {model.build_info['exporter']} exporter folded parameters into other "
+                                   f"constants, so they cannot be read back: {', '.join(missing[:5])}")
+        return {canon: np.array(from_torch(model.params[name])) for canon, (name, from_torch) in model.bindings.items()}
+
+    def loss_and_grads(self, model: OrtModel, batch) -> tuple[float, dict[str, np.ndarray]]:
+        raise UnsupportedError(NOT_TRAINABLE.format(what="the loss and its gradients"))
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "onnxruntime": ort.__version__,
+            "onnx": onnx.__version__,
+            "onnxscript": _version("onnxscript"),
+            "torch": torch.__version__,
+            "ort_device": ort.get_device(),
+            "available_providers": ort.get_available_providers(),
+            "intra_op_threads": self.threads or "ORT default (one per physical core)",
+            "inter_op_threads": 1,
+            "graph_optimization_level": "ORT_ENABLE_ALL",
+            "exports": self.exports,
+        }
+
+
+def _version(module: str) -> str | None:
+    try:
+        return __import__(module).__version__
+    except (ImportError, AttributeError):
+        return None
+
+
+Backend_ = OnnxRuntimeBackend

@@ -1,0 +1,1 @@
+"""How things are measured: timer, statistics, memory, environment, machine peak."""

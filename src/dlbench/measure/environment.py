@@ -1,0 +1,97 @@
+"""What machine and software a run measured: captured once per run and stored with it."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from dlbench import __version__
+
+
+def git_commit() -> str | None:
+    """The commit of the dlbench checkout that ran (None when installed from a wheel)."""
+    root = Path(__file__).resolve().parents[3]
+    if not (root / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode:
+        return None
+    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def cpu_info() -> dict[str, Any]:
+    try:
+        import cpuinfo
+
+        info = cpuinfo.get_cpu_info()
+        simd = ("avx", "fma", "amx", "sse4", "neon", "sve")
+        return {"model": info.get("brand_raw"), "arch": info.get("arch_string_raw"),
+                "hz": info.get("hz_advertised_friendly"),
+                "flags": sorted(f for f in info.get("flags", []) if f.startswith(simd))}
+    except Exception as exc:  # py-cpuinfo can fail on exotic machines; record why
+        return {"model": platform.processor(), "error": str(exc)}
+
+
+def blas_info() -> list[dict[str, Any]]:
+    try:
+        from threadpoolctl import threadpool_info
+
+        return [{k: v for k, v in d.items() if k in ("internal_api", "version", "num_threads", "threading_layer",
+                                                    "architecture", "filepath")} for d in threadpool_info()]
+    except Exception as exc:
+        return [{"error": str(exc)}]
+
+
+def gpu_info() -> list[dict[str, str]]:
+    """GPUs as nvidia-smi reports them (model, driver, memory); empty without an NVIDIA driver."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3:
+            gpus.append({"name": parts[0], "driver": parts[1], "memory": parts[2]})
+    return gpus
+
+
+def capture(framework_versions: dict[str, str | None] | None = None) -> dict[str, Any]:
+    """The run's environment. Framework build details (oneDNN, CUDA, cuDNN) come from the
+    measuring processes themselves (see the verification results), not from an import here."""
+    vm = psutil.virtual_memory()
+    env_threads = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                               "OPENBLAS_CORETYPE") if k in os.environ}
+    return {
+        "dlbench_version": __version__,
+        "git_commit": git_commit(),
+        "python": sys.version.split()[0],
+        "python_executable": sys.executable,
+        "os": platform.platform(),
+        "kernel": platform.release(),
+        "hostname": platform.node(),
+        "cpu": cpu_info(),
+        "logical_cores": psutil.cpu_count(logical=True),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "memory_bytes": vm.total,
+        "blas": blas_info(),
+        "env": env_threads,
+        "gpus": gpu_info(),
+        "frameworks": framework_versions or {},
+    }

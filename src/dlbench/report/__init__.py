@@ -1,0 +1,1 @@
+"""What users read: the run summary, reports, comparisons."""

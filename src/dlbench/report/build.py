@@ -1,0 +1,51 @@
+"""``dlbench report``: write a run's report directory.
+
+index.html (one self-contained file, plots embedded), report.md (plots linked from plots/) and
+cells.csv (the rows of ``dlbench export``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlbench.errors import UsageError
+from dlbench.report.export import write_csv
+from dlbench.report.html import render_report
+from dlbench.report.markdown import render_markdown
+from dlbench.report.plots import Skipped, make_plots
+from dlbench.report.tables import build_content
+from dlbench.results import RunResults
+
+DEFAULT_DIR = Path("dlbench-results")
+
+
+@dataclass
+class ReportFiles:
+    directory: Path
+    html: Path
+    markdown: Path
+    csv: Path
+    plots: list[Path] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+def write_report(res: RunResults, out: str | Path | None = None) -> ReportFiles:
+    out = Path(out) if out else DEFAULT_DIR / f"report-{res.run_id}"
+    try:
+        (out / "plots").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create report directory {out}: {exc.strerror}") from None
+    content = build_content(res)
+    plots, skipped = make_plots(res)
+    files = ReportFiles(out, out / "index.html", out / "report.md", out / "cells.csv", skipped=skipped)
+    plot_files = {}
+    for p in plots:
+        path = out / "plots" / f"{p.name}.svg"
+        path.write_text(p.svg, encoding="utf-8")
+        files.plots.append(path)
+        plot_files[p.name] = f"plots/{p.name}.svg"
+    files.html.write_text(render_report(content, plots, skipped), encoding="utf-8")
+    files.markdown.write_text(render_markdown(content, plots, skipped, plot_files), encoding="utf-8")
+    with open(files.csv, "w", newline="", encoding="utf-8") as f:
+        write_csv(res, f)
+    return files

@@ -1,0 +1,141 @@
+"""Two runs side by side: which cells got slower or faster, and is it more than noise.
+
+Cells are matched by their axes (framework, variant, model, scenario, batch, threads, device). For
+each matched timed cell: the ratio B/A of the median time with a bootstrap 95% interval, and a
+two-sided Mann-Whitney U test on the raw per-iteration samples of both runs. A change is
+*significant* only when p < ``alpha`` (0.01) AND the ratio is outside 1 ± ``threshold`` (5%): a
+tiny but consistent shift is not worth a red line, and neither is a large but noisy one.
+
+Pure: it works on two analysed :class:`RunResults` and never touches the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dlbench.measure.stats import ratio_ci
+from dlbench.results import CellResult, RunResults
+from dlbench.scenarios import TIMED
+
+ALPHA = 0.01
+THRESHOLD = 0.05
+AXES = ("framework", "variant", "model", "scenario", "batch", "threads", "device")
+
+
+def axes_of(c: CellResult) -> tuple:
+    return tuple(getattr(c.cell, a) for a in AXES)
+
+
+def key_of(axes: tuple) -> str:
+    fw, variant, model, scenario, batch, threads, device = axes
+    return f"{fw}/{variant}/{model}/{scenario}/b{batch}/t{threads}/{device}"
+
+
+@dataclass
+class CellChange:
+    key: str
+    axes: tuple
+    median_a_ms: float
+    median_b_ms: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    n_a: int
+    n_b: int
+    significant: bool
+    verdict: str  # slower, faster, same
+
+    @property
+    def change_pct(self) -> float:
+        return (self.ratio - 1.0) * 100.0
+
+
+@dataclass
+class Comparison:
+    run_a: str
+    run_b: str
+    alpha: float
+    threshold: float
+    matched: list[CellChange] = field(default_factory=list)
+    only_a: list[str] = field(default_factory=list)
+    only_b: list[str] = field(default_factory=list)
+    not_compared: list[tuple[str, str]] = field(default_factory=list)  # (key, why)
+    broke: list[str] = field(default_factory=list)  # ok in A, no time in B
+
+    @property
+    def slower(self) -> list[CellChange]:
+        return [m for m in self.matched if m.verdict == "slower"]
+
+    @property
+    def faster(self) -> list[CellChange]:
+        return [m for m in self.matched if m.verdict == "faster"]
+
+    def failures(self, fail_above_pct: float) -> list[str]:
+        """Why ``--fail-above PCT`` fails: each significant slowdown above PCT, and each cell that
+        measured in A but not in B (a cell that stopped working is a slowdown without bound)."""
+        out = [f"{m.key}: {m.change_pct:+.1f}% (p={m.p_value:.2g})" for m in self.slower if m.change_pct > fail_above_pct]
+        return out + [f"{k}: ok in A, no time in B" for k in self.broke]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_a": self.run_a, "run_b": self.run_b, "alpha": self.alpha, "threshold": self.threshold,
+                "matched": [{**asdict(m), "axes": dict(zip(AXES, m.axes, strict=True)), "change_pct": m.change_pct}
+                            for m in self.matched],
+                "only_a": self.only_a, "only_b": self.only_b,
+                "not_compared": [{"key": k, "why": w} for k, w in self.not_compared], "broke": self.broke,
+                "slower": [m.key for m in self.slower], "faster": [m.key for m in self.faster]}
+
+
+def mann_whitney_p(a: list[float], b: list[float]) -> float:
+    """Two-sided Mann-Whitney U p-value; 1.0 when every sample is the same value (nothing to test)."""
+    from scipy.stats import mannwhitneyu
+
+    if len(set(a) | set(b)) == 1:
+        return 1.0
+    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def compare_cells(a: CellResult, b: CellResult, alpha: float = ALPHA, threshold: float = THRESHOLD) -> CellChange:
+    ratio, lo, hi = ratio_ci(a.samples_ms, b.samples_ms)
+    p = mann_whitney_p(a.samples_ms, b.samples_ms)
+    significant = p < alpha and abs(ratio - 1.0) > threshold
+    verdict = ("slower" if ratio > 1 else "faster") if significant else "same"
+    return CellChange(key_of(axes_of(a)), axes_of(a), float(np.median(a.samples_ms)), float(np.median(b.samples_ms)),
+                      ratio, lo, hi, p, len(a.samples_ms), len(b.samples_ms), significant, verdict)
+
+
+def compare_runs(a: RunResults, b: RunResults, alpha: float = ALPHA, threshold: float = THRESHOLD) -> Comparison:
+    out = Comparison(a.run_id, b.run_id, alpha, threshold)
+    cells_a = {axes_of(c): c for c in a.cells}
+    cells_b = {axes_of(c): c for c in b.cells}
+    out.only_a = [key_of(k) for k in cells_a if k not in cells_b]
+    out.only_b = [key_of(k) for k in cells_b if k not in cells_a]
+    for k, ca in cells_a.items():
+        cb = cells_b.get(k)
+        if cb is None:
+            continue
+        key = key_of(k)
+        if ca.cell.scenario not in TIMED:
+            out.not_compared.append((key, f"the {ca.cell.scenario} scenario has no per-iteration samples"))
+        elif not (ca.ok and ca.samples_ms) or not (cb.ok and cb.samples_ms):
+            out.not_compared.append((key, f"A {ca.cell.status}, B {cb.cell.status}"
+                                          + (f": {cb.cell.reason}" if not cb.ok else f": {ca.cell.reason}")))
+            if ca.ok and ca.samples_ms and not cb.ok:
+                out.broke.append(key)
+        else:
+            out.matched.append(compare_cells(ca, cb, alpha, threshold))
+    return out
+
+
+def compare_rows(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
+    """The comparison as text rows (shared by the terminal table and the HTML page)."""
+    from dlbench.report.tables import fmt_num
+
+    header = ["cell", "A median ms", "B median ms", "B/A [95% CI]", "change", "p (Mann-Whitney)", "verdict"]
+    rows = [[m.key, fmt_num(m.median_a_ms), fmt_num(m.median_b_ms),
+             f"{m.ratio:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}]", f"{m.change_pct:+.1f}%", f"{m.p_value:.2g}",
+             m.verdict] for m in cmp.matched]
+    return header, rows

@@ -1,0 +1,61 @@
+"""Convergence results: curves summarised over repeats, time-to-accuracy, and the agreement check
+between frameworks that trained the same model on the same batches from the same weights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dlbench.scenarios.convergence import first_departure, time_to_accuracy
+
+
+def summarise_curves(repeats: list[dict], target: float) -> dict[str, Any]:
+    """Mean and spread over repeats of each epoch's figures, final accuracy and time-to-accuracy."""
+    if not repeats:
+        return {}
+    epochs = min(len(r["epochs"]) for r in repeats)
+    keys = ("train_loss", "train_acc", "test_acc", "elapsed_train_s", "eval_s", "train_samples_per_s")
+    per_epoch = {k: np.array([[r["epochs"][e][k] for e in range(epochs)] for r in repeats]) for k in keys}
+    final = per_epoch["test_acc"][:, -1]
+    tta = [time_to_accuracy(r["epochs"], target) for r in repeats]
+    reached = [t for t in tta if t is not None]
+    return {
+        "repeats": len(repeats), "epochs": epochs, "target_accuracy": target,
+        "final_test_acc_mean": float(final.mean()),
+        "final_test_acc_std": float(final.std(ddof=1)) if len(final) > 1 else 0.0,
+        "final_test_acc_min": float(final.min()), "final_test_acc_max": float(final.max()),
+        "time_to_accuracy_s": float(np.mean(reached)) if len(reached) == len(tta) else None,
+        "reached": f"{len(reached)}/{len(tta)}",
+        "train_samples_per_s": float(np.median(per_epoch["train_samples_per_s"])),
+        "curves": {k: {"mean": v.mean(axis=0).tolist(), "std": v.std(axis=0).tolist()} for k, v in per_epoch.items()},
+    }
+
+
+def agreement(cells: list, reference_framework: str | None = None, tolerance: float = 0.01) -> list[dict[str, Any]]:
+    """For each group of convergence cells with the same model, data, batch, threads and device:
+    the first step where a framework's training loss departs from the reference framework's by
+    more than ``tolerance`` (relative), on repeat 0 (same seed, same weights, same batches)."""
+    groups: dict[tuple, list] = {}
+    for c in cells:
+        if c.cell.scenario == "convergence" and c.cell.status == "ok":
+            groups.setdefault((c.cell.model, c.cell.data, c.cell.batch, c.cell.threads, c.cell.device), []).append(c)
+    rows = []
+    for key, members in groups.items():
+        names = [m.cell.framework for m in members]
+        ref_name = reference_framework if reference_framework in names else names[0]
+        ref = next(m for m in members if m.cell.framework == ref_name)
+        ref_losses = ref.cell.metrics["convergence"][0]["step_losses"]
+        for m in members:
+            if m is ref:
+                continue
+            losses = m.cell.metrics["convergence"][0]["step_losses"]
+            n = min(len(losses), len(ref_losses))
+            rel = [abs(b - a) / max(abs(a), 1e-12) for a, b in zip(ref_losses[:n], losses[:n], strict=True)]
+            rows.append({"model": key[0], "data": key[1], "batch": key[2], "threads": key[3], "device": key[4],
+                         "reference": f"{ref.cell.framework}/{ref.cell.variant}",
+                         "framework": f"{m.cell.framework}/{m.cell.variant}", "steps_compared": n,
+                         "first_departure_step": first_departure(ref_losses, losses, tolerance),
+                         "max_rel_diff": max(rel) if rel else None,
+                         "rel_diff_step1": rel[0] if rel else None})
+    return rows

@@ -1,0 +1,260 @@
+"""The report's plots, drawn with matplotlib as SVG text.
+
+* time vs batch size per framework (Bahrampour et al., Figures 1-2),
+* time vs CPU threads (Shi et al., Figures 2-8),
+* peak memory vs batch size (Liu et al., Figure 2),
+* time of every iteration in the order it ran, warm-up included (Liu et al., Figure 1).
+
+A plot is drawn only when the run has the axis it needs (two batch sizes, two thread counts...);
+otherwise a :class:`Skipped` says why. matplotlib is imported here only, lazily, and only the
+``Figure`` object API is used (no pyplot, no GUI backend, no global state); SVG output is made
+reproducible (fixed hash salt, no date).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlbench.report.summary import summary_rows
+from dlbench.report.tables import row_memory_bytes
+from dlbench.results import CellResult, RunResults
+from dlbench.scenarios import TIMED
+
+MAX_LINES = 10
+
+
+@dataclass
+class Plot:
+    name: str  # file-name safe id
+    title: str
+    caption: str
+    svg: str
+
+
+@dataclass
+class Skipped:
+    title: str
+    reason: str
+
+
+def _figure(ncols: int):
+    import matplotlib
+
+    matplotlib.use("Agg")  # never a GUI backend, even if something later imports pyplot
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.2 * ncols, 3.9))
+    # fixed margins: a layout engine (constrained/tight) draws every figure twice, doubling the cost
+    fig.subplots_adjust(left=0.6 / (5.2 * ncols) * 1.6, right=1 - 0.15 / ncols, bottom=0.14, top=0.91,
+                        wspace=0.28)
+    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
+    return fig, axes
+
+
+def _svg(fig) -> str:
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": "dlbench", "svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    return text[text.index("<svg"):]  # drop the XML prolog and doctype
+
+
+def _label(c: CellResult, *axes: str) -> str:
+    parts = [f"{c.cell.framework}/{c.cell.variant}"]
+    for a in axes:
+        parts.append({"batch": f"b={c.cell.batch}", "threads": f"t={c.cell.threads}", "device": c.cell.device}[a])
+    return " ".join(parts)
+
+
+def _timed_ok(res: RunResults) -> list[CellResult]:
+    return [c for c in res.cells if c.ok and c.cell.scenario in TIMED and c.time_ms is not None]
+
+
+def _by(cells: Iterable[CellResult], key: Callable[[CellResult], tuple]) -> dict[tuple, list[CellResult]]:
+    out: dict[tuple, list[CellResult]] = {}
+    for c in cells:
+        out.setdefault(key(c), []).append(c)
+    return out
+
+
+def _sweep(res: RunResults, axis: str, title: str, xlabel: str, what: str) -> tuple[list[Plot], list[Skipped]]:
+    """Median time (error bars: 95% CI) against ``axis`` (batch or threads); one line per other setting."""
+    others = [a for a in ("batch", "threads", "device") if a != axis]
+    plots, lacking = [], []
+    for model, cells in _by(_timed_ok(res), lambda c: (c.cell.model,)).items():
+        scenarios = [s for s in TIMED if any(c.cell.scenario == s for c in cells)]
+        lines = _by(cells, lambda c: (c.cell.scenario, c.cell.framework, c.cell.variant,
+                                      *(getattr(c.cell, a) for a in others)))
+        if not any(len({getattr(c.cell, axis) for c in line}) >= 2 for line in lines.values()):
+            values = sorted({getattr(c.cell, axis) for c in cells})
+            lacking.append(f"{model[0]}: {axis} {', '.join(map(str, values))}")
+            continue
+        fig, axes = _figure(len(scenarios))
+        shown = 0
+        for ax, scenario in zip(axes, scenarios, strict=True):
+            for key, line in lines.items():
+                if key[0] != scenario:
+                    continue
+                line.sort(key=lambda c: getattr(c.cell, axis))
+                xs = [getattr(c.cell, axis) for c in line]
+                med = [c.time_ms.median for c in line]
+                err = [[c.time_ms.median - c.time_ms.ci_low for c in line],
+                       [c.time_ms.ci_high - c.time_ms.median for c in line]]
+                ax.errorbar(xs, med, yerr=err, marker="o", capsize=3, label=_label(line[0], *others))
+                shown += 1
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sorted({getattr(c.cell, axis) for c in cells if c.cell.scenario == scenario}))
+            ax.get_xaxis().set_major_formatter("{x:g}")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(f"{scenario} time per batch (ms)")
+            ax.set_title(f"{model[0]}: {scenario}")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize="small")
+        plots.append(Plot(f"{what}-{_safe(model[0])}", f"{model[0]}: {title}",
+                          f"Median time per batch of each framework/variant; error bars are the 95% bootstrap "
+                          f"confidence interval of the median. {shown} line(s).", _svg(fig)))
+    skipped = []
+    if lacking:
+        skipped.append(Skipped(title, f"needs at least two values of {axis} for one framework/variant and model; "
+                                      f"this run has " + "; ".join(lacking)))
+    return plots, skipped
+
+
+def time_vs_batch(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
+    return _sweep(res, "batch", "time vs batch size", "batch size (samples, log scale)", "time-vs-batch")
+
+
+def time_vs_threads(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
+    return _sweep(res, "threads", "time vs CPU threads", "CPU threads (log scale)", "time-vs-threads")
+
+
+def memory_vs_batch(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
+    """Peak memory of each row (max over its scenarios) against batch size."""
+    plots, lacking = [], []
+    for model, rows in summary_rows(res).items():
+        points = [(r, m) for r in rows if (m := row_memory_bytes(r))]
+        lines: dict[tuple, list] = {}
+        for r, m in points:
+            lines.setdefault((r.framework, r.variant, r.threads, r.device), []).append((r.batch, m / 2**20))
+        if not any(len({b for b, _ in pts}) >= 2 for pts in lines.values()):
+            lacking.append(f"{model}: batch {', '.join(map(str, sorted({r.batch for r, _ in points})) ) or 'no memory'}")
+            continue
+        fig, (ax,) = _figure(1)
+        for (fw, variant, threads, device), pts in lines.items():
+            pts.sort()
+            ax.plot([b for b, _ in pts], [m for _, m in pts], marker="o", label=f"{fw}/{variant} t={threads} {device}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({b for pts in lines.values() for b, _ in pts}))
+        ax.get_xaxis().set_major_formatter("{x:g}")
+        ax.set_xlabel("batch size (samples, log scale)")
+        ax.set_ylabel("peak memory (MiB)")
+        ax.set_title(f"{model}: peak memory")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+        plots.append(Plot(f"memory-vs-batch-{_safe(model)}", f"{model}: peak memory vs batch size",
+                          "Peak resident memory of the measuring process (CPU) or the allocator's peak (GPU), the "
+                          "largest over the row's scenarios. One process per value, so no confidence interval.",
+                          _svg(fig)))
+    skipped = []
+    if lacking:
+        skipped.append(Skipped("peak memory vs batch size",
+                               "needs memory measured at two batch sizes or more; this run has " + "; ".join(lacking)))
+    return plots, skipped
+
+
+def warmup_series(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
+    """Every iteration's time in the order it ran, one line per framework/variant (its largest batch and
+    thread count); warm-up iterations as hollow markers, process boundaries as dotted lines."""
+    plots = []
+    cells = [c for c in _timed_ok(res) if c.series_ms]
+    for model, mcells in _by(cells, lambda c: (c.cell.model,)).items():
+        scenarios = [s for s in TIMED if any(c.cell.scenario == s for c in mcells)]
+        fig, axes = _figure(len(scenarios))
+        for ax, scenario in zip(axes, scenarios, strict=True):
+            per_fw = _by((c for c in mcells if c.cell.scenario == scenario),
+                         lambda c: (c.cell.framework, c.cell.variant, c.cell.device))
+            for line in list(per_fw.values())[:MAX_LINES]:
+                c = max(line, key=lambda c: (c.cell.batch, c.cell.threads))
+                xs = list(range(len(c.series_ms)))
+                ys = [ms for _, _, ms in c.series_ms]
+                (drawn,) = ax.plot(xs, ys, lw=1, label=_label(c, "batch", "threads"))
+                warm = [(x, y) for x, (_, phase, y) in zip(xs, c.series_ms, strict=True) if phase == "warmup"]
+                ax.plot([x for x, _ in warm], [y for _, y in warm], "o", mfc="none", color=drawn.get_color())
+                for x in range(1, len(xs)):
+                    if c.series_ms[x][0] != c.series_ms[x - 1][0]:
+                        ax.axvline(x - 0.5, color=drawn.get_color(), ls=":", lw=0.8)
+            ax.set_yscale("log")
+            ax.set_xlabel("iteration, in the order run (dotted: next process)")
+            ax.set_ylabel(f"{scenario} time per iteration (ms, log scale)")
+            ax.set_title(f"{model[0]}: {scenario}")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize="small")
+        plots.append(Plot(f"iterations-{_safe(model[0])}", f"{model[0]}: time of each iteration, warm-up included",
+                          "Hollow markers are warm-up iterations (timed, stored, left out of the statistics); the first "
+                          "includes compilation and lazy initialisation. A sample that times a loop of k short "
+                          "iterations shows the loop's time / k.", _svg(fig)))
+    skipped = [] if plots else [Skipped("time of each iteration", "no cell of this run has timed iterations")]
+    return plots, skipped
+
+
+def convergence_curves(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
+    """Test accuracy against epoch and against training wall-clock, mean with a +-1 std band over
+    repeats, one line per framework/variant (Liu et al. Fig. 8)."""
+    cells = [c for c in res.cells if c.cell.scenario == "convergence" and c.convergence]
+    if not cells:
+        return [], []
+    plots = []
+    for (model, data), mcells in _by(cells, lambda c: (c.cell.model, c.cell.data)).items():
+        fig, (ax_e, ax_t) = _figure(2)
+        for c in mcells:
+            curves = c.convergence["curves"]
+            mean = np.array(curves["test_acc"]["mean"])
+            std = np.array(curves["test_acc"]["std"])
+            epochs = np.arange(1, len(mean) + 1)
+            elapsed = np.array(curves["elapsed_train_s"]["mean"])
+            label = f"{c.cell.framework}/{c.cell.variant} (b{c.cell.batch}, t{c.cell.threads})"
+            (line,) = ax_e.plot(epochs, mean, marker="o", label=label)
+            ax_e.fill_between(epochs, mean - std, mean + std, alpha=0.2, color=line.get_color())
+            ax_t.plot(elapsed, mean, marker="o", label=label, color=line.get_color())
+            ax_t.fill_between(elapsed, mean - std, mean + std, alpha=0.2, color=line.get_color())
+        target = mcells[0].convergence["target_accuracy"]
+        for ax, xlabel in ((ax_e, "epoch"), (ax_t, "training time (s, evaluation excluded)")):
+            ax.axhline(target, color="grey", ls="--", lw=0.8, label=f"target {target:.0%}")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("test accuracy (fraction)")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize="small")
+        ax_e.set_title(f"{model} on {data}: accuracy per epoch")
+        ax_t.set_title(f"{model} on {data}: accuracy over time")
+        plots.append(Plot(f"convergence-{_safe(model)}-{_safe(data)}", f"{model} on {data}: test accuracy",
+                          "Mean over repeats (different seeds) with a band of ±1 standard deviation; the dashed "
+                          "line is the target accuracy of the time-to-accuracy column.", _svg(fig)))
+    return plots, []
+
+
+PLOTTERS = (time_vs_batch, time_vs_threads, memory_vs_batch, warmup_series, convergence_curves)
+
+
+def make_plots(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
+    """Every plot the run has the data for; without matplotlib, none, and the reason."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return [], [Skipped("all plots", "matplotlib is not installed (pip install 'dlbench[report]')")]
+    plots: list[Plot] = []
+    skipped: list[Skipped] = []
+    for plotter in PLOTTERS:
+        p, s = plotter(res)
+        plots += p
+        skipped += s
+    return plots, skipped
+
+
+def _safe(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text)

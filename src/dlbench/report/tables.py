@@ -1,0 +1,321 @@
+"""What a report shows, as plain data: the per-model tables, their footnotes, the environment, the
+machine's peaks and the warnings. The HTML and Markdown writers only render these; neither
+formats a number or decides what is bold on its own, so the two always agree.
+
+Table layout follows Bahrampour et al. (Tables 3-6) and Shi et al. (Table 7): one table per model,
+rows framework + variant (+ device, threads, batch), a column per measured quantity. A value is
+bold when it is the best of its column among the rows that measured the same thing: same batch,
+threads and device (a smaller batch is always faster, so comparing across batches would only
+bold the smallest). A cell that produced no time shows "–" and a footnote with its status and reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from dlbench.report.summary import SummaryRow, summary_rows
+from dlbench.results import CellResult, RunResults
+from dlbench.scenarios import TIMED
+
+DASH = "–"
+
+
+def fmt_num(x: float | None, sig: int = 3) -> str:
+    """``sig`` significant digits, no exponent: 43152 -> "43,152", 12.34 -> "12.3", 0.01234 -> "0.0123"."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return DASH
+    if x == 0:
+        return "0"
+    decimals = sig - 1 - math.floor(math.log10(abs(x)))
+    return f"{x:,.0f}" if decimals <= 0 else f"{x:.{decimals}f}"
+
+
+def fmt_bytes_mib(n: float | None) -> str:
+    return DASH if not n else fmt_num(n / 2**20)
+
+
+@dataclass
+class Value:
+    """One table cell: its text, the number it ranks by (None: not ranked), and its marks."""
+
+    text: str
+    number: float | None = None
+    best: bool = False
+    note: int | None = None  # footnote number
+    detail: str = ""  # secondary text (a CI), rendered smaller
+
+
+@dataclass
+class Column:
+    key: str
+    label: str
+    better: str | None = None  # "low", "high" or None (not ranked)
+    numeric: bool = True
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[Column]
+    rows: list[list[Value]]
+    groups: list[tuple] = field(default_factory=list)  # per row: what makes rows comparable
+
+
+@dataclass
+class Footnote:
+    number: int
+    text: str
+
+
+@dataclass
+class ReportContent:
+    """Everything a report renders, format-neutral."""
+
+    run: dict[str, Any]
+    environment: list[tuple[str, str]]
+    peaks: Table
+    tables: list[Table]
+    footnotes: list[Footnote]
+    warnings: list[tuple[str, str]]  # (cell key, warning)
+    verification: list[tuple[str, str]]  # (framework/variant/model/device, verdict and reason) for non-passes
+    convergence: list[Table] = field(default_factory=list)  # final accuracy, time-to-accuracy; the agreement check
+
+
+class _Notes:
+    def __init__(self) -> None:
+        self.by_text: dict[str, int] = {}
+
+    def add(self, text: str) -> int:
+        return self.by_text.setdefault(text, len(self.by_text) + 1)
+
+    def list(self) -> list[Footnote]:
+        return [Footnote(n, t) for t, n in self.by_text.items()]
+
+
+def _memory_bytes(c: CellResult) -> float | None:
+    """Peak memory of a cell: the allocator's peak on an accelerator, the process's peak RSS on the CPU."""
+    m = c.cell.metrics
+    if c.cell.device != "cpu":
+        dev = m.get("device_memory") or {}
+        if dev.get("allocator_peak_bytes"):
+            return float(dev["allocator_peak_bytes"])
+    return float(m["peak_rss_bytes"]) if m.get("peak_rss_bytes") else None
+
+
+def row_memory_bytes(row: SummaryRow) -> float | None:
+    values = [v for c in row.cells.values() if c.ok and (v := _memory_bytes(c))]
+    return max(values) if values else None
+
+
+def _failed(c: CellResult, notes: _Notes) -> Value:
+    return Value(DASH, note=notes.add(f"{c.cell.status}: {c.cell.reason or 'no reason recorded'}"))
+
+
+def _time_value(c: CellResult | None, notes: _Notes) -> Value:
+    if c is None:
+        return Value("")
+    if not c.ok or c.time_ms is None:
+        return _failed(c, notes)
+    t = c.time_ms
+    return Value(fmt_num(t.median), t.median, detail=f"[{fmt_num(t.ci_low)}, {fmt_num(t.ci_high)}]")
+
+
+def _compile_value(c: CellResult | None, notes: _Notes) -> Value:
+    if c is None:
+        return Value("")
+    if not c.ok or not c.compile_ms:
+        return _failed(c, notes)
+    cold = sum(d.get("cold", 0.0) for d in c.compile_ms.values()) / 1e3
+    warm = sum(d.get("warm", 0.0) for d in c.compile_ms.values()) / 1e3
+    return Value(fmt_num(cold), cold, detail=f"warm {fmt_num(warm)}")
+
+
+def _no_peak(c: CellResult) -> str:
+    if c.cell.device != "cpu":
+        return "no peak FLOP/s is measured for accelerators (the peak is the CPU's float32 matmul rate)"
+    if c.gflops is None:
+        return f"model {c.cell.model} has no FLOP count"
+    return f"no peak FLOP/s was measured for {c.cell.threads} thread(s)"
+
+
+def _rate_scenario(rows: list[SummaryRow]) -> str | None:
+    """The scenario whose throughput a table shows: the same one for every row, so they compare."""
+    for s in ("train_step", "gradient", "forward"):
+        if any(s in r.cells for r in rows):
+            return s
+    return None
+
+
+VERIFIED = {"pass": "yes", "fail": "NO", "unsupported": "unsupported", "unknown": "unknown"}
+
+
+def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
+    scenarios = [s for s in TIMED if any(s in r.cells for r in rows)]
+    rate = _rate_scenario(rows)
+    has_compile = any("compile" in r.cells for r in rows)
+    columns = [Column("framework", "framework", numeric=False), Column("variant", "variant", numeric=False),
+               Column("device", "device", numeric=False), Column("threads", "threads"), Column("batch", "batch")]
+    columns += [Column(s, f"{s} ms (median [95% CI])", "low") for s in scenarios]
+    if rate:
+        columns += [Column("samples_per_s", f"samples/s ({rate})", "high"),
+                    Column("pct_peak", f"% of peak FLOP/s ({rate})", "high")]
+    columns.append(Column("memory", "peak memory MiB", "low"))
+    if has_compile:
+        columns.append(Column("compile", "compile s (cold first calls)", "low"))
+    columns.append(Column("verified", "verified", numeric=False))
+
+    out: list[list[Value]] = []
+    groups: list[tuple] = []
+    for r in rows:
+        values = [Value(r.framework), Value(r.variant), Value(r.device), Value(str(r.threads)), Value(str(r.batch))]
+        values += [_time_value(r.cells.get(s), notes) for s in scenarios]
+        if rate:
+            c = r.cells.get(rate)
+            if c is None:
+                values += [Value(""), Value("")]
+            elif not c.ok or c.samples_per_s is None:
+                values += [_failed(c, notes), _failed(c, notes)]
+            else:
+                values.append(Value(fmt_num(c.samples_per_s), c.samples_per_s))
+                values.append(Value(fmt_num(c.pct_peak), c.pct_peak) if c.pct_peak is not None
+                              else Value(DASH, note=notes.add(_no_peak(c))))
+        mem = row_memory_bytes(r)
+        values.append(Value(fmt_bytes_mib(mem), mem / 2**20 if mem else None))
+        if has_compile:
+            values.append(_compile_value(r.cells.get("compile"), notes))
+        values.append(Value(VERIFIED.get(r.verified, r.verified)))
+        out.append(values)
+        groups.append((r.batch, r.threads, r.device))
+    table = Table(model, columns, out, groups)
+    mark_best(table)
+    return table
+
+
+def mark_best(table: Table) -> None:
+    """Bold the best value of each ranked column within each group of comparable rows (ties: all)."""
+    for j, col in enumerate(table.columns):
+        if col.better is None:
+            continue
+        by_group: dict[tuple, list[int]] = {}
+        for i, g in enumerate(table.groups or [()] * len(table.rows)):
+            if table.rows[i][j].number is not None:
+                by_group.setdefault(g, []).append(i)
+        for members in by_group.values():
+            if len(members) < 2:
+                continue
+            pick = min if col.better == "low" else max
+            best = table.rows[pick(members, key=lambda i: table.rows[i][j].number)][j]
+            for i in members:  # equal as shown is equal: "323" and "323" are both bold
+                if table.rows[i][j].text == best.text:
+                    table.rows[i][j].best = True
+
+
+def _when(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts).isoformat(timespec="seconds") if ts else DASH
+
+
+def environment_items(res: RunResults) -> list[tuple[str, str]]:
+    env = res.environment
+    cpu = env.get("cpu") or {}
+    gpus = env.get("gpus") or []
+    mem = env.get("memory_bytes")
+    blas = [f"{b.get('internal_api', '?')} {b.get('version') or ''}".strip() for b in env.get("blas") or []
+            if "error" not in b]
+    items = [
+        ("run", res.run_id),
+        ("suite", str(res.run.get("suite_name") or DASH)),
+        ("status", str(res.run.get("status"))),
+        ("started / finished", f"{_when(res.run.get('started_at'))} / {_when(res.run.get('finished_at'))}"),
+        ("command", " ".join(["dlbench", *res.run.get("argv", [])]) if res.run.get("argv") else DASH),
+        ("machine", str(env.get("hostname") or DASH)),
+        ("OS", str(env.get("os") or DASH)),
+        ("CPU", f"{cpu.get('model') or DASH} ({cpu.get('arch') or '?'})"),
+        ("cores", f"{env.get('usable_cores', '?')} usable, {env.get('physical_cores', '?')} physical, "
+                  f"{env.get('logical_cores', '?')} logical"),
+        ("memory", f"{mem / 2**30:.1f} GiB" if mem else DASH),
+        ("GPU", "; ".join(f"{g.get('name')} ({g.get('memory')}, driver {g.get('driver')})" for g in gpus) or "none"),
+        ("CPU features", ", ".join(cpu.get("flags") or []) or DASH),
+        ("BLAS", ", ".join(blas) or DASH),
+        ("Python", str(env.get("python") or DASH)),
+        ("dlbench", f"{env.get('dlbench_version', '?')} ({env.get('git_commit') or 'no git commit'})"),
+    ]
+    frameworks = env.get("frameworks") or {}
+    items += [(f"framework {name}", str(version or "not installed")) for name, version in frameworks.items()]
+    if env.get("env"):
+        items.append(("thread variables", ", ".join(f"{k}={v}" for k, v in env["env"].items())))
+    return items
+
+
+def peaks_table(res: RunResults) -> Table:
+    engines = sorted({e for rates in res.peaks.values() for e in rates})
+    columns = [Column("threads", "threads")] + [Column(e, f"{e} GFLOP/s") for e in engines] + \
+        [Column("peak", "peak GFLOP/s (the max)")]
+    rows = []
+    for t in sorted(res.peaks):
+        rates = res.peaks[t]
+        rows.append([Value(str(t))] + [Value(fmt_num(rates.get(e)), rates.get(e)) for e in engines]
+                    + [Value(fmt_num(max(rates.values())), max(rates.values()))])
+    return Table("measured float32 matmul peak", columns, rows)
+
+
+def convergence_tables(res: RunResults) -> list[Table]:
+    """Per-framework final accuracy with its spread and time-to-accuracy (Liu et al. Fig. 8, DAWNBench),
+    and the agreement check: the first step where a framework's loss leaves the reference's."""
+    from dlbench.report.convergence import agreement
+
+    cells = [c for c in res.cells if c.cell.scenario == "convergence"]
+    if not cells:
+        return []
+    cols = [Column("model", "model", numeric=False), Column("framework", "framework", numeric=False),
+            Column("variant", "variant", numeric=False), Column("data", "data", numeric=False),
+            Column("batch", "batch"), Column("threads", "threads"), Column("epochs", "epochs"),
+            Column("acc", "final test accuracy (mean ± std over repeats)", "high"),
+            Column("range", "min – max", numeric=False), Column("tta", "seconds to target accuracy", "low"),
+            Column("rate", "training samples/s", "high")]
+    rows, groups = [], []
+    for c in cells:
+        v = c.convergence
+        head = [Value(c.cell.model), Value(c.cell.framework), Value(c.cell.variant), Value(c.cell.data),
+                Value(str(c.cell.batch)), Value(str(c.cell.threads))]
+        if not v:
+            rows.append(head + [Value(DASH), Value(f"{c.cell.status}: {c.cell.reason}"), Value(DASH), Value(DASH),
+                                Value(DASH)])
+        else:
+            tta = v["time_to_accuracy_s"]
+            rows.append(head + [
+                Value(str(v["epochs"])),
+                Value(f"{v['final_test_acc_mean']:.4f} ± {v['final_test_acc_std']:.4f}", v["final_test_acc_mean"]),
+                Value(f"{v['final_test_acc_min']:.4f} – {v['final_test_acc_max']:.4f}"),
+                Value(fmt_num(tta), tta) if tta is not None else
+                Value(f"not reached ({v['reached']} repeats reached {v['target_accuracy']:.0%})"),
+                Value(fmt_num(v["train_samples_per_s"]), v["train_samples_per_s"])])
+        groups.append((c.cell.model, c.cell.data, c.cell.batch, c.cell.threads, c.cell.device))
+    table = Table("convergence", cols, rows, groups)
+    mark_best(table)
+    out = [table]
+    agree = agreement(res.cells)
+    if agree:
+        cols = [Column(k, label, numeric=k in ("steps", "diff1", "maxdiff", "first")) for k, label in (
+            ("model", "model"), ("reference", "reference"), ("framework", "framework"), ("steps", "steps compared"),
+            ("diff1", "relative loss difference at step 1"), ("maxdiff", "largest relative difference"),
+            ("first", "first step > 1% apart"))]
+        out.append(Table("agreement check (same weights, same batches)", cols, [[
+            Value(a["model"]), Value(a["reference"]), Value(a["framework"]), Value(str(a["steps_compared"])),
+            Value(f"{a['rel_diff_step1']:.1e}" if a["rel_diff_step1"] is not None else DASH),
+            Value(f"{a['max_rel_diff']:.1e}" if a["max_rel_diff"] is not None else DASH),
+            Value("none" if a["first_departure_step"] is None else str(a["first_departure_step"]))] for a in agree]))
+    return out
+
+
+def build_content(res: RunResults) -> ReportContent:
+    notes = _Notes()
+    tables = [model_table(m, [r for r in rows if set(r.cells) - {"convergence"}], notes)
+              for m, rows in summary_rows(res).items() if any(set(r.cells) - {"convergence"} for r in rows)]
+    warnings = [(c.cell.key, w) for c in res.cells for w in c.cell.warnings]
+    verification = [(f"{fw}/{variant}/{model}/{device}", f"{v['verdict']}: {v.get('reason') or ''}".strip(": "))
+                    for (fw, variant, model, device), v in res.verifications.items() if v.get("verdict") != "pass"]
+    return ReportContent(res.run, environment_items(res), peaks_table(res), tables, notes.list(), warnings,
+                         verification, convergence_tables(res))

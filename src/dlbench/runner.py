@@ -1,0 +1,384 @@
+"""Runs a suite: plan the cells, verify each model once, measure each cell in fresh processes,
+store each result the moment it exists.
+
+Order of work: validate all input (nothing is written before that) -> open the store and
+create the run -> capture the environment -> measure the machine's peak at each thread count ->
+the equivalence gate, one process per (framework, variant, device) -> the cells. Every step
+checks what the store already holds, which is how ``--resume`` skips finished work.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlbench.errors import UsageError
+from dlbench.frameworks import FRAMEWORKS, installed_version
+from dlbench.launch.subprocess import run_job
+from dlbench.measure import environment
+from dlbench.measure.stats import summarize
+from dlbench.models import get_model
+from dlbench.plan import Cell, Suite, expand, load_suite
+from dlbench.store import DEFAULT_DB, Sample, Store
+
+Progress = Callable[..., None]
+
+
+def _quiet(event: str, **_: Any) -> None:
+    pass
+
+
+@dataclass
+class CellOutcome:
+    status: str
+    reason: str = ""
+    samples: list[Sample] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def variants_of(framework: str, requested: list[str] | str | None) -> list[str]:
+    known = FRAMEWORKS[framework].variants
+    if requested in (None, "default", []):
+        return [known[0]]
+    if requested == "all":
+        return list(known)
+    requested = [requested] if isinstance(requested, str) else requested
+    bad = [v for v in requested if v not in known]
+    if bad:
+        raise UsageError(f"{framework} has no variant {', '.join(bad)} (variants: {', '.join(known)})")
+    return list(requested)
+
+
+def _default_batch(model: str, scenario: str, data: str, data_dir: str | None = None) -> int:
+    """The model's default batch; for convergence on a real data set, at least ten steps an epoch."""
+    spec = get_model(model)
+    if scenario == "convergence" and data != "synthetic":
+        from dlbench.data import DataError, load_dataset
+        from dlbench.scenarios.convergence import default_batch
+
+        try:
+            return default_batch(spec, len(load_dataset(data, data_dir, "train")))
+        except DataError:
+            return spec.default_batch  # check_data reports the problem
+    return spec.default_batch
+
+
+def resolve_suite_frameworks(suite: Suite) -> list[str]:
+    from dlbench.api import resolve_frameworks
+
+    if suite.frameworks == "installed":
+        return resolve_frameworks(None)
+    names = [suite.frameworks] if isinstance(suite.frameworks, str) else suite.frameworks
+    return resolve_frameworks(names)
+
+
+def plan_cells(suite: Suite) -> tuple[list[str], list[Cell]]:
+    """Validate a suite against the registries and expand it (raises UsageError)."""
+    from dlbench.api import resolve_models
+
+    resolve_models(suite.models)
+    frameworks = resolve_suite_frameworks(suite)
+    cells = expand(suite, frameworks, variants_of,
+                   lambda m, s, d: _default_batch(m, s, d, suite.data_dir))
+    if not cells:
+        raise UsageError("the suite selects no cells (check its exclusions)")
+    synthetic = sorted({c.model for c in cells if c.scenario == "convergence" and c.data == "synthetic"})
+    if synthetic:
+        raise UsageError(f"convergence needs a real data set for {', '.join(synthetic)} (--data digits, or "
+                         "--data mnist|cifar10|imdb|ptb with --data-dir)")
+    check_data(suite, cells)
+    return frameworks, cells
+
+
+def check_data(suite: Suite, cells: list[Cell]) -> None:
+    """Every real data set named must load and fit its model, and hold a full batch (checked here,
+    before anything is written, so a wrong path or a misfit is a usage error, not a failed run)."""
+    from dlbench.data import DataError, adapt, list_datasets, load_dataset
+
+    for data, model in sorted({(c.data, c.model) for c in cells if c.data != "synthetic"}):
+        if data not in list_datasets():
+            raise UsageError(f"unknown data set {data!r}; known: {', '.join(list_datasets())}")
+        try:
+            dataset = adapt(load_dataset(data, suite.data_dir, "train"), get_model(model))
+        except DataError as exc:
+            raise UsageError(f"data set {data} for {model}: {exc}") from None
+        largest = max(c.batch for c in cells if c.model == model and c.data == data)
+        if dataset.num_batches(largest) < 1:
+            raise UsageError(f"data set {data} has too few samples for batch {largest} of {model}")
+
+
+# --- one cell --------------------------------------------------------------------------------
+def _framework_env(cell: Cell) -> dict[str, str] | None:
+    return FRAMEWORKS[cell.framework].variant_env.get(cell.variant)
+
+
+def _job(cell: Cell, kind: str, suite: Suite) -> dict[str, Any]:
+    return {"kind": kind, **cell.to_dict(), "seed": suite.seed, "data_dir": suite.data_dir,
+            "convergence": suite.convergence.model_dump(), "protocol": {
+        k: v for k, v in suite.protocol.model_dump().items() if k not in ("timeout_s",)}}
+
+
+def _failure(outcome) -> tuple[str, str]:
+    if outcome.status == "timeout":
+        return "timeout", outcome.reason
+    return "failed", outcome.reason
+
+
+def measure_timed(cell: Cell, suite: Suite) -> CellOutcome:
+    """R fresh processes, each timing the scenario under the protocol."""
+    out = CellOutcome("ok")
+    per_repeat: list[dict] = []
+    for r in range(suite.protocol.repeats):
+        o = run_job(_job(cell, "cell", suite), suite.protocol.timeout_s, cell.threads, extra_env=_framework_env(cell))
+        out.seconds += o.seconds
+        if o.status != "ok":
+            out.status, out.reason = _failure(o)
+            break
+        if "unsupported" in o.result:
+            return CellOutcome("unsupported", o.result["unsupported"], seconds=out.seconds)
+        t = o.result["timing"]
+        out.samples += [Sample(r, i, "warmup", v) for i, v in enumerate(t["warmup_ns"])]
+        out.samples += [Sample(r, i, "measure", v, t["loop_k"]) for i, v in enumerate(t["samples_ns"])]
+        if t["first_call_ns"] is not None:
+            out.samples.append(Sample(r, 0, "first_call", t["first_call_ns"]))
+        if t["truncated"]:
+            out.warnings.append(f"repeat {r}: stopped at max_time_s with {len(t['samples_ns'])} samples")
+        per_repeat.append(o.result)
+    measured = [s.value_ns for s in out.samples if s.phase == "measure"]
+    if measured:
+        out.warnings = summarize(measured, suite.protocol.min_iters).warnings + out.warnings
+    if per_repeat:
+        loop_k = max(p["timing"]["loop_k"] for p in per_repeat)
+        out.metrics = {
+            "peak_rss_bytes": max(p["peak_rss_bytes"] for p in per_repeat),
+            "rss_growth_bytes": max(p["peak_rss_bytes"] - p["rss_before_build_bytes"] for p in per_repeat),
+            "build_ms": float(np.median([p["build_ns"] / 1e6 for p in per_repeat])),
+            "device_memory": per_repeat[0]["device_memory"],
+            "threads_readback": per_repeat[0]["threads_readback"],
+            "cores": per_repeat[0].get("cores"),
+            "python": per_repeat[0]["python"], "versions": per_repeat[0]["versions"],
+            "loop_k": loop_k, "repeats_done": len(per_repeat),
+        }
+        if loop_k > 1:
+            out.warnings.append(f"one iteration is under 1 ms: each sample times a loop of {loop_k}")
+    return out
+
+
+def measure_compile(cell: Cell, suite: Suite) -> CellOutcome:
+    """Per repeat, a fresh cache directory: a cold process, then a warm one reusing the cache."""
+    out = CellOutcome("ok")
+    per_repeat: list[dict] = []
+    for r in range(suite.protocol.repeats):
+        with tempfile.TemporaryDirectory(prefix="dlbench-cache-") as cache:
+            env = {**(_framework_env(cell) or {}), "DLBENCH_CACHE_DIR": cache, "TORCHINDUCTOR_CACHE_DIR": cache}
+            for phase in ("cold", "warm"):
+                o = run_job(_job(cell, "first_calls", suite), suite.protocol.timeout_s, cell.threads, extra_env=env)
+                out.seconds += o.seconds
+                if o.status != "ok":
+                    out.status, out.reason = _failure(o)
+                    return out
+                for closure, ns in o.result["first_call_ns"].items():
+                    out.samples.append(Sample(r, 0, f"compile_{phase}:{closure}", ns))
+                per_repeat.append(o.result)
+    if per_repeat and not any(s.phase.startswith("compile") for s in out.samples):
+        return CellOutcome("unsupported", "; ".join(per_repeat[0]["unsupported"].values()), seconds=out.seconds)
+    if per_repeat:
+        out.metrics = {"unsupported": per_repeat[0]["unsupported"], "threads_readback": per_repeat[0]["threads_readback"],
+                       "python": per_repeat[0]["python"], "versions": per_repeat[0]["versions"],
+                       "build_ms": float(np.median([p["build_ns"] / 1e6 for p in per_repeat]))}
+    return out
+
+
+def measure_convergence(cell: Cell, suite: Suite) -> CellOutcome:
+    """R fresh processes, repeat r training from seed ``suite.seed + r`` (weights and batch order)."""
+    out = CellOutcome("ok")
+    repeats = []
+    for r in range(suite.protocol.repeats):
+        job = {**_job(cell, "convergence", suite), "seed": suite.seed + r}
+        timeout = suite.protocol.timeout_s * suite.convergence.epochs
+        o = run_job(job, timeout, cell.threads, extra_env=_framework_env(cell))
+        out.seconds += o.seconds
+        if o.status != "ok":
+            out.status, out.reason = _failure(o)
+            break
+        if "unsupported" in o.result:
+            return CellOutcome("unsupported", o.result["unsupported"], seconds=out.seconds)
+        repeats.append(o.result["curves"])
+        out.samples += [Sample(r, e["epoch"] - 1, "epoch_train", e["train_s"] * 1e9) for e in o.result["curves"]["epochs"]]
+    out.metrics = {"convergence": repeats, "target_accuracy": suite.convergence.target_accuracy}
+    return out
+
+
+# --- the run ------------------------------------------------------------------------------------
+@dataclass
+class RunHandle:
+    run_id: str
+    db: Path
+    cells_total: int
+
+
+def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, progress: Progress) -> None:
+    done = store.verifications(run_id)
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for c in cells:
+        if (c.framework, c.variant, c.model, c.device) not in done:
+            models = groups.setdefault((c.framework, c.variant, c.device), [])
+            if c.model not in models:
+                models.append(c.model)
+    for (fw, variant, device), models in groups.items():
+        progress("phase", text=f"verify {fw}/{variant}: {len(models)} model(s)")
+        job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
+               "threads": None}
+        timeout = max(suite.protocol.timeout_s, 60.0) * len(models)
+        o = run_job(job, timeout, None, extra_env=FRAMEWORKS[fw].variant_env.get(variant))
+        if o.status == "ok":
+            info = o.result.get("info", {})
+            for r in o.result["results"]:
+                store.save_verification(run_id, fw, variant, r["model"], device, r["verdict"], r["reason"],
+                                        {**r, "framework_info": info})
+        else:
+            for m in models:
+                store.save_verification(run_id, fw, variant, m, device, "fail", f"verification process: {o.reason}", {})
+
+
+def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress) -> None:
+    have = store.peaks(run_id)
+    for t in sorted({c.threads for c in cells if c.device == "cpu"}):
+        if t in have:
+            continue
+        progress("phase", text=f"machine peak, {t} thread(s)")
+        o = run_job({"kind": "peak", "threads": t}, 300.0, t)
+        if o.status == "ok":
+            store.save_peak(run_id, t, o.result["gflops"])
+
+
+def execute(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress: Progress = _quiet) -> None:
+    """Measure every cell of the run that the store does not hold yet."""
+    done = store.done_keys(run_id)
+    todo = [c for c in cells if c.key not in done]
+    progress("start", total=len(cells), done=len(cells) - len(todo))
+    _peaks(store, run_id, todo, progress)
+    _verify_groups(store, run_id, todo, suite, progress)
+    verdicts = store.verifications(run_id)
+    for cell in todo:
+        progress("cell_start", cell=cell)
+        v = verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"})
+        supported = FRAMEWORKS[cell.framework].scenarios
+        needs = "train_step" if cell.scenario == "convergence" else cell.scenario
+        if needs != "compile" and needs not in supported:
+            outcome = CellOutcome("unsupported", f"{cell.framework} supports only the {', '.join(supported)} "
+                                  f"scenario(s), not {cell.scenario}")
+        elif v["verdict"] == "fail":
+            outcome = CellOutcome("not_equivalent", f"failed the equivalence gate: {v['reason']}")
+        elif v["verdict"] == "unsupported":
+            outcome = CellOutcome("unsupported", v["reason"])
+        elif cell.scenario == "compile":
+            outcome = measure_compile(cell, suite)
+        elif cell.scenario == "convergence":
+            outcome = measure_convergence(cell, suite)
+        else:
+            outcome = measure_timed(cell, suite)
+        store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason, outcome.seconds,
+                        outcome.warnings, outcome.metrics, outcome.samples)
+        progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason)
+
+
+def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = None,
+          progress: Progress = _quiet) -> RunHandle:
+    """Validate, create the run, and measure it."""
+    frameworks, cells = plan_cells(suite)
+    resolved = suite.model_copy(update={"frameworks": frameworks})
+    store = Store(db)
+    try:
+        run_id = store.create_run(suite.name, resolved.model_dump(), argv)
+        progress("phase", text="environment")
+        store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
+        _run(store, run_id, resolved, cells, progress)
+    finally:
+        store.close()
+    return RunHandle(run_id, Path(db), len(cells))
+
+
+def resume(run_id: str, db: str | Path = DEFAULT_DB, progress: Progress = _quiet) -> RunHandle:
+    store = Store(db, create=False)
+    try:
+        run = store.get_run(run_id)
+        suite = Suite.model_validate(run["suite"])
+        frameworks, cells = plan_cells(suite)
+        if not store.environment(run_id):
+            store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
+        _run(store, run_id, suite, cells, progress)
+    finally:
+        store.close()
+    return RunHandle(run_id, Path(db), len(cells))
+
+
+def _run(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress: Progress) -> None:
+    try:
+        execute(store, run_id, suite, cells, progress)
+    except BaseException:
+        store.finish_run(run_id, "interrupted")
+        raise
+    store.finish_run(run_id, "complete")
+
+
+def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = None,
+                frameworks: list[str] | None = None, variants: list[str] | None = None,
+                scenarios: list[str] | None = None, batches: list[int] | None = None,
+                threads: list[int] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
+                seed: int | None = None, data: str | None = None, data_dir: str | None = None,
+                convergence: dict | None = None) -> Suite:
+    """A suite from a name, a file or a built :class:`Suite`, and flag overrides (flags alone build one
+    on the spot)."""
+    from dlbench.plan import suite_from_dict
+
+    flags_given = any(x for x in (models, frameworks, scenarios, batches, threads))
+    base: dict[str, Any]
+    if isinstance(suite, Suite):  # built by a caller (e.g. dlbench reproduce)
+        base = suite.model_dump()
+    elif suite is None and flags_given:
+        base = {"name": "custom", "models": models or ["lenet"]}
+    else:
+        base = load_suite(suite or "quick").model_dump()
+    if models:
+        base["models"] = models
+        if isinstance(base.get("batch_sizes"), dict):
+            base["batch_sizes"] = ["default"]
+    if frameworks:
+        base["frameworks"] = frameworks
+    if variants:
+        fws = frameworks or (base["frameworks"] if isinstance(base["frameworks"], list) else list(FRAMEWORKS))
+        base["variants"] = {f: [v for v in variants if v in FRAMEWORKS[f].variants] or "default"
+                            for f in fws if f in FRAMEWORKS}
+        unknown = [v for v in variants if not any(v in FRAMEWORKS[f].variants for f in fws if f in FRAMEWORKS)]
+        if unknown and variants != ["all"]:
+            raise UsageError(f"unknown variant(s) {', '.join(unknown)}")
+        if variants == ["all"]:
+            base["variants"] = {f: "all" for f in fws if f in FRAMEWORKS}
+    if scenarios:
+        base["scenarios"] = scenarios
+    if batches:
+        base["batch_sizes"] = batches
+    if threads:
+        base["threads"] = threads
+    if devices:
+        base["devices"] = devices
+    if protocol:
+        base["protocol"] = {**base.get("protocol", {}), **protocol}
+    if seed is not None:
+        base["seed"] = seed
+    if data:
+        base["data"] = {"default": data}
+    if data_dir:
+        base["data_dir"] = data_dir
+    if convergence:
+        base["convergence"] = {**base.get("convergence", {}), **convergence}
+    return suite_from_dict(base, "command line")
+

@@ -1,0 +1,247 @@
+"""SQLite store: runs, their environment, verifications, cells and every raw sample.
+
+The only module that speaks SQL. WAL mode, one transaction per finished cell, so a run killed
+at any moment keeps every cell it finished. The schema version is stored and checked: a
+database written by a newer dlbench, or a file that is not a dlbench database, is refused
+with a one-line error rather than touched.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlbench.errors import UsageError
+
+SCHEMA_VERSION = 1
+APP = "dlbench"
+DEFAULT_DB = Path("dlbench-results") / "results.db"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, started_at REAL NOT NULL, finished_at REAL, status TEXT NOT NULL,
+    suite_name TEXT, suite_json TEXT NOT NULL, argv TEXT);
+CREATE TABLE IF NOT EXISTS environments (run_id TEXT PRIMARY KEY REFERENCES runs(id), data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS peaks (
+    run_id TEXT REFERENCES runs(id), threads INTEGER, engine TEXT, gflops REAL,
+    PRIMARY KEY (run_id, threads, engine));
+CREATE TABLE IF NOT EXISTS verifications (
+    run_id TEXT REFERENCES runs(id), framework TEXT, variant TEXT, model TEXT, device TEXT,
+    verdict TEXT NOT NULL, reason TEXT, data TEXT,
+    PRIMARY KEY (run_id, framework, variant, model, device));
+CREATE TABLE IF NOT EXISTS cells (
+    id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id), key TEXT NOT NULL,
+    framework TEXT, variant TEXT, model TEXT, scenario TEXT, batch INTEGER, threads INTEGER, device TEXT,
+    data TEXT NOT NULL DEFAULT 'synthetic', status TEXT NOT NULL, reason TEXT, finished_at REAL, seconds REAL,
+    warnings TEXT, metrics TEXT,
+    UNIQUE (run_id, key));
+CREATE TABLE IF NOT EXISTS samples (
+    cell_id INTEGER NOT NULL REFERENCES cells(id), repeat INTEGER NOT NULL, idx INTEGER NOT NULL,
+    phase TEXT NOT NULL, value_ns REAL NOT NULL, loop_k INTEGER NOT NULL DEFAULT 1);
+CREATE INDEX IF NOT EXISTS samples_by_cell ON samples(cell_id);
+"""
+
+CELL_STATUSES = ("ok", "failed", "unsupported", "timeout", "not_equivalent")
+
+
+@dataclass
+class Sample:
+    repeat: int
+    idx: int
+    phase: str  # warmup, measure, first_call, compile_cold:<closure>, compile_warm:<closure>
+    value_ns: float
+    loop_k: int = 1
+
+
+@dataclass
+class CellRecord:
+    id: int
+    run_id: str
+    key: str
+    framework: str
+    variant: str
+    model: str
+    scenario: str
+    batch: int
+    threads: int
+    device: str
+    data: str
+    status: str
+    reason: str
+    seconds: float
+    warnings: list[str]
+    metrics: dict[str, Any]
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+class Store:
+    def __init__(self, path: str | Path, create: bool = True):
+        self.path = Path(path)
+        self.conn = self._open(create)
+
+    # --- opening and checking ------------------------------------------------------------
+    def _open(self, create: bool) -> sqlite3.Connection:
+        exists = self.path.exists()
+        if not exists and not create:
+            raise UsageError(f"no dlbench database at {self.path}")
+        if exists:
+            if self.path.is_dir():
+                raise UsageError(f"{self.path} is a directory, not a database file")
+            with open(self.path, "rb") as f:
+                head = f.read(16)
+            if head and head != b"SQLite format 3\x00":
+                raise UsageError(f"{self.path} is not a dlbench database (not an SQLite file)")
+        else:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UsageError(f"cannot create a database at {self.path}: {exc.strerror}") from None
+        try:
+            conn = sqlite3.connect(self.path, timeout=30)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:
+            raise UsageError(f"cannot open database {self.path}: {exc}") from None
+        self._check_or_init(conn, fresh=not exists or self.path.stat().st_size == 0)
+        return conn
+
+    def _check_or_init(self, conn: sqlite3.Connection, fresh: bool) -> None:
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as exc:
+            raise UsageError(f"{self.path} is not a dlbench database ({exc})") from None
+        if not tables:
+            try:
+                with conn:
+                    conn.executescript(SCHEMA)
+                    conn.executemany("INSERT INTO meta VALUES (?, ?)",
+                                     [("app", APP), ("schema_version", str(SCHEMA_VERSION))])
+            except sqlite3.OperationalError as exc:
+                raise UsageError(f"cannot write database {self.path}: {exc}") from None
+            return
+        if "meta" not in tables:
+            raise UsageError(f"{self.path} is not a dlbench database (it has other tables)")
+        meta = dict(conn.execute("SELECT key, value FROM meta"))
+        if meta.get("app") != APP:
+            raise UsageError(f"{self.path} is not a dlbench database")
+        version = int(meta.get("schema_version", 0))
+        if version > SCHEMA_VERSION:
+            raise UsageError(f"{self.path} has schema version {version}, newer than this dlbench understands "
+                             f"({SCHEMA_VERSION}); upgrade dlbench")
+        if version < SCHEMA_VERSION:  # pragma: no cover - no older schema exists yet
+            raise UsageError(f"{self.path} has old schema version {version}; no migration known")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # --- runs -----------------------------------------------------------------------------
+    def create_run(self, suite_name: str, suite: dict, argv: list[str] | None = None, run_id: str | None = None) -> str:
+        run_id = run_id or new_run_id()
+        with self.conn:
+            self.conn.execute("INSERT INTO runs (id, started_at, status, suite_name, suite_json, argv) VALUES (?,?,?,?,?,?)",
+                              (run_id, time.time(), "running", suite_name, json.dumps(suite), json.dumps(argv or [])))
+        return run_id
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        with self.conn:
+            self.conn.execute("UPDATE runs SET finished_at=?, status=? WHERE id=?", (time.time(), status, run_id))
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        row = self.conn.execute("SELECT id, started_at, finished_at, status, suite_name, suite_json, argv FROM runs "
+                                "WHERE id=?", (run_id,)).fetchone()
+        if row is None:
+            raise UsageError(f"no run {run_id!r} in {self.path}")
+        return {"id": row[0], "started_at": row[1], "finished_at": row[2], "status": row[3], "suite_name": row[4],
+                "suite": json.loads(row[5]), "argv": json.loads(row[6] or "[]")}
+
+    def latest_run_id(self) -> str:
+        row = self.conn.execute("SELECT id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1").fetchone()
+        if row is None:
+            raise UsageError(f"no runs in {self.path}")
+        return row[0]
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute("""
+            SELECT r.id, r.started_at, r.finished_at, r.status, r.suite_name,
+                   SUM(c.status = 'ok'), SUM(c.status IS NOT NULL AND c.status != 'ok')
+            FROM runs r LEFT JOIN cells c ON c.run_id = r.id GROUP BY r.id ORDER BY r.started_at""").fetchall()
+        return [{"id": r[0], "started_at": r[1], "finished_at": r[2], "status": r[3], "suite": r[4],
+                 "cells_ok": r[5] or 0, "cells_failed": r[6] or 0} for r in rows]
+
+    # --- environment, peaks, verifications ------------------------------------------------------
+    def save_environment(self, run_id: str, env: dict) -> None:
+        with self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO environments VALUES (?, ?)", (run_id, json.dumps(env, default=str)))
+
+    def environment(self, run_id: str) -> dict:
+        row = self.conn.execute("SELECT data FROM environments WHERE run_id=?", (run_id,)).fetchone()
+        return json.loads(row[0]) if row else {}
+
+    def save_peak(self, run_id: str, threads: int, rates: dict[str, float]) -> None:
+        with self.conn:
+            self.conn.executemany("INSERT OR REPLACE INTO peaks VALUES (?,?,?,?)",
+                                  [(run_id, threads, engine, rate) for engine, rate in rates.items()])
+
+    def peaks(self, run_id: str) -> dict[int, dict[str, float]]:
+        out: dict[int, dict[str, float]] = {}
+        rows = self.conn.execute("SELECT threads, engine, gflops FROM peaks WHERE run_id=?", (run_id,))
+        for threads, engine, rate in rows:
+            out.setdefault(threads, {})[engine] = rate
+        return out
+
+    def save_verification(self, run_id: str, framework: str, variant: str, model: str, device: str, verdict: str,
+                          reason: str, data: dict) -> None:
+        with self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO verifications VALUES (?,?,?,?,?,?,?,?)",
+                              (run_id, framework, variant, model, device, verdict, reason, json.dumps(data, default=str)))
+
+    def verifications(self, run_id: str) -> dict[tuple[str, str, str, str], dict]:
+        rows = self.conn.execute("SELECT framework, variant, model, device, verdict, reason, data FROM verifications "
+                                 "WHERE run_id=?", (run_id,))
+        return {(r[0], r[1], r[2], r[3]): {"verdict": r[4], "reason": r[5], **json.loads(r[6] or "{}")} for r in rows}
+
+    # --- cells and samples ------------------------------------------------------------------
+    def save_cell(self, run_id: str, cell: dict, status: str, reason: str, seconds: float, warnings: list[str],
+                  metrics: dict, samples: Iterable[Sample]) -> int:
+        if status not in CELL_STATUSES:
+            raise ValueError(f"bad cell status {status!r}")
+        with self.conn:
+            cur = self.conn.execute(
+                "INSERT INTO cells (run_id, key, framework, variant, model, scenario, batch, threads, device, data, "
+                "status, reason, finished_at, seconds, warnings, metrics) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, cell["key"], cell["framework"], cell["variant"], cell["model"], cell["scenario"], cell["batch"],
+                 cell["threads"], cell["device"], cell.get("data", "synthetic"), status, reason, time.time(), seconds,
+                 json.dumps(warnings),
+                 json.dumps(metrics, default=str)))
+            cell_id = cur.lastrowid
+            self.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)",
+                                  [(cell_id, s.repeat, s.idx, s.phase, s.value_ns, s.loop_k) for s in samples])
+        return int(cell_id)
+
+    def done_keys(self, run_id: str) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT key FROM cells WHERE run_id=?", (run_id,))}
+
+    def cells(self, run_id: str) -> list[CellRecord]:
+        rows = self.conn.execute(
+            "SELECT id, run_id, key, framework, variant, model, scenario, batch, threads, device, data, status, reason, "
+            "seconds, warnings, metrics FROM cells WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
+        return [CellRecord(*r[:12], r[12] or "", r[13] or 0.0, json.loads(r[14] or "[]"), json.loads(r[15] or "{}"))
+                for r in rows]
+
+    def samples(self, cell_id: int, phase: str | None = None) -> list[Sample]:
+        query = "SELECT repeat, idx, phase, value_ns, loop_k FROM samples WHERE cell_id=?"
+        args: tuple = (cell_id,)
+        if phase is not None:
+            query += " AND phase=?"
+            args += (phase,)
+        return [Sample(*r) for r in self.conn.execute(query + " ORDER BY repeat, idx", args)]

@@ -1,0 +1,95 @@
+"""A test framework with planted behaviours, loaded into measuring processes via DLBENCH_PLUGINS.
+
+It is the torch backend with variants that misbehave on purpose:
+``ok`` (plain torch), ``crash`` (the process aborts in the timed closure), ``hang`` (the closure
+never returns), ``oom`` (the process is SIGKILLed, as the kernel's OOM killer does),
+``broken`` (a transposed kernel: fails the equivalence gate), ``slow`` (sleeps 30% of a forward
+on top of it: a planted slowdown for compare), ``lr`` (a learning rate 10x the spec's).
+"""
+
+import os
+import signal
+import time
+
+from dlbench.frameworks import FrameworkInfo
+
+FRAMEWORK_INFO = FrameworkInfo("fakefw", __file__, "torch", "torch",
+                               ("ok", "crash", "hang", "oom", "broken", "slow", "lr"), "test double (torch)")
+
+
+def _backend():
+    import numpy as np
+
+    from dlbench.frameworks.base import OptimizerSpec
+    from dlbench.frameworks.torch import Builder, TorchBackend
+
+    class TransposedKernel(Builder):
+        def make_conv2d(self, layer, shape):
+            m = super().make_conv2d(layer, shape)
+            t = self.params[f"{layer.name}.weight"][0]
+            self.params[f"{layer.name}.weight"] = (t, lambda a: np.swapaxes(a, 2, 3), lambda a: np.swapaxes(a, 2, 3))
+            return m
+
+    class Fake(TorchBackend):
+        name = "fakefw"
+        variants = FRAMEWORK_INFO.variants
+
+        def build(self, spec, weights, device="cpu", variant=None):
+            self.mode = variant or "ok"
+            self.builder_class = TransposedKernel if self.mode == "broken" else Builder
+            saved, self.variants = self.variants, TorchBackend.variants
+            try:
+                return super().build(spec, weights, device, "eager")
+            finally:
+                self.variants = saved
+
+        def _wrap(self, fn):
+            """Misbehave from a closure's second call on: the equivalence gate calls each closure once,
+            the timer many times, so these fail in measurement, not in verification."""
+            mode = self.mode
+            calls = [0]
+
+            def later(action):
+                def run():
+                    calls[0] += 1
+                    return action() if calls[0] >= 2 else fn()
+                return run
+
+            if mode == "crash":
+                return later(os.abort)
+            if mode == "hang":
+                return later(lambda: time.sleep(3600))
+            if mode == "oom":
+                return later(lambda: os.kill(os.getpid(), signal.SIGKILL))
+            if mode == "slow":
+                def run():
+                    t0 = time.perf_counter()
+                    out = fn()
+                    time.sleep(0.3 * (time.perf_counter() - t0))
+                    return out
+                return run
+            return fn
+
+        def trainer(self, model, opt):
+            if self.mode == "lr":
+                opt = OptimizerSpec(lr=opt.lr * 10, momentum=opt.momentum)
+            return super().trainer(model, opt)
+
+        def forward(self, model, batch):
+            return self._wrap(super().forward(model, batch))
+
+        def gradient(self, model, batch):
+            return self._wrap(super().gradient(model, batch))
+
+        def train_step(self, model, batch, opt):
+            if self.mode == "lr":
+                opt = OptimizerSpec(lr=opt.lr * 10, momentum=opt.momentum)
+            return self._wrap(super().train_step(model, batch, opt))
+
+    return Fake
+
+
+def __getattr__(name):
+    if name == "Backend_":
+        return _backend()
+    raise AttributeError(name)

@@ -1,0 +1,167 @@
+"""`dlbench compare`: the statistics on runs with known samples, and one real run against itself."""
+
+import html
+import json
+from pathlib import Path
+
+import pytest
+
+from dlbench import api
+from dlbench.cli import main
+from dlbench.frameworks import FRAMEWORKS
+from dlbench.report.compare import compare_runs, mann_whitney_p
+from dlbench.store import Store
+from tests.conftest import requires
+from tests.synthetic_runs import cell, compare_pair, finish, metrics, new_run, timed_samples, verify_pass
+
+SLOW = ("fakefw/ok/lenet/forward/b8/t1/cpu", "fakefw/ok/lenet/train_step/b4/t1/cpu")
+FAKE = str(Path(__file__).with_name("fakefw.py"))
+
+
+def results(db, run_id):
+    return api.results(run_id, db)
+
+
+def test_same_samples_nothing_significant(tmp_db):
+    a, b = compare_pair(tmp_db, same_samples=True)
+    cmp = compare_runs(results(tmp_db, a), results(tmp_db, b))
+    assert len(cmp.matched) == 4 and not cmp.only_a and not cmp.only_b
+    for m in cmp.matched:
+        assert m.ratio == 1.0 and m.p_value > 0.9 and m.verdict == "same"
+        assert m.ci_low <= 1.0 <= m.ci_high
+
+
+def test_independent_noise_nothing_significant(tmp_db):
+    """Same distributions, independent draws (1% noise): never a significant change, by construction:
+    the ratio cannot leave 1 ± 5% with 1% noise, whatever the p-value says."""
+    a, b = compare_pair(tmp_db, noise=0.01)
+    cmp = compare_runs(results(tmp_db, a), results(tmp_db, b))
+    assert [m.verdict for m in cmp.matched] == ["same"] * 4
+    assert all(abs(m.ratio - 1) < 0.02 for m in cmp.matched)
+
+
+def test_planted_slowdown_flags_exactly_those_cells(tmp_db, capsys):
+    """The `slow` variant of fakefw sleeps 30% extra per call; here the same slowdown is planted in
+    the samples of two cells, so the statistics are tested on a known answer."""
+    a, b = compare_pair(tmp_db, slow_keys=SLOW, factor=1.3)
+    cmp = compare_runs(results(tmp_db, a), results(tmp_db, b))
+    assert sorted(m.key for m in cmp.slower) == sorted(SLOW)
+    assert not cmp.faster
+    for m in cmp.slower:
+        assert 1.27 < m.ratio < 1.33 and m.ci_low > 1.05 and m.p_value < 1e-6
+    # the other direction is a speed-up of the same cells
+    back = compare_runs(results(tmp_db, b), results(tmp_db, a))
+    assert sorted(m.key for m in back.faster) == sorted(SLOW) and not back.slower
+
+    assert main(["compare", a, b, "--db", str(tmp_db), "--fail-above", "10"]) == 1
+    out = capsys.readouterr().out
+    assert "--fail-above 10: 2 failure(s)" in out and SLOW[0] in out
+    assert main(["compare", a, b, "--db", str(tmp_db), "--fail-above", "50"]) == 0  # +30% is below 50%
+    assert main(["compare", a, b, "--db", str(tmp_db)]) == 0  # no gate, no failure
+    assert main(["compare", b, a, "--db", str(tmp_db), "--fail-above", "10"]) == 0  # faster is fine
+    capsys.readouterr()
+    assert main(["compare", a, b, "--db", str(tmp_db), "--json", "--fail-above", "10"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert sorted(data["slower"]) == sorted(SLOW) and len(data["failures"]) == 2
+    assert {m["key"]: m["verdict"] for m in data["matched"]}[SLOW[0]] == "slower"
+
+
+def test_small_shift_is_not_significant_even_with_tiny_p(tmp_db):
+    """3% slower with almost no noise: the test is sure (p tiny) but the change is inside ± 5%."""
+    a, b = compare_pair(tmp_db, slow_keys=SLOW, factor=1.03, noise=0.001)
+    cmp = compare_runs(results(tmp_db, a), results(tmp_db, b))
+    shifted = [m for m in cmp.matched if m.key in SLOW]
+    assert all(m.p_value < 0.01 and m.verdict == "same" for m in shifted)
+
+
+def test_large_but_noisy_change_is_not_significant():
+    """A big median shift on three samples each: the ratio is outside 5% but p cannot be < 0.01."""
+    assert mann_whitney_p([1.0, 2.0, 3.0], [2.0, 3.0, 4.5]) > 0.01
+    assert mann_whitney_p([5.0] * 10, [5.0] * 10) == 1.0
+
+
+def test_unmatched_failed_and_compile_cells(tmp_db, capsys):
+    store = Store(tmp_db)
+    ids = []
+    for which in ("A", "B"):
+        run_id = new_run(store, which)
+        verify_pass(store, run_id, "fakefw", "ok")
+        store.save_cell(run_id, cell("fakefw", "ok", "forward", 4, 1), "ok", "", 1, [], metrics(), timed_samples(5.0))
+        only = cell("fakefw", "ok", "forward", 16 if which == "A" else 32, 1)
+        store.save_cell(run_id, only, "ok", "", 1, [], metrics(), timed_samples(5.0))
+        broke = cell("fakefw", "ok", "train_step", 4, 1)
+        if which == "A":
+            store.save_cell(run_id, broke, "ok", "", 1, [], metrics(), timed_samples(9.0))
+        else:
+            store.save_cell(run_id, broke, "failed", "<b>boom</b>", 1, [], {}, [])
+        store.save_cell(run_id, cell("fakefw", "ok", "compile", 4, 1), "ok", "", 1, [], {}, [])
+        finish(store, run_id)
+        ids.append(run_id)
+    store.close()
+    a, b = ids
+    cmp = compare_runs(results(tmp_db, a), results(tmp_db, b))
+    assert [m.key for m in cmp.matched] == ["fakefw/ok/lenet/forward/b4/t1/cpu"]
+    assert cmp.only_a == ["fakefw/ok/lenet/forward/b16/t1/cpu"] and cmp.only_b == ["fakefw/ok/lenet/forward/b32/t1/cpu"]
+    why = dict(cmp.not_compared)
+    assert why["fakefw/ok/lenet/train_step/b4/t1/cpu"] == "A ok, B failed: <b>boom</b>"
+    assert "no per-iteration samples" in why["fakefw/ok/lenet/compile/b4/t1/cpu"]
+    assert cmp.broke == ["fakefw/ok/lenet/train_step/b4/t1/cpu"]
+    # a cell that stopped working fails the gate: it is a slowdown without bound
+    assert main(["compare", a, b, "--db", str(tmp_db), "--fail-above", "10"]) == 1
+    out = capsys.readouterr().out
+    assert "only in A" in out and "b16" in out and "b32" in out
+
+
+def test_html_form_is_escaped(tmp_db, tmp_path):
+    store = Store(tmp_db)
+    ids = []
+    for which in ("A", "B"):
+        run_id = new_run(store, which)
+        store.save_cell(run_id, cell("fakefw", "<i>x</i>", "forward", 4, 1), "ok", "", 1, [], metrics(),
+                        timed_samples(5.0 if which == "A" else 7.0))
+        store.save_cell(run_id, cell("fakefw", "ok", "forward", 8, 1), "ok" if which == "A" else "failed",
+                        "" if which == "A" else "<script>alert(1)</script>", 1, [], metrics(),
+                        timed_samples(5.0) if which == "A" else [])
+        finish(store, run_id)
+        ids.append(run_id)
+    store.close()
+    page_path = tmp_path / "cmp.html"
+    assert main(["compare", *ids, "--db", str(tmp_db), "--html", str(page_path)]) == 0
+    page = page_path.read_text()
+    assert "<script>" not in page and "<i>x</i>" not in page
+    assert html.escape("<script>alert(1)</script>") in page and html.escape("fakefw/<i>x</i>/lenet") in page
+    assert 'class="num slower"' in page and "Content-Security-Policy" in page
+
+
+def test_bad_input(tmp_db, capsys):
+    a, b = compare_pair(tmp_db, same_samples=True)
+    assert main(["compare", a, "nosuchrun", "--db", str(tmp_db)]) == 2
+    assert main(["compare", a, b, "--db", str(tmp_db), "--fail-above", "-1"]) == 2
+    assert main(["compare", a, "--db", str(tmp_db)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+
+
+@requires("torch")
+def test_real_run_compared_with_itself(tmp_db, monkeypatch, capsys):
+    """A real tiny fakefw run against itself: every cell matched, ratio 1, nothing significant."""
+    monkeypatch.setenv("DLBENCH_PLUGINS", FAKE)
+    from dlbench.frameworks import load_plugins
+
+    load_plugins()
+    try:
+        res = api.run(db=tmp_db, models=["lenet"], frameworks=["fakefw"], variants=["ok"], scenarios=["forward"],
+                      batches=[4], threads=[1], protocol={"warmup": 1, "min_iters": 5, "min_time_s": 0.0,
+                                                          "repeats": 1, "timeout_s": 120})
+    finally:
+        FRAMEWORKS.pop("fakefw", None)
+    assert main(["compare", res.run_id, res.run_id, "--db", str(tmp_db), "--json", "--fail-above", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["matched"]) == 1 and data["matched"][0]["ratio"] == 1.0 and not data["slower"]
+
+
+@pytest.mark.parametrize("factor, verdict", [(1.3, "slower"), (1 / 1.3, "faster")])
+def test_verdict_direction(tmp_db, factor, verdict):
+    a, b = compare_pair(tmp_db, slow_keys=SLOW[:1], factor=factor)
+    cmp = compare_runs(results(tmp_db, a), results(tmp_db, b))
+    assert {m.key: m.verdict for m in cmp.matched}[SLOW[0]] == verdict

@@ -1,0 +1,53 @@
+import pytest
+
+from dlbench.errors import UsageError
+from dlbench.plan import BUILTIN, expand, load_suite, resolve_threads, suite_from_dict
+
+
+def test_builtin_suites_load():
+    for name in BUILTIN:
+        assert load_suite(name).models
+
+
+def test_threads_scaled_to_cores():
+    assert resolve_threads([1, 2, 4, 8, 16, 32], cores=2) == [1, 2]
+    assert resolve_threads([1, "all", "half"], cores=8) == [1, 8, 4]
+
+
+def test_expand_cross_product_and_exclusions():
+    suite = suite_from_dict({"models": ["lenet", "sae"], "scenarios": ["forward", "gradient"], "batch_sizes": [8, 16],
+                             "threads": [1], "exclude": [{"model": "sae", "scenario": "gradient"}]})
+    cells = expand(suite, ["torch"], lambda fw, req: ["eager"], lambda m, s, d: 64, cores=2)
+    assert len(cells) == 2 * 2 * 2 - 2
+    assert not any(c.model == "sae" and c.scenario == "gradient" for c in cells)
+
+
+def test_default_batch_and_mapping():
+    suite = suite_from_dict({"models": ["lenet", "sae"], "batch_sizes": {"lenet": [32], "default": ["default"]},
+                             "scenarios": ["forward"], "threads": [1]})
+    cells = expand(suite, ["torch"], lambda fw, req: ["eager"], lambda m, s, d: 99, cores=2)
+    assert {(c.model, c.batch) for c in cells} == {("lenet", 32), ("sae", 99)}
+
+
+def test_malformed_yaml(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("models: [lenet\nscenarios: forward")
+    with pytest.raises(UsageError, match="malformed YAML"):
+        load_suite(str(p))
+
+
+@pytest.mark.parametrize("data, match", [
+    ({"models": ["lenet"], "scenarios": ["dance"]}, "scenarios"),
+    ({"models": ["lenet"], "threads": [0]}, "threads"),
+    ({"models": ["lenet"], "batch_sizes": [-4]}, "batch_sizes"),
+    ({"models": ["lenet"], "colour": "red"}, "colour"),
+    ({"scenarios": ["forward"]}, "models"),
+])
+def test_invalid_suites(data, match):
+    with pytest.raises(UsageError, match=match):
+        suite_from_dict(data)
+
+
+def test_missing_suite_file():
+    with pytest.raises(UsageError, match="no suite named"):
+        load_suite("/nonexistent/suite.yaml")

@@ -1,0 +1,243 @@
+"""`dlbench run` end to end: the store, failures recorded as data, bad input, resume after a kill."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dlbench import api
+from dlbench.cli import main
+from dlbench.frameworks import FRAMEWORKS, FrameworkInfo, register
+from tests.conftest import requires
+
+pytestmark = requires("torch")
+FAKE = str(Path(__file__).with_name("fakefw.py"))
+TINY = {"warmup": 1, "min_iters": 3, "min_time_s": 0.0, "repeats": 1, "timeout_s": 120}
+
+
+@pytest.fixture(autouse=True)
+def fake_framework(monkeypatch):
+    monkeypatch.setenv("DLBENCH_PLUGINS", FAKE)
+    from dlbench.frameworks import load_plugins
+
+    load_plugins()
+    yield
+    FRAMEWORKS.pop("fakefw", None)
+
+
+def run(db, **kw):
+    kw.setdefault("protocol", TINY)
+    return api.run(db=db, **kw)
+
+
+def test_run_stores_samples_environment_and_verdicts(tmp_db):
+    res = run(tmp_db, models=["lenet"], frameworks=["torch"], scenarios=["forward", "train_step"], batches=[8],
+              threads=[1])
+    assert [c.cell.status for c in res.cells] == ["ok", "ok"]
+    for c in res.cells:
+        assert c.time_ms.n >= 3 and c.time_ms.ci_low <= c.time_ms.median <= c.time_ms.ci_high
+        assert c.samples_per_s > 0 and c.gflops > 0 and c.pct_peak > 0
+        assert c.cell.metrics["peak_rss_bytes"] > c.cell.metrics["rss_growth_bytes"] > 0
+        assert c.cell.metrics["threads_readback"]["intra_op"] == 1
+        assert c.cell.metrics["cores"] == [sorted(os.sched_getaffinity(0))[0]]
+        assert c.first_call_ms is not None and len(c.warmup_ms) == 1
+        assert c.verified == "pass"
+    assert res.environment["python"] and res.environment["frameworks"]["torch"]
+    assert res.peaks[1]
+    conn = sqlite3.connect(tmp_db)
+    assert conn.execute("SELECT COUNT(*) FROM samples WHERE phase='measure'").fetchone()[0] >= 6
+
+
+def test_real_data_batches(tmp_db):
+    res = run(tmp_db, models=["lenet"], frameworks=["torch"], scenarios=["forward"], batches=[16], threads=[1],
+              data="digits")
+    (cell,) = res.cells
+    assert cell.cell.status == "ok" and cell.cell.data == "digits" and cell.cell.key.endswith("/digits")
+
+
+def test_failures_are_results_and_the_run_goes_on(tmp_db):
+    res = run(tmp_db, models=["lenet"], frameworks=["fakefw"], variants=["crash", "oom", "broken", "ok"],
+              scenarios=["forward"], batches=[4], threads=[1])
+    by = {c.cell.variant: c.cell for c in res.cells}
+    assert by["crash"].status == "failed" and "SIGABRT" in by["crash"].reason
+    assert by["oom"].status == "failed" and "out of memory" in by["oom"].reason
+    assert by["broken"].status == "not_equivalent" and "forward error" in by["broken"].reason
+    assert by["ok"].status == "ok"
+    broken = next(c for c in res.cells if c.cell.variant == "broken")
+    assert broken.time_ms is None and not broken.samples_ms
+
+
+def test_hanging_cell_times_out_and_leaves_nothing_running(tmp_db):
+    started = time.time()
+    res = run(tmp_db, models=["lenet"], frameworks=["fakefw"], variants=["hang"], scenarios=["forward"], batches=[4],
+              threads=[1], protocol={**TINY, "timeout_s": 15})
+    (cell,) = res.cells
+    assert cell.cell.status == "timeout" and "timed out after 15" in cell.cell.reason
+    assert time.time() - started < 120
+
+
+def test_timed_out_job_leaves_no_process():
+    from dlbench.launch.subprocess import run_job
+
+    job = {"kind": "cell", "framework": "fakefw", "variant": "hang", "model": "lenet", "scenario": "forward",
+           "batch": 2, "threads": 1, "device": "cpu", "seed": 0, "protocol": {"warmup": 2, "min_iters": 1}}
+    outcome = run_job(job, timeout_s=15, threads=1)
+    assert outcome.status == "timeout"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(outcome.pid, 0)
+
+
+def test_cli_json_and_exit_code(tmp_db, capsys):
+    code = main(["run", "--model", "lenet", "--framework", "fakefw", "--variant", "ok,crash", "--scenario", "forward",
+                 "--batch", "4", "--threads", "1", "--warmup", "1", "--min-iters", "3", "--min-time", "0",
+                 "--repeats", "1", "--db", str(tmp_db), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert [f["status"] for f in out["failed"]] == ["failed"]
+    assert out["models"]["lenet"][0]["forward_ms"]["median"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "nosuchnet"], "unknown model"),
+    (["--framework", "nosuchfw"], "unknown framework"),
+    (["--framework", "ghost"], "not installed"),
+    (["--batch", "0"], "must be > 0"),
+    (["--batch", "x"], "integers"),
+    (["--threads", "-1"], "must be > 0"),
+    (["--scenario", "dance"], "scenario"),
+    (["--repeats", "0"], "--repeats must be positive"),
+    (["--data", "nosuchdata"], "unknown data set"),
+    (["--data", "mnist", "--data-dir", "/nonexistent"], "data set mnist for lenet"),
+    (["--model", "lstm-imdb", "--data", "digits"], "data set digits for lstm-imdb"),
+])
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, args, message):
+    register(FrameworkInfo("ghost", "dlbench.frameworks.ghost", "ghost-dist", "ghost_pkg_not_here", ("x",), "absent"))
+    db = tmp_path / "r.db"
+    try:
+        code = main(["run", "--db", str(db), *args])
+    finally:
+        FRAMEWORKS.pop("ghost", None)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not db.exists()
+
+
+def test_bad_suite_files(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models: [lenet\n")
+    invalid = tmp_path / "invalid.yaml"
+    invalid.write_text("models: [lenet]\nthreads: [zero]\n")
+    for path, message in ((bad, "malformed YAML"), (invalid, "invalid suite")):
+        assert main(["run", "--suite", str(path), "--db", str(tmp_path / "r.db")]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_unusable_databases(tmp_path, capsys):
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("my notes")
+    assert main(["run", "--model", "lenet", "--db", str(foreign)]) == 2
+    assert "not a dlbench database" in capsys.readouterr().err
+    assert foreign.read_text() == "my notes"
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    assert main(["run", "--model", "lenet", "--db", str(blocker / "x" / "r.db")]) == 2
+    assert "cannot create" in capsys.readouterr().err
+    assert main(["runs", "--db", str(tmp_path / "none.db")]) == 2
+    assert main(["show", "nope", "--db", str(tmp_path / "none.db")]) == 2
+
+
+def test_runs_show_export(tmp_db, capsys):
+    res = run(tmp_db, models=["lenet"], frameworks=["torch"], scenarios=["forward"], batches=[4], threads=[1])
+    capsys.readouterr()
+    assert main(["runs", "--db", str(tmp_db), "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert runs[0]["id"] == res.run_id and runs[0]["cells_ok"] == 1
+    assert main(["show", res.run_id, "--db", str(tmp_db)]) == 0
+    assert "lenet" in capsys.readouterr().out
+    assert main(["export", res.run_id, "--format", "csv", "--db", str(tmp_db)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("key,framework") and len(lines) == 2
+    assert main(["export", "--format", "json", "--db", str(tmp_db)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["cells"][0]["samples_ms"]) >= 3
+
+
+def test_resume_after_parent_killed(tmp_db):
+    """kill -9 of `dlbench run` mid-run; --resume measures only the missing cells."""
+    env = {**os.environ, "DLBENCH_PLUGINS": FAKE}
+    cmd = [sys.executable, "-m", "dlbench.cli", "run", "--model", "lenet", "--framework", "fakefw", "--variant", "ok",
+           "--scenario", "forward", "--batch", "2,3,4,5", "--threads", "1", "--warmup", "1", "--min-iters", "3",
+           "--min-time", "0", "--repeats", "1", "--db", str(tmp_db), "--json"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    done_before = 0
+    while time.time() < deadline:
+        time.sleep(0.5)
+        if tmp_db.exists():
+            try:
+                done_before = sqlite3.connect(tmp_db).execute("SELECT COUNT(*) FROM cells").fetchone()[0]
+            except sqlite3.OperationalError:
+                continue
+            if done_before >= 1:
+                break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    conn = sqlite3.connect(tmp_db)
+    before = dict(conn.execute("SELECT key, id FROM cells").fetchall())
+    assert 1 <= len(before) < 4, "kill came too late to test resume"
+    run_id = conn.execute("SELECT id FROM runs").fetchone()[0]
+    res = api.run(resume=run_id, db=tmp_db)
+    after = {c.cell.key: c.cell.id for c in res.cells}
+    assert len(after) == 4 and all(c.cell.status == "ok" for c in res.cells)
+    assert all(after[k] == v for k, v in before.items()), "finished cells were measured again"
+    assert res.run["status"] == "complete"
+
+
+def test_compile_scenario_times_cold_and_warm_first_calls(tmp_db):
+    res = run(tmp_db, models=["lenet"], frameworks=["torch"], scenarios=["compile"], batches=[4], threads=[1])
+    (cell,) = res.cells
+    assert cell.cell.status == "ok"
+    assert set(cell.compile_ms) == {"forward", "gradient", "train_step"}
+    assert all(set(d) == {"cold", "warm"} and min(d.values()) > 0 for d in cell.compile_ms.values())
+
+
+@requires("onnxruntime")
+def test_scenario_a_framework_lacks_is_unsupported_with_reason(tmp_db):
+    res = run(tmp_db, models=["lenet"], frameworks=["onnxruntime"], scenarios=["gradient"], batches=[4], threads=[1])
+    (cell,) = res.cells
+    assert cell.cell.status == "unsupported" and "supports only the forward" in cell.cell.reason
+
+
+def test_convergence_curves_and_agreement_flags_a_planted_difference(tmp_db):
+    res = run(tmp_db, models=["lenet"], frameworks=["torch", "fakefw"], variants=["eager", "ok", "lr"],
+              scenarios=["convergence"], threads=[1], data="digits", convergence={"epochs": 2, "log_steps": 10})
+    by = {(c.cell.framework, c.cell.variant): c for c in res.cells}
+    assert all(c.cell.status == "ok" for c in res.cells)
+    torch_curve = by["torch", "eager"].convergence
+    assert torch_curve["epochs"] == 2 and 0.5 < torch_curve["final_test_acc_mean"] <= 1.0
+    assert len(torch_curve["curves"]["test_acc"]["mean"]) == 2
+    from dlbench.report.convergence import agreement
+
+    rows = {r["framework"]: r for r in agreement(res.cells, "torch")}
+    assert rows["fakefw/ok"]["first_departure_step"] is None  # same arithmetic, same batches
+    assert rows["fakefw/lr"]["first_departure_step"] == 2  # step 1 is before any update
+    from dlbench.report.plots import convergence_curves
+    from dlbench.report.tables import build_content
+
+    content = build_content(res)
+    assert [t.title for t in content.convergence] == ["convergence", "agreement check (same weights, same batches)"]
+    plots, _ = convergence_curves(res)
+    assert len(plots) == 1 and "<svg" in plots[0].svg
+
+
+def test_convergence_needs_real_data(tmp_path, capsys):
+    assert main(["run", "--scenario", "convergence", "--model", "lenet", "--db", str(tmp_path / "r.db")]) == 2
+    assert "convergence needs a real data set" in capsys.readouterr().err
