@@ -122,8 +122,40 @@ def get_params_round_trips(backend, variant: str) -> None:
             assert np.array_equal(got[k], v), f"{ref}: {k} does not round-trip"
 
 
+def trainer_and_predictor(backend, variant: str) -> None:
+    """The convergence scenario's pair: the trainer's first step is ``train_step``'s first step
+    (same loss from the same weights), it carries its optimiser state from batch to batch (the
+    loss falls on a repeated batch), and the predictor computes ``forward``'s output."""
+    from dlbench.data import make_batch
+    from dlbench.frameworks.base import OptimizerSpec
+    from dlbench.models import get_model
+    from dlbench.weights import init_weights
+
+    spec = get_model("lenet", small=True)
+    w = init_weights(spec, 0)
+    opt = OptimizerSpec(lr=0.05)
+    trained, timed = backend.build(spec, w, "cpu", variant), backend.build(spec, w, "cpu", variant)
+    batches = [make_batch(spec, n, seed=s) for s, n in ((1, 8), (2, 8), (3, 5))]  # a ragged last batch too
+    step, predict = backend.trainer(trained, opt), backend.predictor(trained)
+    first = step(backend.place(batches[0], trained))
+    expected = backend.train_step(timed, backend.place(batches[0], timed), opt)()
+    backend.sync(expected)
+    a, b = float(backend.to_numpy(first)), float(backend.to_numpy(expected))
+    assert abs(a - b) <= 1e-5 * abs(b), f"trainer's first loss {a} vs train_step's {b}"
+    losses = [float(backend.to_numpy(step(backend.place(batch, trained)))) for batch in batches[1:]]
+    assert all(np.isfinite(losses)), losses
+    again = [float(backend.to_numpy(step(backend.place(batches[0], trained)))) for _ in range(4)]
+    assert again[-1] < a, f"the trainer did not learn: {a} then {again}"
+    for batch in batches:
+        placed = backend.place(batch, trained)
+        got, want = backend.to_numpy(predict(placed)), backend.to_numpy(backend.forward(trained, placed)())
+        assert got.shape == (batch.size, spec.input.classes), got.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 CHECKS = {f.__name__: f for f in (train_step_updates_and_gradient_does_not, frozen_encoders_stay_frozen,
-                                  repeated_calls_agree, train_step_runs_in_training_mode, get_params_round_trips)}
+                                  repeated_calls_agree, train_step_runs_in_training_mode, get_params_round_trips,
+                                  trainer_and_predictor)}
 
 
 def run_all(backend, variant: str) -> dict[str, str]:

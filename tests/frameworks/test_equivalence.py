@@ -13,7 +13,12 @@ from dlbench.frameworks import FRAMEWORKS, installed_version
 from dlbench.models import list_models
 
 MODELS = list_models() + ["sae:phase=pretrain1", "sae:phase=pretrain3", "alexnet:lrn=0:groups=1"]
-CASES = [(fw, variant) for fw, info in FRAMEWORKS.items() for variant in info.variants[:1]]
+#: frameworks held to a few small models here to keep CI within its time budget; their gate over
+#: the whole zoo (``dlbench verify --framework tensorflow,keras --variant all``) is in docs/fairness.md
+SMALL = {"tensorflow", "keras"}
+SMALL_MODELS = ["lenet", "fcn-r", "alexnet-r", "lstm-imdb", "sae:phase=pretrain1", "alexnet:lrn=0:groups=1"]
+CASES = [(fw, variant, model) for fw, info in FRAMEWORKS.items() for variant in info.variants[:1]
+         for model in (SMALL_MODELS if fw in SMALL else MODELS)]
 _cache: dict = {}
 
 
@@ -22,12 +27,12 @@ def results_for(framework: str, variant: str) -> dict:
         pytest.skip(f"{framework} is not installed")
     key = (framework, variant)
     if key not in _cache:
-        _cache[key] = {r.model: r for r in verify(models=MODELS, frameworks=[framework], variants=[variant])}
+        models = SMALL_MODELS if framework in SMALL else MODELS
+        _cache[key] = {r.model: r for r in verify(models=models, frameworks=[framework], variants=[variant])}
     return _cache[key]
 
 
-@pytest.mark.parametrize("model", MODELS)
-@pytest.mark.parametrize(("framework", "variant"), CASES)
+@pytest.mark.parametrize(("framework", "variant", "model"), CASES)
 def test_gate_passes(framework, variant, model):
     result = results_for(framework, variant)[model]
     if result.verdict == "unsupported":

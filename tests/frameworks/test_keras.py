@@ -21,7 +21,7 @@ from tests.frameworks.closure_checks import CHECKS
 
 pytestmark = requires("keras")
 ROOT = Path(__file__).resolve().parents[2]
-MODELS = ["lenet", "alexnet-r", "lstm-imdb", "sae:phase=pretrain2", "resnet-56"]
+MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain2"]
 PACKAGE = {"keras-jax": "jax", "keras-tensorflow": "tensorflow", "keras-torch": "torch"}
 _cache: dict = {}
 

@@ -125,7 +125,7 @@ class KerasBackend(Backend):
     name = "keras"
     variants = ("keras-jax", "keras-tensorflow", "keras-torch")
     devices = ("cpu", "cuda")
-    packages = ("keras", BACKEND)
+    packages = ("keras", *({"tensorflow": ("tensorflow", "tensorflow-cpu")}.get(BACKEND, (BACKEND,))))
     builder_class = km.Builder
 
     def set_threads(self, n: int) -> dict[str, Any]:
@@ -212,6 +212,17 @@ class KerasBackend(Backend):
         self._compile(model.build, opt)  # a fresh SGD: its momentum starts at zero
         train, inputs, y = model.net.train_on_batch, batch["inputs"], batch["y"]
         return lambda: train(inputs, y)
+
+    def trainer(self, model: KerasModel, opt: OptimizerSpec) -> Callable[[Any], Any]:
+        """``model.train_on_batch`` on each new batch (Keras's compiled train step, a fresh SGD)."""
+        self._compile(model.build, opt)
+        train = model.net.train_on_batch
+        return lambda batch: train(batch["inputs"], batch["y"])
+
+    def predictor(self, model: KerasModel) -> Callable[[Any], Any]:
+        """``model.predict_on_batch`` (Keras's compiled predict step, inference mode)."""
+        predict = model.net.predict_on_batch
+        return lambda batch: predict(batch["inputs"])
 
     def sync(self, out: Any) -> None:
         if BACKEND == "jax":

@@ -99,7 +99,7 @@ class TensorFlowBackend(Backend):
     name = "tensorflow"
     variants = ("function", "xla")
     devices = ("cpu", "cuda")
-    packages = ("tensorflow", "keras")
+    packages = ("tensorflow", "tensorflow-cpu", "keras")  # distributions; the one installed is recorded
     builder_class = km.Builder
 
     def set_threads(self, n: int) -> dict[str, Any]:
@@ -129,7 +129,10 @@ class TensorFlowBackend(Backend):
         fn, inputs, y = model.grad_fn, batch["inputs"], batch["y"]
         return lambda: fn(inputs, y)
 
-    def train_step(self, model: TFModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
+    @staticmethod
+    def _step_fn(model: TFModel, opt: OptimizerSpec, reduce_retracing: bool = False):
+        """One ``tf.function``: GradientTape gradient + fused SGD momentum; the momentum buffers
+        are fresh (zero) variables owned by this function."""
         trainable, loss_of, dev = model.trainable, model.loss_of, model.device
         with tf.device(dev):
             accums = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in trainable]
@@ -145,9 +148,29 @@ class TensorFlowBackend(Backend):
                                                      grad=tf.convert_to_tensor(grad), momentum=momentum)
                 return loss
 
-        fn = tf.function(step, jit_compile=model.jit, autograph=False)
+        return tf.function(step, jit_compile=model.jit, autograph=False, reduce_retracing=reduce_retracing)
+
+    def train_step(self, model: TFModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
+        fn = self._step_fn(model, opt)
         inputs, y = batch["inputs"], batch["y"]
         return lambda: fn(inputs, y)
+
+    def trainer(self, model: TFModel, opt: OptimizerSpec) -> Callable[[Any], Any]:
+        """``train_step``'s function with the batch as its argument; ``reduce_retracing`` lets a
+        new batch shape (token batches cut to their longest sequence) reuse a generalised trace."""
+        fn = self._step_fn(model, opt, reduce_retracing=True)
+        return lambda batch: fn(batch["inputs"], batch["y"])
+
+    def predictor(self, model: TFModel) -> Callable[[Any], Any]:
+        """``forward``'s inference call (``training=False``: moving BN statistics, no dropout)."""
+        net, dev = model.net, model.device
+
+        def infer(inputs):
+            with tf.device(dev):
+                return net(inputs, training=False)
+
+        fn = tf.function(infer, jit_compile=model.jit, autograph=False, reduce_retracing=True)
+        return lambda batch: fn(batch["inputs"])
 
     def sync(self, out: Any) -> None:
         sync_tf()
