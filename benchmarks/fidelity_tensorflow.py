@@ -113,7 +113,7 @@ def loop_step(model: keras.Model, lr: float, jit: bool, x, y):
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
     return lambda: train_step(x, y)
 
@@ -159,7 +159,7 @@ def main() -> None:
         load_canonical(direct, weights)
         fns[name] = make(direct, spec.learning_rate, jit, x, y)
     first = {n: host(fn()) for n, fn in fns.items()}  # traces/compiles each; the same function?
-    for n, loss in first.items():
+    for loss in first.values():
         assert abs(loss - first["ours"]) <= 1e-4 * abs(first["ours"]), first
     interleaved(fns, 2, host)  # warm-up
     t = interleaved(fns, args.rounds, host)

@@ -16,7 +16,7 @@ MODELS = list_models() + ["sae:phase=pretrain1", "sae:phase=pretrain3", "alexnet
 #: frameworks held to a few small models here to keep CI within its time budget; their gate over
 #: the whole zoo (``dlbench verify --framework tensorflow,keras --variant all``) is in docs/fairness.md
 SMALL = {"tensorflow", "keras"}
-SMALL_MODELS = ["lenet", "fcn-r", "alexnet-r", "lstm-imdb", "sae:phase=pretrain1", "alexnet:lrn=0:groups=1"]
+SMALL_MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain1"]
 CASES = [(fw, variant, model) for fw, info in FRAMEWORKS.items() for variant in info.variants[:1]
          for model in (SMALL_MODELS if fw in SMALL else MODELS)]
 _cache: dict = {}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import requires
+from tests.conftest import over_budget, requires
 from tests.frameworks.closure_checks import CHECKS
 
 pytestmark = requires("keras")
@@ -40,6 +40,7 @@ def test_registry_sets_one_backend_per_variant():
         "keras-jax": "jax", "keras-tensorflow": "tensorflow", "keras-torch": "torch"}
 
 
+@over_budget
 @pytest.mark.parametrize("variant", ["keras-tensorflow", "keras-torch"])
 @pytest.mark.parametrize("model", MODELS)
 def test_other_variants_pass_gate(variant, model):
@@ -75,13 +76,15 @@ def tmp_root(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("check", [*CHECKS, "refuses_other_variants"])
-@pytest.mark.parametrize("variant", list(PACKAGE))
+@pytest.mark.parametrize("variant", [pytest.param("keras-jax", marks=over_budget),
+                                     pytest.param("keras-tensorflow", marks=over_budget), "keras-torch"])
 def test_closures(variant, check, tmp_root):
     _needs(variant)
     result = _checks(variant, tmp_root)[check]
     assert result == "ok", result
 
 
+@over_budget
 @pytest.mark.parametrize(("variant", "folder"), [("keras-jax", "jax"), ("keras-tensorflow", "tf_xla")])
 def test_persistent_compile_cache_is_written(variant, folder, tmp_root):
     """With DLBENCH_CACHE_DIR set, compiled executables land in $DLBENCH_CACHE_DIR/<folder>."""
