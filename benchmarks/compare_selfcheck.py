@@ -34,6 +34,9 @@ def main() -> int:
 
     os.environ["DLBENCH_PLUGINS"] = str(FAKE)
     sys.path.insert(0, str(ROOT / "src"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _common import header
+
     from dlbench import api
     from dlbench.cli import main as cli
     from dlbench.frameworks import load_plugins
@@ -43,7 +46,7 @@ def main() -> int:
     load_plugins()
     db = Path(args.db) if args.db else Path(tempfile.mkdtemp(prefix="dlbench-selfcheck-")) / "results.db"
     protocol = ({"warmup": 2, "min_iters": 15, "min_time_s": 0.2, "repeats": 1} if args.quick
-                else {"warmup": 10, "min_iters": 50, "min_time_s": 2.0, "repeats": 3})
+                else {"warmup": 10, "min_iters": 50, "min_time_s": 1.0, "repeats": 6})
     axes = {"models": ["lenet"], "frameworks": ["fakefw"], "scenarios": ["forward", "train_step"], "batches": [16],
             "threads": [1], "protocol": protocol}
 
@@ -68,11 +71,17 @@ def main() -> int:
     same = compare_runs(a, b)
     slow = compare_runs(a, api.results(c_ok, db))
     ok = True
-    print(f"A={a.run_id} B={b.run_id} C'={c_ok} in {db}")
-    for m in same.matched:
-        print(f"A vs B  {m.key}: ratio {m.ratio:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] p={m.p_value:.2g} {m.verdict}")
-    for m in slow.matched:
-        print(f"A vs C' {m.key}: ratio {m.ratio:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] p={m.p_value:.2g} {m.verdict}")
+    print(header("compare self-check: two identical runs, and a planted 30% slowdown"))
+    print(f"- protocol {protocol}; runs A={a.run_id} B={b.run_id} C'={c_ok}")
+    runs = {"A": a, "B": b, "C'": api.results(c_ok, db)}
+    for name, run in runs.items():
+        for cr in run.cells:
+            meds = ", ".join(f"{x:.2f}" for x in cr.repeat_medians_ms)
+            print(f"- run {name} {cr.cell.key}: per-process medians {meds} ms")
+    for label, cmp in (("A vs B ", same), ("A vs C'", slow)):
+        for m in cmp.matched:
+            print(f"- {label} {m.key}: ratio {m.ratio:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] p={m.p_value:.2g} "
+                  f"({m.test}) **{m.verdict}**")
     if same.slower or same.faster:
         print("FAIL: two runs of the same suite differ significantly (a noisy machine?)")
         ok = False
@@ -86,7 +95,7 @@ def main() -> int:
     if gate != 1:
         print(f"FAIL: --fail-above 10 exited {gate}, expected 1")
         ok = False
-    print("selfcheck:", "OK" if ok else "FAILED")
+    print("- selfcheck:", "**OK**" if ok else "**FAILED**")
     return 0 if ok else 1
 
 

@@ -7,8 +7,8 @@ the end, as the spec does), trained the way Flax's performance guide writes a fa
 and a ``jax.jit`` step that merges, takes ``nnx.value_and_grad``, updates, and returns the new
 state, which it donates. Ours is dlbench's jax backend ``train_step`` closure. Both start from the
 same canonical weights (the first losses are compared, so the two are the same computation), take
-the same device-resident batch (NHWC), run in the same process, and are timed in interleaved
-blocks after warm-up, each step ending in ``jax.block_until_ready``.
+the same device-resident batch (NHWC), run in the same process, and are timed step by step in
+alternation (order reversed every round) after warm-up, each step ending in ``jax.block_until_ready``.
 Target: ours >= 0.95x the direct version's throughput.
 """
 
@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from _common import header
+from _common import header, interleaved, ratio_ci
 from flax import nnx
 
 
@@ -119,20 +118,10 @@ def ours_step(batch_size: int):
     return make_closure("train_step", backend, model, placed, spec), placed, spec, weights
 
 
-def timed(fn, n):
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--blocks", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=12, help="timed steps of each, alternating")
     args = ap.parse_args()
     ours, placed, spec, weights = ours_step(args.batch)
     direct_model = ResNet56(spec.input.classes, rngs=nnx.Rngs(0))
@@ -142,20 +131,20 @@ def main() -> None:
     direct = direct_step(direct_model, spec.learning_rate, placed["x"], placed["y"])
     first = [float(jax.block_until_ready(fn())) for fn in (ours, direct)]  # compiles both; same function?
     assert abs(first[0] - first[1]) <= 1e-4 * abs(first[1]), first
-    for fn in (ours, direct):  # warm-up
-        timed(fn, 2)
-    t_ours, t_direct = [], []
-    for _ in range(args.blocks):
-        t_ours += timed(ours, args.steps)
-        t_direct += timed(direct, args.steps)
+    fns = {"ours": ours, "direct": direct}
+    interleaved(fns, 2, jax.block_until_ready)  # warm-up
+    t = interleaved(fns, args.rounds, jax.block_until_ready)
+    t_ours, t_direct = t["ours"], t["direct"]
     mo, md = statistics.median(t_ours), statistics.median(t_direct)
+    lo, hi = ratio_ci(t_direct, t_ours)
     print(header("jax fidelity: dlbench resnet-56 train_step vs ResNet-56 written directly in Flax NNX"))
     print(f"- batch {args.batch}, input 32x32 (NHWC), {jax.default_backend()} ({jax.devices()[0].device_kind}), "
-          f"{len(os.sched_getaffinity(0))} usable cores, {len(t_ours)} steps each in {args.blocks} interleaved "
-          f"blocks; both {direct_params:,} parameters, first losses {first[0]:.6f} / {first[1]:.6f}")
+          f"{len(os.sched_getaffinity(0))} usable cores, {len(t_ours)} steps each, alternating step by step; "
+          f"both {direct_params:,} parameters, first losses {first[0]:.6f} / {first[1]:.6f}")
     print(f"- direct Flax NNX: median {md * 1e3:.1f} ms/step ({args.batch / md:.2f} samples/s)")
     print(f"- dlbench jax: median {mo * 1e3:.1f} ms/step ({args.batch / mo:.2f} samples/s)")
-    print(f"- throughput ratio dlbench / direct: **{md / mo:.3f}** (target >= 0.95)")
+    print(f"- throughput ratio dlbench / direct: **{md / mo:.3f}** (bootstrap 95% CI [{lo:.3f}, {hi:.3f}]; "
+          "target >= 0.95)")
 
 
 if __name__ == "__main__":

@@ -24,14 +24,16 @@ def cell(framework: str, variant: str, scenario: str, batch: int, threads: int, 
 
 
 def timed_samples(median_ms: float, n: int = 30, noise: float = 0.01, seed: int = 0, warmup: int = 3,
-                  repeats: int = 1) -> list[Sample]:
+                  repeats: int = 1, process_noise: float = 0.0) -> list[Sample]:
     """``n`` measure samples per repeat around ``median_ms`` (relative noise ``noise``), after
-    ``warmup`` slower warm-up iterations."""
+    ``warmup`` slower warm-up iterations. ``process_noise``: each repeat (process) has its own
+    level, off by that relative spread, as fresh processes on a real machine are."""
     rng = np.random.default_rng(seed)
     out = []
     for r in range(repeats):
-        out += [Sample(r, i, "warmup", median_ms * (5.0 if i == 0 else 1.5) * 1e6) for i in range(warmup)]
-        values = median_ms * (1 + noise * rng.standard_normal(n))
+        level = median_ms * (1 + process_noise * rng.standard_normal())
+        out += [Sample(r, i, "warmup", level * (5.0 if i == 0 else 1.5) * 1e6) for i in range(warmup)]
+        values = level * (1 + noise * rng.standard_normal(n))
         out += [Sample(r, i, "measure", float(v) * 1e6) for i, v in enumerate(values)]
     return out
 
@@ -89,7 +91,7 @@ def report_run(db: Path) -> str:
 
 
 def compare_pair(db: Path, slow_keys: tuple[str, ...] = (), factor: float = 1.3, same_samples: bool = False,
-                 noise: float = 0.01) -> tuple[str, str]:
+                 noise: float = 0.01, repeats: int = 1, process_noise: float = 0.0) -> tuple[str, str]:
     """Runs A and B of the same cells; in B the cells named in ``slow_keys`` are ``factor`` slower.
     ``same_samples``: B repeats A's samples exactly; otherwise B's noise is drawn independently."""
     store = Store(db)
@@ -105,7 +107,8 @@ def compare_pair(db: Path, slow_keys: tuple[str, ...] = (), factor: float = 1.3,
                 if which == "B" and c["key"] in slow_keys:
                     ms *= factor
                 seed = i if (which == "A" or same_samples) else 100 + i
-                store.save_cell(run_id, c, "ok", "", 1.0, [], metrics(), timed_samples(ms, seed=seed, noise=noise))
+                samples = timed_samples(ms, seed=seed, noise=noise, repeats=repeats, process_noise=process_noise)
+                store.save_cell(run_id, c, "ok", "", 1.0, [], metrics(), samples)
             finish(store, run_id)
             ids.append(run_id)
         return ids[0], ids[1]

@@ -165,3 +165,29 @@ def test_verdict_direction(tmp_db, factor, verdict):
     a, b = compare_pair(tmp_db, slow_keys=SLOW[:1], factor=factor)
     cmp = compare_runs(results(tmp_db, a), results(tmp_db, b))
     assert {m.key: m.verdict for m in cmp.matched}[SLOW[0]] == verdict
+
+
+def test_process_noise_is_not_a_change(tmp_db):
+    """Regression: two runs of identical code whose processes each sit 10% apart (what fresh
+    processes do on this machine). Iterations pooled as independent draws made that 'significant'
+    (p ~ 1e-20 on real runs); the process-level test does not."""
+    a, b = compare_pair(tmp_db, noise=0.01, repeats=3, process_noise=0.10)
+    ra, rb = results(tmp_db, a), results(tmp_db, b)
+    cmp = compare_runs(ra, rb)
+    assert [m.verdict for m in cmp.matched] == ["same"] * 4
+    assert all(m.test == "welch-log-process-medians" and (m.processes_a, m.processes_b) == (3, 3)
+               for m in cmp.matched)
+    # the old test on pooled iterations would have flagged at least one of these cells
+    pooled = [mann_whitney_p(ca.samples_ms, cb.samples_ms) for ca, cb in zip(ra.cells, rb.cells, strict=True)
+              if ca.samples_ms]
+    assert min(pooled) < 1e-6
+    # and the interval of each ratio is wide enough to hold 1
+    assert all(m.ci_low <= 1.0 <= m.ci_high for m in cmp.matched)
+
+
+def test_planted_slowdown_found_through_process_noise(tmp_db):
+    """A 30% slowdown with 6 processes a side and 5% process-to-process spread is still found."""
+    a, b = compare_pair(tmp_db, slow_keys=SLOW, factor=1.3, repeats=6, process_noise=0.05)
+    cmp = compare_runs(results(tmp_db, a), results(tmp_db, b))
+    assert sorted(m.key for m in cmp.slower) == sorted(SLOW) and not cmp.faster
+    assert all(m.p_value < 0.01 and m.ci_low > 1.05 for m in cmp.slower)

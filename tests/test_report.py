@@ -175,3 +175,24 @@ def test_without_matplotlib_the_report_has_no_plots_and_says_why(tmp_path, monke
     db = tmp_path / "r.db"
     files = write_report(api.results(one_cell_run(db), db), tmp_path / "out")
     assert files.plots == [] and "matplotlib is not installed" in files.html.read_text()
+
+
+def test_report_with_the_survey_section(tmp_path, capsys):
+    """`dlbench report --survey DIR` puts the survey's tables into index.html and report.md."""
+    db = tmp_path / "r.db"
+    run_id = one_cell_run(db)
+    assert main(["survey", "--no-live", "--framework", "caffe,theano", "--out", str(tmp_path / "s")]) == 0
+    page = (tmp_path / "s" / "survey.html").read_text()
+    assert "Feature matrix" in page and "Core language" in page and "<script" not in page
+    assert main(["report", run_id, "--db", str(db), "--out", str(tmp_path / "rep"), "--survey", str(tmp_path / "s")]) == 0
+    index = (tmp_path / "rep" / "index.html").read_text()
+    assert "<h2>Survey</h2>" in index and "Core language" in index and "API coverage" in index
+    assert index.index("<h2>Survey</h2>") > index.index("<h2>Results</h2>")
+    assert "## Survey" in (tmp_path / "rep" / "report.md").read_text()
+    capsys.readouterr()
+    assert main(["report", run_id, "--db", str(db), "--out", str(tmp_path / "x"), "--survey", str(tmp_path)]) == 2
+    assert "cannot read survey" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text('{"a": 1}')
+    bad = str(tmp_path / "bad.json")
+    assert main(["report", run_id, "--db", str(db), "--out", str(tmp_path / "x"), "--survey", bad]) == 2
+    assert "is not a dlbench survey" in capsys.readouterr().err

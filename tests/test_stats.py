@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from dlbench.measure.stats import bootstrap_ci, ratio_ci, summarize
 
@@ -33,3 +34,35 @@ def test_ratio_ci():
     a = np.full(50, 10.0) + np.linspace(0, 0.1, 50)
     r, lo, hi = ratio_ci(a, a * 1.3)
     assert abs(r - 1.3) < 1e-9 and lo <= r <= hi
+
+
+def test_hierarchical_ci_is_wider_and_warns_when_processes_disagree():
+    rng = np.random.default_rng(1)
+    values = np.concatenate([level * (1 + 0.01 * rng.standard_normal(100)) for level in (10.0, 11.5, 9.0)])
+    groups = np.repeat([0, 1, 2], 100)
+    plain, grouped = summarize(values), summarize(values, groups=groups)
+    assert grouped.ci_high - grouped.ci_low > 3 * (plain.ci_high - plain.ci_low)
+    assert any(w.startswith("processes disagree") for w in grouped.warnings)
+    assert not any(w.startswith("processes disagree") for w in plain.warnings)
+    assert grouped.median == plain.median
+
+
+def test_process_p_value():
+    from dlbench.measure.stats import process_p_value
+
+    assert process_p_value([10, 11, 9], [10.5, 9.5, 10.2]) > 0.3
+    assert process_p_value([10, 10.2, 9.9, 10.1], [13, 13.1, 12.9, 13.2]) < 0.001
+    assert process_p_value([5, 5], [5, 5]) == 1.0
+    with pytest.raises(ValueError):
+        process_p_value([1.0], [1.0, 2.0])
+
+
+def test_process_ratio_ci_matches_the_test():
+    from dlbench.measure.stats import process_p_value, process_ratio_ci
+
+    a, b = [15.29, 15.23, 14.72], [15.94, 17.87, 15.98]
+    r, lo, hi = process_ratio_ci(a, b)
+    assert lo < 1.0 < hi and lo < r < hi  # p > 0.05, so the 95% interval holds 1
+    assert process_p_value(a, b) > 0.05
+    r, lo, hi = process_ratio_ci([10, 10.2, 9.9], [13, 13.1, 12.9])
+    assert 1.25 < lo < r < hi < 1.36

@@ -301,7 +301,8 @@ def test_cli_survey_paper_rows_json_and_out(tmp_path, capsys):
     assert [r["framework"] for r in data["frameworks"]] == ["caffe", "theano", "cntk"]
     assert data["features"]["matrix"]["caffe"]["core_language"]["value"] == "C++"
     assert data["features"]["matrix"]["caffe"]["core_language"]["status"] == "declared"
-    for name in ("survey.md", "survey.json", "features.csv", "api_coverage.json", "popularity.md", "setup.csv"):
+    for name in ("survey.md", "survey.json", "survey.html", "features.csv", "api_coverage.json", "popularity.md",
+                 "setup.csv"):
         assert (tmp_path / name).exists(), name
     assert "| Core language |" in (tmp_path / "features.md").read_text()
 

@@ -74,12 +74,13 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
         variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int] | None = None,
         threads: list[int] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
         seed: int | None = None, data: str | None = None, data_dir: str | None = None, convergence: dict | None = None,
-        db: str | Path = DEFAULT_DB,
-        resume: str | None = None, progress=None, argv: list[str] | None = None) -> RunResults:
+        db: str | Path = DEFAULT_DB, resume: str | None = None, progress=None, argv: list[str] | None = None,
+        distributed: dict | None = None) -> RunResults:
     """Run a suite (the built-in ``quick`` by default) and return its analysed results.
 
     Mirrors ``dlbench run``: ``suite`` is a name, a YAML file or a :class:`~dlbench.plan.Suite`; flags
-    override the suite's axes; ``resume`` finishes a stored run."""
+    override the suite's axes; ``resume`` finishes a stored run; ``distributed`` sets the scaling
+    scenario's options (workers, scaling, exchange, launcher, cluster)."""
     from dlbench import runner
 
     kwargs = {"progress": progress} if progress else {}
@@ -88,7 +89,7 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
     else:
         s = runner.build_suite(suite, models=models, frameworks=frameworks, variants=variants, scenarios=scenarios,
                                batches=batches, threads=threads, devices=devices, protocol=protocol, seed=seed,
-                               data=data, data_dir=data_dir, convergence=convergence)
+                               data=data, data_dir=data_dir, convergence=convergence, distributed=distributed)
         handle = runner.start(s, db, argv, **kwargs)
     return results(handle.run_id, db)
 

@@ -24,10 +24,11 @@ def _store_results(run_id: str | None, db: str):
 
 # --- report -------------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
-    from dlbench.report.build import write_report
+    from dlbench.report.build import load_survey, write_report
 
+    survey = load_survey(args.survey) if args.survey else None
     res = _store_results(args.run_id, args.db)
-    files = write_report(res, args.out)
+    files = write_report(res, args.out, survey)
     if args.json:
         print(json.dumps({"run_id": res.run_id, "html": str(files.html), "markdown": str(files.markdown),
                           "csv": str(files.csv), "plots": [str(p) for p in files.plots],
@@ -68,7 +69,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         style = {"slower": "red", "faster": "green"}.get(m.verdict)
         table.add_row(*map(Text, row), style=style)
     console.print(table)
-    console.print(f"significant: p < {cmp.alpha:g} (Mann-Whitney U, two-sided) and B/A outside 1 ± "
+    console.print(f"significant: p < {cmp.alpha:g} (Welch t on log per-process medians; Mann-Whitney on "
+                  f"iterations where a run has 1 process) and B/A outside 1 ± "
                   f"{cmp.threshold * 100:g}%; {len(cmp.slower)} slower, {len(cmp.faster)} faster, "
                   f"{len(cmp.matched) - len(cmp.slower) - len(cmp.faster)} unchanged", highlight=False)
     for title, keys in (("only in A", cmp.only_a), ("only in B", cmp.only_b)):
@@ -169,9 +171,11 @@ def register(sub) -> None:
     p.add_argument("--out", help="directory (default: dlbench-results/report-RUN_ID)")
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.add_argument("--json", action="store_true", help="print the written paths as JSON")
+    p.add_argument("--survey", metavar="PATH",
+                   help="add the survey section: a survey.json, or the --out directory of `dlbench survey`")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("compare", help="compare two runs cell by cell (ratio, CI, Mann-Whitney U)")
+    p = sub.add_parser("compare", help="compare two runs cell by cell (ratio, CI, process-level test)")
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("run_b", metavar="RUN_B")
     p.add_argument("--fail-above", type=float, metavar="PCT", dest="fail_above",

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from dlbench.cli import EXTRA_COMMANDS, console, int_list, split_list
+from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
 from dlbench.errors import UsageError
 from dlbench.report.convergence import agreement
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
@@ -90,7 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       threads=int_list(args.threads, "thread counts") or None,
                       devices=split_list(args.device) or None, protocol=_protocol(args), seed=args.seed,
                       data=args.data, data_dir=args.data_dir, convergence=_convergence(args), db=args.db,
-                      resume=args.resume, progress=progress, argv=sys.argv[1:])
+                      resume=args.resume, progress=progress, argv=sys.argv[1:], distributed=distributed_flags(args))
     except KeyboardInterrupt:
         if progress:
             progress.stop()
@@ -106,7 +107,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def print_summary(res: RunResults, as_json: bool, db) -> int:
     failed = res.failed
     if as_json:
-        print(json.dumps(summary_dict(res), indent=2, default=str))
+        data = summary_dict(res)
+        if scaling := scaling_json(res, db):
+            data["scaling"] = scaling
+        print(json.dumps(data, indent=2, default=str))
         return 1 if failed else 0
     tables = summary_rows(res)
     every = [r for rows in tables.values() for r in rows]
@@ -143,6 +147,7 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
             table.add_row(a["model"], a["reference"], a["framework"], str(a["steps_compared"]),
                           f"{a['rel_diff_step1']:.1e}" if a["rel_diff_step1"] is not None else "–", dep)
         console.print(table)
+    print_scaling(res, db)
     noisy = [c for c in res.cells if c.cell.warnings]
     if noisy:
         console.print(f"[yellow]{len(noisy)} cell(s) with warnings[/] (dlbench show {res.run_id} --warnings)")
@@ -213,7 +218,7 @@ def register(sub) -> None:
     p.add_argument("--model", help="comma-separated models, e.g. lenet,resnet-56")
     p.add_argument("--framework", help="comma-separated frameworks (default: all installed)")
     p.add_argument("--variant", help="comma-separated variants, or 'all'")
-    p.add_argument("--scenario", help="comma-separated: forward,gradient,train_step,compile")
+    p.add_argument("--scenario", help="comma-separated: forward,gradient,train_step,compile,scaling")
     p.add_argument("--batch", help="comma-separated batch sizes")
     p.add_argument("--threads", help="comma-separated thread counts")
     p.add_argument("--device", help="comma-separated devices (cpu, cuda)")
@@ -234,6 +239,7 @@ def register(sub) -> None:
     p.add_argument("--resume", metavar="RUN_ID", help="finish a stored run: only missing cells are measured")
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.add_argument("--json", action="store_true")
+    add_run_flags(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("runs", help="list stored runs")

@@ -8,10 +8,10 @@ and stored.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -31,11 +31,34 @@ class Cell:
     threads: int
     device: str = "cpu"
     data: str = "synthetic"  # or a data set name (dlbench.data): batches of real samples
+    # distributed axes (scenario ``scaling``); the defaults leave every other cell's key unchanged
+    workers: int = 1
+    scaling: str = ""  # weak (batch per worker) or strong (batch = global batch)
+    exchange: str = ""  # allreduce, ps-sync, ps-async
+    launcher: str = "subprocess"  # subprocess (one node), torchrun (nodes joined by --rdzv-endpoint), ray
+    cluster: str = ""  # "" (loopback) or "netns" (one worker per network namespace)
 
     @property
     def key(self) -> str:
-        base = f"{self.framework}/{self.variant}/{self.model}/{self.scenario}/b{self.batch}/t{self.threads}/{self.device}"
-        return base if self.data == "synthetic" else f"{base}/{self.data}"
+        key = f"{self.framework}/{self.variant}/{self.model}/{self.scenario}/b{self.batch}/t{self.threads}/{self.device}"
+        if self.data != "synthetic":
+            key += f"/{self.data}"
+        if self.scenario == "scaling" or self.workers != 1:
+            key += f"/w{self.workers}/{self.scaling or 'weak'}/{self.exchange or 'allreduce'}"
+        if self.launcher != "subprocess":
+            key += f"/{self.launcher}"
+        if self.cluster:
+            key += f"/{self.cluster}"
+        return key
+
+    @property
+    def per_worker_batch(self) -> int:
+        """Weak scaling keeps the batch per worker; strong scaling splits the global batch."""
+        return self.batch // self.workers if self.scaling == "strong" else self.batch
+
+    @property
+    def global_batch(self) -> int:
+        return self.per_worker_batch * self.workers
 
     @property
     def group(self) -> tuple[str, str, str, str]:
@@ -70,6 +93,34 @@ class ConvergenceModel(BaseModel):
     log_steps: int = Field(50, ge=1)
 
 
+class DistributedModel(BaseModel):
+    """Axes and settings of the ``scaling`` scenario (ignored by every other scenario)."""
+
+    model_config = ConfigDict(extra="forbid")
+    workers: list[int] = Field(default_factory=lambda: [1])
+    scaling: Literal["weak", "strong"] = "weak"
+    exchange: list[Literal["allreduce", "ps-sync", "ps-async"]] = Field(default_factory=lambda: ["allreduce"])
+    ps_shards: int = Field(2, ge=1)
+    launcher: Literal["subprocess", "torchrun", "ray"] = "subprocess"
+    cluster: Literal["", "netns"] = ""
+    #: link shaping when ``--cluster`` brings namespaces up itself (tc tbf rate; latency needs netem)
+    bandwidth: str = "1gbit"
+    latency: str = ""
+    #: torchrun across machines: this node's rank, the node count and the c10d rendezvous endpoint
+    nnodes: int = Field(1, ge=1)
+    node_rank: int = Field(0, ge=0)
+    rdzv_endpoint: str = ""
+    #: Ray cluster address for ``launcher: ray`` ("" starts a local one)
+    ray_address: str = ""
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, v: list[int]) -> list[int]:
+        if not v or any(w < 1 for w in v):
+            raise ValueError(f"workers must be positive integers, got {v}")
+        return v
+
+
 class Suite(BaseModel):
     """A suite file. ``data`` maps a model (or ``default``) to a real data set whose samples fill the
     batches instead of synthetic ones (``data_dir`` says where its files are).
@@ -94,6 +145,7 @@ class Suite(BaseModel):
     protocol: ProtocolModel = Field(default_factory=ProtocolModel)
     convergence: ConvergenceModel = Field(default_factory=ConvergenceModel)
     seed: int = 0
+    distributed: DistributedModel = Field(default_factory=lambda: DistributedModel())
 
     @field_validator("scenarios")
     @classmethod
@@ -191,7 +243,19 @@ def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, c
                     for batch in batches:
                         for t in threads:
                             for device in suite.devices:
-                                cell = Cell(fw, variant, model, scenario, batch, t, device, data)
-                                if not _excluded(cell, suite.exclude):
-                                    cells.append(cell)
+                                base = Cell(fw, variant, model, scenario, batch, t, device, data)
+                                for cell in _with_workers(base, suite):
+                                    if not _excluded(cell, suite.exclude):
+                                        cells.append(cell)
     return cells
+
+
+def _with_workers(cell: Cell, suite: Suite) -> list[Cell]:
+    """A scaling cell per (exchange, worker count); other scenarios are single-worker cells.
+    Strong scaling needs the global batch to split evenly: other worker counts are left out."""
+    if cell.scenario != "scaling":
+        return [cell]
+    d = suite.distributed
+    return [replace(cell, workers=w, scaling=d.scaling, exchange=x, launcher=d.launcher, cluster=d.cluster)
+            for x in d.exchange for w in d.workers
+            if d.scaling == "weak" or (cell.batch % w == 0)]

@@ -24,6 +24,7 @@ class CellResult:
     time_ms: Summary | None = None  # per batch
     samples_ms: list[float] = field(default_factory=list)
     warmup_ms: list[float] = field(default_factory=list)
+    sample_repeats: list[int] = field(default_factory=list)  # the process (repeat) of each sample
     repeat_medians_ms: list[float] = field(default_factory=list)
     samples_per_s: float | None = None
     gflops: float | None = None
@@ -117,15 +118,17 @@ def analyse_cell(store: Store, cell: CellRecord, verified: str, peak: float | No
     if not measure or cell.status != "ok":
         return res
     res.samples_ms = [s.value_ns / 1e6 for s in measure]
-    res.time_ms = summarize(res.samples_ms)
+    res.sample_repeats = [s.repeat for s in measure]
+    res.time_ms = summarize(res.samples_ms, groups=res.sample_repeats)
     repeats = sorted({s.repeat for s in measure})
     res.repeat_medians_ms = [float(np.median([s.value_ns / 1e6 for s in measure if s.repeat == r])) for r in repeats]
     seconds = res.time_ms.median / 1e3
-    res.samples_per_s = cell.batch / seconds
-    flops = _flops_per_batch(cell.model, cell.batch)
+    batch = int(cell.metrics.get("global_batch") or cell.batch)  # a scaling step: every worker's samples
+    res.samples_per_s = batch / seconds
+    flops = _flops_per_batch(cell.model, batch)
     if flops is not None:
         res.gflops = flops * FLOP_FACTOR[cell.scenario] / seconds / 1e9
-        if peak:
+        if peak and cell.scenario != "scaling":  # W workers use W x threads cores: no single-process peak
             res.pct_peak = 100.0 * res.gflops / peak
     return res
 

@@ -131,7 +131,7 @@ def _failure(outcome) -> tuple[str, str]:
     return "failed", outcome.reason
 
 
-def measure_timed(cell: Cell, suite: Suite) -> CellOutcome:
+def measure_timed(cell: Cell, suite: Suite, run_job=run_job) -> CellOutcome:
     """R fresh processes, each timing the scenario under the protocol."""
     out = CellOutcome("ok")
     per_repeat: list[dict] = []
@@ -151,9 +151,10 @@ def measure_timed(cell: Cell, suite: Suite) -> CellOutcome:
         if t["truncated"]:
             out.warnings.append(f"repeat {r}: stopped at max_time_s with {len(t['samples_ns'])} samples")
         per_repeat.append(o.result)
-    measured = [s.value_ns for s in out.samples if s.phase == "measure"]
+    measured = [s for s in out.samples if s.phase == "measure"]
     if measured:
-        out.warnings = summarize(measured, suite.protocol.min_iters).warnings + out.warnings
+        out.warnings = summarize([s.value_ns for s in measured], suite.protocol.min_iters,
+                                 groups=[s.repeat for s in measured]).warnings + out.warnings
     if per_repeat:
         loop_k = max(p["timing"]["loop_k"] for p in per_repeat)
         out.metrics = {
@@ -171,7 +172,7 @@ def measure_timed(cell: Cell, suite: Suite) -> CellOutcome:
     return out
 
 
-def measure_compile(cell: Cell, suite: Suite) -> CellOutcome:
+def measure_compile(cell: Cell, suite: Suite, run_job=run_job) -> CellOutcome:
     """Per repeat, a fresh cache directory: a cold process, then a warm one reusing the cache."""
     out = CellOutcome("ok")
     per_repeat: list[dict] = []
@@ -196,7 +197,7 @@ def measure_compile(cell: Cell, suite: Suite) -> CellOutcome:
     return out
 
 
-def measure_convergence(cell: Cell, suite: Suite) -> CellOutcome:
+def measure_convergence(cell: Cell, suite: Suite, run_job=run_job) -> CellOutcome:
     """R fresh processes, repeat r training from seed ``suite.seed + r`` (weights and batch order)."""
     out = CellOutcome("ok")
     repeats = []
@@ -224,7 +225,8 @@ class RunHandle:
     cells_total: int
 
 
-def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, progress: Progress) -> None:
+def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, progress: Progress,
+                   run_job=run_job) -> None:
     done = store.verifications(run_id)
     groups: dict[tuple[str, str, str], list[str]] = {}
     for c in cells:
@@ -248,7 +250,7 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
                 store.save_verification(run_id, fw, variant, m, device, "fail", f"verification process: {o.reason}", {})
 
 
-def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress) -> None:
+def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress, run_job=run_job) -> None:
     have = store.peaks(run_id)
     for t in sorted({c.threads for c in cells if c.device == "cpu"}):
         if t in have:
@@ -264,30 +266,36 @@ def execute(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress
     done = store.done_keys(run_id)
     todo = [c for c in cells if c.key not in done]
     progress("start", total=len(cells), done=len(cells) - len(todo))
-    _peaks(store, run_id, todo, progress)
-    _verify_groups(store, run_id, todo, suite, progress)
-    verdicts = store.verifications(run_id)
-    for cell in todo:
-        progress("cell_start", cell=cell)
-        v = verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"})
-        supported = FRAMEWORKS[cell.framework].scenarios
-        needs = "train_step" if cell.scenario == "convergence" else cell.scenario
-        if needs != "compile" and needs not in supported:
-            outcome = CellOutcome("unsupported", f"{cell.framework} supports only the {', '.join(supported)} "
-                                  f"scenario(s), not {cell.scenario}")
-        elif v["verdict"] == "fail":
-            outcome = CellOutcome("not_equivalent", f"failed the equivalence gate: {v['reason']}")
-        elif v["verdict"] == "unsupported":
-            outcome = CellOutcome("unsupported", v["reason"])
-        elif cell.scenario == "compile":
-            outcome = measure_compile(cell, suite)
-        elif cell.scenario == "convergence":
-            outcome = measure_convergence(cell, suite)
-        else:
-            outcome = measure_timed(cell, suite)
-        store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason, outcome.seconds,
-                        outcome.warnings, outcome.metrics, outcome.samples)
-        progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason)
+    from dlbench.distributed.scaling import Session  # namespaces / Ray for the scaling scenario, when asked
+
+    with Session(suite, todo, progress) as session:
+        jobs = session.job_runner()
+        _peaks(store, run_id, todo, progress, jobs)
+        _verify_groups(store, run_id, todo, suite, progress, jobs)
+        verdicts = store.verifications(run_id)
+        for cell in todo:
+            progress("cell_start", cell=cell)
+            v = verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"})
+            supported = FRAMEWORKS[cell.framework].scenarios
+            needs = {"convergence": "train_step", "scaling": "train_step"}.get(cell.scenario, cell.scenario)
+            if needs != "compile" and needs not in supported:
+                outcome = CellOutcome("unsupported", f"{cell.framework} supports only the {', '.join(supported)} "
+                                      f"scenario(s), not {cell.scenario}")
+            elif v["verdict"] == "fail":
+                outcome = CellOutcome("not_equivalent", f"failed the equivalence gate: {v['reason']}")
+            elif v["verdict"] == "unsupported":
+                outcome = CellOutcome("unsupported", v["reason"])
+            elif cell.scenario == "scaling":
+                outcome = session.measure(cell)
+            elif cell.scenario == "compile":
+                outcome = measure_compile(cell, suite, jobs)
+            elif cell.scenario == "convergence":
+                outcome = measure_convergence(cell, suite, jobs)
+            else:
+                outcome = measure_timed(cell, suite, jobs)
+            store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
+                            outcome.seconds, outcome.warnings, outcome.metrics, outcome.samples)
+            progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason)
 
 
 def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = None,
@@ -334,7 +342,7 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
                 scenarios: list[str] | None = None, batches: list[int] | None = None,
                 threads: list[int] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
                 seed: int | None = None, data: str | None = None, data_dir: str | None = None,
-                convergence: dict | None = None) -> Suite:
+                convergence: dict | None = None, distributed: dict | None = None) -> Suite:
     """A suite from a name, a file or a built :class:`Suite`, and flag overrides (flags alone build one
     on the spot)."""
     from dlbench.plan import suite_from_dict
@@ -380,5 +388,7 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
         base["data_dir"] = data_dir
     if convergence:
         base["convergence"] = {**base.get("convergence", {}), **convergence}
+    if distributed:
+        base["distributed"] = {**base.get("distributed", {}), **distributed}
     return suite_from_dict(base, "command line")
 

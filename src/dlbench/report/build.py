@@ -5,6 +5,7 @@ cells.csv (the rows of ``dlbench export``)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,21 @@ class ReportFiles:
     skipped: list[Skipped] = field(default_factory=list)
 
 
-def write_report(res: RunResults, out: str | Path | None = None) -> ReportFiles:
+def load_survey(path: str | Path) -> dict:
+    """A saved survey: ``survey.json`` as ``dlbench survey --out DIR`` writes it, or that DIR."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "survey.json"
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read survey {p}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not isinstance(data, dict) or "features" not in data or "frameworks" not in data:
+        raise UsageError(f"{p} is not a dlbench survey (write one with `dlbench survey --out DIR`)")
+    return data
+
+
+def write_report(res: RunResults, out: str | Path | None = None, survey: dict | None = None) -> ReportFiles:
     out = Path(out) if out else DEFAULT_DIR / f"report-{res.run_id}"
     try:
         (out / "plots").mkdir(parents=True, exist_ok=True)
@@ -44,8 +59,13 @@ def write_report(res: RunResults, out: str | Path | None = None) -> ReportFiles:
         path.write_text(p.svg, encoding="utf-8")
         files.plots.append(path)
         plot_files[p.name] = f"plots/{p.name}.svg"
-    files.html.write_text(render_report(content, plots, skipped), encoding="utf-8")
-    files.markdown.write_text(render_markdown(content, plots, skipped, plot_files), encoding="utf-8")
+    files.html.write_text(render_report(content, plots, skipped, survey), encoding="utf-8")
+    md = render_markdown(content, plots, skipped, plot_files)
+    if survey:
+        from dlbench.survey.tables import markdown as survey_markdown
+
+        md += "\n" + survey_markdown(survey).replace("# dlbench survey", "## Survey", 1)
+    files.markdown.write_text(md, encoding="utf-8")
     with open(files.csv, "w", newline="", encoding="utf-8") as f:
         write_csv(res, f)
     return files

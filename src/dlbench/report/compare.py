@@ -1,10 +1,20 @@
 """Two runs side by side: which cells got slower or faster, and is it more than noise.
 
 Cells are matched by their axes (framework, variant, model, scenario, batch, threads, device). For
-each matched timed cell: the ratio B/A of the median time with a bootstrap 95% interval, and a
-two-sided Mann-Whitney U test on the raw per-iteration samples of both runs. A change is
-*significant* only when p < ``alpha`` (0.01) AND the ratio is outside 1 ± ``threshold`` (5%): a
-tiny but consistent shift is not worth a red line, and neither is a large but noisy one.
+each matched timed cell: the ratio B/A of the median time with a 95% interval, and a p-value. A
+change is *significant* only when p < ``alpha`` (0.01) AND the ratio is outside 1 ± ``threshold``
+(5%): a tiny but consistent shift is not worth a red line, and neither is a large but noisy one.
+
+The unit of replication is the process, not the iteration. Two fresh processes timing the same
+step differ here by 10-20% while iterations within one process agree to a few percent, so a test
+that treats iterations as independent (Mann-Whitney on the pooled samples, what this module did
+first) called two runs of identical code "significantly different" with p ~ 1e-20. Now, when both
+runs have >= 2 processes per cell, the ratio is that of the geometric means of the per-process
+medians, p comes from Welch's t-test on their logarithms and the interval is the matching Welch
+interval; only with a single process on a side does it fall back to the ratio of pooled medians
+with a bootstrap interval and Mann-Whitney on the iterations, and says so in ``test``.
+Detecting a change of X% needs the process-to-process spread to be well under X%: use more
+repeats (``--repeats``) for fine comparisons.
 
 Pure: it works on two analysed :class:`RunResults` and never touches the store.
 """
@@ -16,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.measure.stats import ratio_ci
+from dlbench.measure.stats import process_p_value, process_ratio_ci, ratio_ci
 from dlbench.results import CellResult, RunResults
 from dlbench.scenarios import TIMED
 
@@ -48,6 +58,9 @@ class CellChange:
     n_b: int
     significant: bool
     verdict: str  # slower, faster, same
+    test: str = "welch-log-process-medians"  # or "mann-whitney-iterations" (one process on a side)
+    processes_a: int = 1
+    processes_b: int = 1
 
     @property
     def change_pct(self) -> float:
@@ -98,13 +111,23 @@ def mann_whitney_p(a: list[float], b: list[float]) -> float:
     return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
+def _groups(c: CellResult) -> list[int] | None:
+    return c.sample_repeats if len(c.sample_repeats) == len(c.samples_ms) else None
+
+
 def compare_cells(a: CellResult, b: CellResult, alpha: float = ALPHA, threshold: float = THRESHOLD) -> CellChange:
-    ratio, lo, hi = ratio_ci(a.samples_ms, b.samples_ms)
-    p = mann_whitney_p(a.samples_ms, b.samples_ms)
+    pa, pb = len(a.repeat_medians_ms), len(b.repeat_medians_ms)
+    if pa >= 2 and pb >= 2:
+        test, p = "welch-log-process-medians", process_p_value(a.repeat_medians_ms, b.repeat_medians_ms)
+        ratio, lo, hi = process_ratio_ci(a.repeat_medians_ms, b.repeat_medians_ms)
+    else:
+        test, p = "mann-whitney-iterations", mann_whitney_p(a.samples_ms, b.samples_ms)
+        ratio, lo, hi = ratio_ci(a.samples_ms, b.samples_ms, groups_a=_groups(a), groups_b=_groups(b))
     significant = p < alpha and abs(ratio - 1.0) > threshold
     verdict = ("slower" if ratio > 1 else "faster") if significant else "same"
     return CellChange(key_of(axes_of(a)), axes_of(a), float(np.median(a.samples_ms)), float(np.median(b.samples_ms)),
-                      ratio, lo, hi, p, len(a.samples_ms), len(b.samples_ms), significant, verdict)
+                      ratio, lo, hi, p, len(a.samples_ms), len(b.samples_ms), significant, verdict,
+                      test, max(pa, 1), max(pb, 1))
 
 
 def compare_runs(a: RunResults, b: RunResults, alpha: float = ALPHA, threshold: float = THRESHOLD) -> Comparison:
@@ -134,8 +157,10 @@ def compare_rows(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
     """The comparison as text rows (shared by the terminal table and the HTML page)."""
     from dlbench.report.tables import fmt_num
 
-    header = ["cell", "A median ms", "B median ms", "B/A [95% CI]", "change", "p (Mann-Whitney)", "verdict"]
+    header = ["cell", "A median ms", "B median ms", "B/A [95% CI]", "change", "processes A/B", "p", "verdict"]
     rows = [[m.key, fmt_num(m.median_a_ms), fmt_num(m.median_b_ms),
-             f"{m.ratio:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}]", f"{m.change_pct:+.1f}%", f"{m.p_value:.2g}",
-             m.verdict] for m in cmp.matched]
+             f"{m.ratio:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}]", f"{m.change_pct:+.1f}%",
+             f"{m.processes_a}/{m.processes_b}",
+             f"{m.p_value:.2g}" + ("" if m.test.startswith("welch") else " (iterations)"), m.verdict]
+            for m in cmp.matched]
     return header, rows

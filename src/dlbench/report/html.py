@@ -96,6 +96,13 @@ def table_html(t: Table, caption: str | None = None) -> Markup:
     return el("table", el("caption", caption) if caption else None, el("thead", head), el("tbody", rows))
 
 
+def rows_table(headers: list[str], rows: list[list[Any]]) -> Markup:
+    """A plain table from headers and rows of values (None shows as an empty cell)."""
+    head = el("tr", [el("th", h, scope="col") for h in headers])
+    body = [el("tr", [el("td", "" if v is None else str(v)) for v in row]) for row in rows]
+    return el("table", el("thead", head), el("tbody", body))
+
+
 def kv_table(items: list[tuple[str, str]]) -> Markup:
     return el("table", el("tbody", [el("tr", el("th", k, scope="row"), el("td", v)) for k, v in items]), class_="kv")
 
@@ -113,7 +120,8 @@ def plot_figure(p: Plot) -> Markup:
 
 
 # --- the run report --------------------------------------------------------------------------------
-def render_report(content: ReportContent, plots: list[Plot], skipped: list[Skipped]) -> str:
+def render_report(content: ReportContent, plots: list[Plot], skipped: list[Skipped],
+                  survey: dict | None = None) -> str:
     run_id = content.run["id"]
     body: list[Any] = [el("h1", f"dlbench report: run {run_id}")]
     body += [el("h2", "Environment"), kv_table(content.environment)]
@@ -152,7 +160,32 @@ def render_report(content: ReportContent, plots: list[Plot], skipped: list[Skipp
         body.append(el("ul", [el("li", el("code", key), ": ", w) for key, w in content.warnings], class_="warnings"))
     else:
         body.append(el("p", "None."))
+    if survey:
+        body += survey_section(survey)
     return page(f"dlbench report {run_id}", *body)
+
+
+# --- the survey ----------------------------------------------------------------------------------
+def survey_section(data: dict) -> list[Any]:
+    """The qualitative survey (``dlbench survey``) as report body elements: feature matrix with what
+    ran, then API coverage, model zoo, setup and popularity."""
+    from dlbench.survey.tables import FEATURE_LEGEND, feature_matrices, sections, what_ran
+
+    body: list[Any] = [el("h2", "Survey"),
+                       el("p", f"From `dlbench survey` on {data.get('date', '?')}: {data.get('machine', '')}"),
+                       el("h3", "Feature matrix"), el("p", FEATURE_LEGEND)]
+    for title, heads, rows in feature_matrices(data):
+        body += [el("h4", title), rows_table(heads, rows)]
+    ran = what_ran(data)
+    if ran:
+        body += [el("h4", "What ran"), el("ul", [el("li", el("strong", w), f" {v}: {what}") for w, v, what in ran])]
+    for title, heads, rows in sections(data):
+        body += [el("h3", title), rows_table(heads, rows)]
+    return body
+
+
+def render_survey(data: dict) -> str:
+    return page(f"dlbench survey {data.get('date', '')}", el("h1", "dlbench survey"), *survey_section(data)[1:])
 
 
 # --- the comparison -------------------------------------------------------------------------------
@@ -162,9 +195,10 @@ def render_compare(cmp) -> str:
 
     header, rows = compare_rows(cmp)
     body: list[Any] = [el("h1", f"dlbench compare: {cmp.run_a} → {cmp.run_b}")]
-    body.append(el("p", f"Ratio B/A of the median time per batch, with a 95% bootstrap interval; Mann-Whitney U "
-                        f"test (two-sided) on the raw samples. Significant: p < {cmp.alpha:g} and the ratio outside "
-                        f"1 ± {cmp.threshold * 100:g}%."))
+    body.append(el("p", f"Ratio B/A of the median time per batch, with a 95% hierarchical bootstrap interval "
+                        f"(processes, then iterations); p from Welch's t-test on the log per-process medians "
+                        f"(Mann-Whitney U on the iterations where a run has one process). Significant: "
+                        f"p < {cmp.alpha:g} and the ratio outside 1 ± {cmp.threshold * 100:g}%."))
     trs = []
     for row, m in zip(rows, cmp.matched, strict=True):
         cls = {"slower": "slower", "faster": "faster"}.get(m.verdict)

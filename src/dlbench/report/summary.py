@@ -81,6 +81,8 @@ def summary_rows(results: RunResults) -> dict[str, list[SummaryRow]]:
     """model -> rows, in the order cells were planned."""
     tables: dict[str, dict[tuple, SummaryRow]] = {}
     for c in results.cells:
+        if c.cell.scenario == "scaling":  # one row per worker count: see dlbench.distributed.report
+            continue
         k = (c.cell.framework, c.cell.variant, c.cell.batch, c.cell.threads, c.cell.device, c.cell.data)
         rows = tables.setdefault(c.cell.model, {})
         if k not in rows:

@@ -8,6 +8,8 @@ timer calls; ``compile`` times first calls instead (see :mod:`dlbench.scenarios.
   framework's caches cold and then warm (Bahrampour et al.'s Table 8).
 * ``convergence``: E epochs of training on a real data set, evaluated by dlbench after each
   epoch (see :mod:`dlbench.scenarios.convergence`).
+* ``scaling``: train_step throughput of synchronous data parallel training at W workers, weak or
+  strong scaling, with compute and communication time split (see :mod:`dlbench.distributed`).
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from dlbench.frameworks.base import Backend, OptimizerSpec
 from dlbench.models.spec import ModelSpec
 
 TIMED = ("forward", "gradient", "train_step")
-SCENARIOS = (*TIMED, "compile", "convergence")
+SCENARIOS = (*TIMED, "compile", "convergence", "scaling")
 
 #: FLOPs of a scenario as a multiple of the forward pass (backward ~ 2x forward, the usual
 #: convention; the SGD update's element-wise work is not counted)
-FLOP_FACTOR = {"forward": 1.0, "gradient": 3.0, "train_step": 3.0}
+FLOP_FACTOR = {"forward": 1.0, "gradient": 3.0, "train_step": 3.0, "scaling": 3.0}
 
 
 def make_closure(scenario: str, backend: Backend, model: Any, placed: Any, spec: ModelSpec) -> Callable[[], Any]:

@@ -25,6 +25,8 @@ SRC = Path(__file__).resolve().parents[1]  # src/dlbench
 #: where dlbench's distributed code for a framework may live (first match wins)
 DISTRIBUTED_PATTERNS = ("distributed/{fw}.py", "distributed/{fw}_*.py", "distributed/{fw}/*.py",
                         "frameworks/{fw}_distributed.py", "frameworks/{fw}_dist*.py", "launch/{fw}_dist*.py")
+#: short names the distributed modules use (distributed/tf_dp.py is TensorFlow's)
+SHORT_NAMES = {"tensorflow": "tf"}
 #: what to import when timing the import, and environment it needs
 IMPORTS = {"jax": "import jax, flax.nnx, optax", "keras": "import keras"}
 IMPORT_ENV = {"keras": {"KERAS_BACKEND": "jax"}}
@@ -128,7 +130,8 @@ def measure_target(target: Target, timeout: float = 1800) -> dict[str, Any]:
 def conversion_effort(framework: str, src: Path = SRC) -> dict[str, Any]:
     """Lines changed between dlbench's single-worker backend and its distributed code."""
     single = src / "frameworks" / f"{framework}.py"
-    looked = [p.format(fw=framework) for p in DISTRIBUTED_PATTERNS]
+    names = [framework] + ([SHORT_NAMES[framework]] if framework in SHORT_NAMES else [])
+    looked = [p.format(fw=n) for n in names for p in DISTRIBUTED_PATTERNS]
     dist = next((m for p in looked for m in sorted(src.glob(p)) if m != single), None)
     if dist is None or not single.exists():
         return {"status": "not yet implemented in dlbench", "looked_for": [f"src/dlbench/{p}" for p in looked],

@@ -61,31 +61,49 @@ def features_long(data: dict) -> tuple[list[str], list[list]]:
     return heads, rows
 
 
-def features_md(data: dict) -> str:
+FEATURE_LEGEND = ("✓ verified on this machine (what ran is listed below); (declared) from the dated, sourced data "
+                  "file, not verified here; ✗ a live check ran and failed; ? unknown (no sourced value).")
+
+
+def feature_matrices(data: dict) -> list[tuple[str, list[str], list[list]]]:
+    """The feature matrix as wide tables (features down, frameworks across), one per era."""
     labels = data["features"]["rows"]
     matrix = data["features"]["matrix"]
     eras = {r["framework"]: r["era"] for r in data["frameworks"]}
-    out = ["## Feature matrix\n",
-           "✓ verified on this machine (what ran is listed below); (declared) from the dated, sourced data file, "
-           "not verified here; ✗ a live check ran and failed; ? unknown (no sourced value).\n"]
-    eras_titles = (("today", "Today's frameworks"), ("paper", "The papers' frameworks (values as the papers state them)"))
-    for era, title in eras_titles:
+    out = []
+    for era, title in (("today", "Today's frameworks"),
+                       ("paper", "The papers' frameworks (values as the papers state them)")):
         keys = [k for k in matrix if eras.get(k) == era]
         if keys:
-            out.append(f"\n### {title}\n\n")
-            out.append(_md(["feature", *keys], [[labels[r], *(feature_cell_text(matrix[k][r]) for k in keys)]
-                                                for r in labels]))
-    checked = [(k, r, c) for k, cells in matrix.items() for r, c in cells.items()
-               if c["status"] in ("verified", "failed") or c.get("not_verified")]
+            out.append((title, ["feature", *keys],
+                        [[labels[r], *(feature_cell_text(matrix[k][r]) for k in keys)] for r in labels]))
+    return out
+
+
+def what_ran(data: dict) -> list[tuple[str, str, str]]:
+    """(framework / feature, verdict, what ran or why) for every cell a live check touched."""
+    labels = data["features"]["rows"]
+    out = []
+    for k, cells in data["features"]["matrix"].items():
+        for r, c in cells.items():
+            if c["status"] == "verified":
+                out.append((f"{k} / {labels[r]}", "verified", c["what"]))
+            elif c["status"] == "failed":
+                out.append((f"{k} / {labels[r]}", "FAILED", f"{c['what']} -- {c['reason']}"))
+            elif c.get("not_verified"):
+                out.append((f"{k} / {labels[r]}", "not verified here", c["not_verified"]))
+    return out
+
+
+def features_md(data: dict) -> str:
+    out = ["## Feature matrix\n", FEATURE_LEGEND + "\n"]
+    for title, heads, rows in feature_matrices(data):
+        out.append(f"\n### {title}\n\n")
+        out.append(_md(heads, rows))
+    checked = what_ran(data)
     if checked:
         out.append("\n### What ran\n\n")
-        for k, r, c in checked:
-            if c["status"] == "verified":
-                out.append(f"- **{k} / {labels[r]}** verified: {c['what']}\n")
-            elif c["status"] == "failed":
-                out.append(f"- **{k} / {labels[r]}** FAILED: {c['what']} -- {c['reason']}\n")
-            else:
-                out.append(f"- **{k} / {labels[r]}** not verified here: {c['not_verified']}\n")
+        out += [f"- **{where}** {verdict}: {what}\n" for where, verdict, what in checked]
     return "".join(out)
 
 
@@ -168,6 +186,11 @@ TITLES = {"frameworks": "Frameworks and their status here", "api_coverage": "API
           "popularity": "Popularity (Liu et al. Table 3, Bahrampour et al. Table 1)"}
 
 
+def sections(data: dict) -> list[tuple[str, list[str], list[list]]]:
+    """Every table but the feature matrix, titled, in the order the survey shows them."""
+    return [(TITLES[name], *TABLES[name](data)) for name in ("frameworks", "api_coverage", "zoo", "setup", "popularity")]
+
+
 def markdown(data: dict) -> str:
     parts = [f"# dlbench survey ({data['date']})\n\n{data['machine']}\n\n"]
     for name in ("frameworks", "features", "api_coverage", "zoo", "setup", "popularity"):
@@ -190,6 +213,9 @@ def write(data: dict, out: Path) -> list[Path]:
         written.append(out / name)
 
     put("survey.md", markdown(data))
+    from dlbench.report.html import render_survey
+
+    put("survey.html", render_survey(data))
     put("survey.json", json.dumps(data, indent=2, default=str))
     put("api_coverage.json", json.dumps(data["api_coverage"], indent=2, default=str))
     for name, fn in TABLES.items():

@@ -1,0 +1,160 @@
+"""What every data-parallel worker shares, whatever its framework: reading the job, pinning cores,
+its shard of the data, how many steps to time, interval arithmetic, interface byte counters, and
+writing its result or its error where the launcher looks for them.
+
+No framework is imported here (a worker imports its own after pinning its cores).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def load_job(path: str) -> dict[str, Any]:
+    with open(path) as f:
+        return json.load(f)
+
+
+def pin_cores(local_index: int, threads: int | None) -> list[int]:
+    """Give the ``local_index``-th process on this machine its own ``threads`` cores (wrapping round
+    when workers x threads exceeds the cores: they then share, and the cell says so)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if threads:
+        start = (local_index * threads) % len(allowed)
+        mine = [allowed[(start + i) % len(allowed)] for i in range(min(threads, len(allowed)))]
+        os.sched_setaffinity(0, mine)
+    return sorted(os.sched_getaffinity(0))
+
+
+def oversubscribed(workers_here: int, threads: int | None, cores: int | None = None) -> str:
+    """A warning when this machine's workers need more cores than it has ("" otherwise)."""
+    cores = cores or len(os.sched_getaffinity(0))
+    need = workers_here * (threads or 1)
+    if need > cores:
+        return f"{workers_here} workers x {threads or 1} threads = {need} > {cores} cores here: workers share cores"
+    return ""
+
+
+def shard(spec, global_batch: int, rank: int, world: int, seed: int):
+    """This rank's slice of one seeded global batch, so that W workers together see exactly the
+    batch one worker sees at W=1 in strong scaling (and W disjoint batches in weak scaling)."""
+    from dlbench.data.synthetic import Batch, make_batch
+
+    full = make_batch(spec, global_batch, seed)
+    per = global_batch // world
+    cut = slice(rank * per, (rank + 1) * per)
+    return Batch(full.x[cut], None if full.y is None else full.y[cut], None if full.mask is None else full.mask[cut])
+
+
+def steps_to_time(warmup_ns: list[float], protocol: dict[str, Any]) -> int:
+    """Steps for the measured phase, decided once (by rank 0) so every rank runs the same count:
+    at least ``min_iters`` and ``min_time_s``, at most what fits in ``max_time_s``."""
+    steady = min(warmup_ns[1:]) if len(warmup_ns) > 1 else warmup_ns[-1]
+    steady_s = max(steady, 1.0) / 1e9
+    n = max(int(protocol.get("min_iters", 20)), math.ceil(float(protocol.get("min_time_s", 0.0)) / steady_s))
+    cap = max(1, int(float(protocol.get("max_time_s", 120.0)) / steady_s))
+    return max(1, min(n, cap))
+
+
+def union_ns(intervals: Iterable[tuple[int, int]]) -> float:
+    """Total length of the union of [start, end) intervals: the wall time during which at least
+    one gradient exchange was in flight (buckets overlap one another and the backward pass)."""
+    total, end = 0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return float(total)
+
+
+def iface_bytes(iface: str | None) -> int | None:
+    """tx + rx bytes of a network interface (this namespace's view), None when unknown."""
+    if not iface:
+        return None
+    try:
+        base = Path("/sys/class/net") / iface / "statistics"
+        return int((base / "tx_bytes").read_text()) + int((base / "rx_bytes").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def digest(params: dict[str, np.ndarray]) -> str:
+    """SHA-256 of every parameter's bytes in canonical order: equal digests = identical weights."""
+    h = hashlib.sha256()
+    for name in sorted(params):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(params[name], dtype=np.float32).tobytes())
+    return h.hexdigest()
+
+
+def fault_due(job: dict[str, Any], rank: int, step: int) -> bool:
+    """Fault injection for tests: ``job["fault"] = {"rank": r, "step": k}`` kills rank r at step k."""
+    fault = job.get("fault") or {}
+    return fault.get("rank") == rank and fault.get("step") == step
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomically (several nodes sharing one directory may write the same result)."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, default=str))
+    tmp.replace(path)
+
+
+def write_error(out_dir: Path, rank: int, exc: BaseException) -> None:
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" ({os.path.basename(frame.filename)}:{frame.lineno})" if frame else ""
+    write_json(out_dir / f"error.{rank}.json", {"rank": rank, "error": f"{type(exc).__name__}: {exc}{where}",
+                                                "traceback": traceback.format_exc()})
+
+
+def versions(packages: Iterable[str]) -> dict[str, str]:
+    import importlib.metadata
+
+    out = {}
+    for pkg in packages:
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    out["python"] = sys.version.split()[0]
+    return out
+
+
+def combine_ranks(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-step figures over ranks: a synchronous step ends when its slowest rank does, so step and
+    compute take the max over ranks; time inside the exchange is averaged (a rank that finishes
+    its compute early waits inside the exchange for the others)."""
+    n = min(len(r["step_ns"]) for r in per_rank)
+    step = [max(r["step_ns"][i] for r in per_rank) for i in range(n)]
+    comm = [float(np.mean([r["comm_ns"][i] for r in per_rank])) for i in range(n)] if all(
+        "comm_ns" in r for r in per_rank) else []
+    nc = min(len(r.get("compute_ns", [])) for r in per_rank)
+    compute = [max(r["compute_ns"][i] for r in per_rank) for i in range(nc)]
+    warm = min(len(r["warmup_ns"]) for r in per_rank)
+    warmup = [max(r["warmup_ns"][i] for r in per_rank) for i in range(warm)]
+    return {"step_ns": step, "comm_ns": comm, "compute_ns": compute, "warmup_ns": warmup}
+
+
+def worker_main(argv: list[str], run: Callable[[dict[str, Any], Path], Any], rank_env: str = "DLBENCH_RANK") -> int:
+    """The entry point every worker module shares: ``argv`` is ``[prog, job.json, out_dir]``; an
+    exception becomes ``error.<rank>.json`` (the launcher reads it) and exit status 1."""
+    job, out_dir = load_job(argv[1]), Path(argv[2])
+    try:
+        run(job, out_dir)
+        return 0
+    except BaseException as exc:
+        write_error(out_dir, int(os.environ.get(rank_env, "-1")), exc)
+        return 1

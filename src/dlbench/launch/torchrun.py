@@ -1,0 +1,86 @@
+"""Data-parallel PyTorch jobs under torchrun (``python -m torch.distributed.run``): one agent per node.
+
+A node is where one torchrun agent runs: this machine (loopback), a network namespace made by
+``dlbench cluster up`` (the agent's command is prefixed with ``ip netns exec``), or, with
+``--launcher torchrun --nnodes N``, this machine as one of N real machines meeting at a c10d
+rendezvous endpoint. Agents meet at the c10d rendezvous (``--rdzv-backend c10d``); the process
+handling, deadline and clean-up are :mod:`dlbench.launch.group`'s.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlbench.launch.group import GroupOutcome, Proc, explain_errors, run_group
+from dlbench.launch.subprocess import thread_env
+
+
+@dataclass
+class Node:
+    """One torchrun agent: the command prefix that places it (``ip netns exec NS``), extra
+    environment (the interface gloo must use, the first core for its workers), its address."""
+
+    nproc: int
+    prefix: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    local_addr: str | None = None
+    node_rank: int = 0
+    name: str = "local"
+    #: extra c10d rendezvous settings, e.g. ``is_host`` for the agent that hosts the store
+    rdzv_conf: dict[str, str] = field(default_factory=dict)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun_argv(module: str, args: list[str], node: Node, nnodes: int, endpoint: str, rdzv_id: str,
+                  join_timeout_s: float) -> list[str]:
+    conf = {"join_timeout": str(int(join_timeout_s)), **node.rdzv_conf}
+    argv = [*node.prefix, sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+            "--nproc-per-node", str(node.nproc), "--node-rank", str(node.node_rank), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id,
+            "--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items()),
+            "--max-restarts", "0", "--monitor-interval", "0.5"]
+    if node.local_addr:
+        argv += ["--local-addr", node.local_addr]
+    return [*argv, "-m", module, *args]
+
+
+def run_agents(module: str, job: dict[str, Any], job_dir: Path, nodes: list[Node], nnodes: int, endpoint: str,
+               rdzv_id: str, timeout_s: float, threads: int | None) -> GroupOutcome:
+    """One torchrun agent per entry of ``nodes`` (all on this machine; ``nnodes`` counts every
+    machine's), under ``timeout_s``; the result is ``job_dir/result.json``."""
+    job_path = job_dir / "job.json"
+    procs = [Proc(f"agent-{n.name}", torchrun_argv(module, [str(job_path), str(job_dir)], n, nnodes, endpoint,
+                                                    rdzv_id, timeout_s), n.env) for n in nodes]
+    return run_group(procs, job, job_dir, timeout_s, thread_env(threads), explain=explain)
+
+
+_ROOT = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+).*?traceback\s*:\s*([^\n]+)", re.S)
+
+
+def explain(job_dir: Path, logs: dict[str, str], codes: dict[str, int | None] | None = None) -> str:
+    """Why a job failed: torchrun's root-cause report (e.g. a rank killed by a signal), then each
+    rank's own error (what the others saw: a closed connection, a collective timeout)."""
+    parts: list[str] = []
+    for text in logs.values():
+        root = text.rfind("Root Cause")
+        m = _ROOT.search(text, root) if root >= 0 else None
+        if m:
+            rank, code, tb = m.groups()
+            sig = int(code)
+            what = f"killed by {signal.Signals(-sig).name}" if sig < 0 and -sig in signal.Signals._value2member_map_ \
+                else f"exited with code {sig}"
+            tb = tb.strip()
+            parts.append(f"worker rank {rank} {what}" + ("" if tb.startswith("Signal") or tb == "<N/A>" else f": {tb}"))
+    others = explain_errors(job_dir, logs if not parts else {})
+    return "; ".join(dict.fromkeys([*parts, *filter(None, [others])]))
