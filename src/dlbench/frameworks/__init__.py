@@ -29,7 +29,7 @@ class FrameworkInfo:
     name: str
     module: str  # dlbench module holding the backend class
     #: the pip distribution whose presence and version we report; a tuple lists alternatives
-    #: (``onnxruntime`` or ``onnxruntime-gpu``), the first one installed wins
+    #: (``onnxruntime`` or ``onnxruntime-gpu``, ``tensorflow-cpu`` or ``tensorflow``), the first one installed wins
     distribution: str | tuple[str, ...]
     import_name: str
     variants: tuple[str, ...]
@@ -51,6 +51,15 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {
     "onnxruntime": FrameworkInfo("onnxruntime", "dlbench.frameworks.onnxruntime", ("onnxruntime", "onnxruntime-gpu"),
                                  "onnxruntime", ("default",), "ONNX Runtime (exported from torch)",
                                  scenarios=("forward",), requires=("torch", "onnx", "onnxscript")),
+    "tensorflow": FrameworkInfo("tensorflow", "dlbench.frameworks.tensorflow", ("tensorflow-cpu", "tensorflow"),
+                                "tensorflow", ("function", "xla"), "TensorFlow 2 (Keras 3 layers, tf.function, XLA)",
+                                requires=("keras",)),
+    "keras": FrameworkInfo("keras", "dlbench.frameworks.keras", "keras", "keras",
+                           ("keras-jax", "keras-tensorflow", "keras-torch"),
+                           "Keras 3 (one model on the JAX, TensorFlow and PyTorch backends; compile, train_on_batch)",
+                           variant_env={"keras-jax": {"KERAS_BACKEND": "jax"},
+                                        "keras-tensorflow": {"KERAS_BACKEND": "tensorflow"},
+                                        "keras-torch": {"KERAS_BACKEND": "torch"}}),
     # The backends below usually live in a per-framework environment (dlbench envs create NAME),
     # because their pins clash with the main Python's (see dlbench.envs and docs/environments.md).
     "mxnet": FrameworkInfo("mxnet", "dlbench.frameworks.mxnet", "mxnet", "mxnet", ("imperative", "hybridize"),

@@ -1,0 +1,204 @@
+"""TensorFlow backend: the shared Keras 3 model (:mod:`dlbench.frameworks.keras_model`) run by TensorFlow.
+
+Fast path and fairness settings:
+
+* Keras 3 on its TensorFlow backend (``KERAS_BACKEND=tensorflow`` is forced before Keras is
+  imported); float32; channels_last (TF's fast CPU layout; NCHW batches are transposed once in
+  ``place``, outside timing); oneDNN as the TF build enables it (``TF_ENABLE_ONEDNN_OPTS``,
+  reported by ``info``).
+* variants: ``function`` (the model's call inside ``tf.function``, graph mode, no XLA) and
+  ``xla`` (``tf.function(jit_compile=True)``). Each closure's function is traced once per model
+  and input signature. Keras itself runs a *grouped* convolution through a nested XLA function on
+  TF (its CPU kernel lacks groups), so AlexNet's grouped layers use XLA even in ``function``.
+* forward: ``model(inputs, training=False)``; gradient: ``tf.GradientTape`` over the mean softmax
+  cross-entropy from logits (``tf.nn.sparse_softmax_cross_entropy_with_logits``) or the mean
+  squared error, returning the loss and every trainable variable's gradient (embedding gradients
+  stay ``IndexedSlices``, TF's native form), no update.
+* train_step: the same gradient plus SGD with momentum in one ``tf.function``, using
+  ``tf.raw_ops.ResourceApplyMomentum`` (TF's fused kernel, one op per variable; the update is
+  ``accum = momentum * accum + grad; var -= lr * accum``, PyTorch's form; XLA compiles it too).
+  Chosen over ``keras.optimizers.SGD`` because Keras's optimizer is backend-neutral Python that
+  emits several element-wise ops and assignments per variable plus an iteration counter, which
+  graph mode without XLA runs unfused. Sparse embedding gradients are densified first, so the
+  momentum of untouched rows decays as in PyTorch.
+* threads: ``tf.config.threading.set_intra_op_parallelism_threads(n)`` and
+  ``set_inter_op_parallelism_threads(n)`` before the first op (the harness also pins affinity).
+* sync: ``tf.test.experimental.sync_devices()``, TF's documented benchmark barrier (GPU kernels
+  run asynchronously; CPU eager execution is synchronous unless made otherwise).
+* compile cache: with ``DLBENCH_CACHE_DIR`` set, TF's persistent XLA cache
+  (``TF_XLA_FLAGS=--tf_xla_persistent_cache_directory``) lives in ``$DLBENCH_CACHE_DIR/tf_xla``
+  (used by the ``xla`` variant; graph-mode ``tf.function`` has no persistent cache).
+* parameter count: Keras's ``count_params()`` minus the batch-norm moving mean and variance
+  (Keras counts them as non-trainable weights; the spec counts them as state).
+* CUDA: written the standard way (``/GPU:0`` placement, ``get_memory_info`` peak) but untested
+  unless a GPU run is recorded in the docs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from dlbench.frameworks.cache import set_tf_xla_cache
+
+if "keras" not in sys.modules:
+    os.environ["KERAS_BACKEND"] = "tensorflow"
+XLA_CACHE = set_tf_xla_cache()
+
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from dlbench.data.synthetic import Batch  # noqa: E402
+from dlbench.frameworks import keras_model as km  # noqa: E402
+from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
+from dlbench.frameworks.tf_util import set_tf_threads, sync_tf, tf_device, tf_info  # noqa: E402
+from dlbench.models.spec import ModelSpec  # noqa: E402
+from dlbench.weights import Weights  # noqa: E402
+
+if keras.backend.backend() != "tensorflow":  # pragma: no cover - only when keras was imported first
+    raise ImportError(f"the tensorflow backend needs Keras on TensorFlow, but Keras runs on {keras.backend.backend()}")
+
+
+class TFModel:
+    """The built Keras model with its device and the traced functions its closures share."""
+
+    def __init__(self, build: km.KerasBuild, device: str, variant: str):
+        self.build, self.spec, self.net = build, build.spec, build.model
+        self.device, self.variant = device, variant
+        self.jit = variant == "xla"
+        self.trainable = list(self.net.trainable_variables)
+        net, spec, dev, trainable = self.net, self.spec, device, self.trainable
+
+        def loss_of(inputs, y):
+            if spec.loss.kind == "mse":
+                out, target = net(inputs, training=True)
+                return tf.reduce_mean(tf.square(out - target))
+            logits = net(inputs, training=True)
+            return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+
+        def infer(inputs):
+            with tf.device(dev):
+                return net(inputs, training=False)
+
+        def loss_and_grads(inputs, y):
+            with tf.device(dev):
+                with tf.GradientTape() as tape:
+                    loss = loss_of(inputs, y)
+                return loss, tape.gradient(loss, trainable)
+
+        self.loss_of = loss_of
+        self.infer_fn = tf.function(infer, jit_compile=self.jit, autograph=False)
+        self.grad_fn = tf.function(loss_and_grads, jit_compile=self.jit, autograph=False)
+
+
+class TensorFlowBackend(Backend):
+    name = "tensorflow"
+    variants = ("function", "xla")
+    devices = ("cpu", "cuda")
+    packages = ("tensorflow", "tensorflow-cpu", "keras")  # distributions; the one installed is recorded
+    builder_class = km.Builder
+
+    def set_threads(self, n: int) -> dict[str, Any]:
+        return set_tf_threads(n)
+
+    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> TFModel:
+        variant = variant or self.variants[0]
+        if variant not in self.variants:
+            raise UnsupportedError(f"tensorflow has no variant {variant!r}")
+        dev = tf_device(device)
+        keras.utils.set_random_seed(0)
+        with tf.device(dev):
+            build = km.build_keras_model(spec, weights, self.builder_class())
+        return TFModel(build, dev, variant)
+
+    def place(self, batch: Batch, model: TFModel) -> dict[str, Any]:
+        inputs = km.keras_inputs(model.spec, batch.x, batch.mask)
+        with tf.device(model.device):
+            return {"inputs": tf.nest.map_structure(tf.constant, inputs),
+                    "y": None if batch.y is None else tf.constant(batch.y.astype(np.int32))}
+
+    def forward(self, model: TFModel, batch) -> Callable[[], Any]:
+        infer, inputs = model.infer_fn, batch["inputs"]
+        return lambda: infer(inputs)
+
+    def gradient(self, model: TFModel, batch) -> Callable[[], Any]:
+        fn, inputs, y = model.grad_fn, batch["inputs"], batch["y"]
+        return lambda: fn(inputs, y)
+
+    @staticmethod
+    def _step_fn(model: TFModel, opt: OptimizerSpec, reduce_retracing: bool = False):
+        """One ``tf.function``: GradientTape gradient + fused SGD momentum; the momentum buffers
+        are fresh (zero) variables owned by this function."""
+        trainable, loss_of, dev = model.trainable, model.loss_of, model.device
+        with tf.device(dev):
+            accums = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in trainable]
+        lr, momentum = tf.constant(opt.lr, tf.float32), tf.constant(opt.momentum, tf.float32)
+
+        def step(inputs, y):
+            with tf.device(dev):
+                with tf.GradientTape() as tape:
+                    loss = loss_of(inputs, y)
+                grads = tape.gradient(loss, trainable)
+                for var, accum, grad in zip(trainable, accums, grads, strict=True):
+                    tf.raw_ops.ResourceApplyMomentum(var=var.handle, accum=accum.handle, lr=lr,
+                                                     grad=tf.convert_to_tensor(grad), momentum=momentum)
+                return loss
+
+        return tf.function(step, jit_compile=model.jit, autograph=False, reduce_retracing=reduce_retracing)
+
+    def train_step(self, model: TFModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
+        fn = self._step_fn(model, opt)
+        inputs, y = batch["inputs"], batch["y"]
+        return lambda: fn(inputs, y)
+
+    def trainer(self, model: TFModel, opt: OptimizerSpec) -> Callable[[Any], Any]:
+        """``train_step``'s function with the batch as its argument; ``reduce_retracing`` lets a
+        new batch shape (token batches cut to their longest sequence) reuse a generalised trace."""
+        fn = self._step_fn(model, opt, reduce_retracing=True)
+        return lambda batch: fn(batch["inputs"], batch["y"])
+
+    def predictor(self, model: TFModel) -> Callable[[Any], Any]:
+        """``forward``'s inference call (``training=False``: moving BN statistics, no dropout)."""
+        net, dev = model.net, model.device
+
+        def infer(inputs):
+            with tf.device(dev):
+                return net(inputs, training=False)
+
+        fn = tf.function(infer, jit_compile=model.jit, autograph=False, reduce_retracing=True)
+        return lambda batch: fn(batch["inputs"])
+
+    def sync(self, out: Any) -> None:
+        sync_tf()
+
+    def to_numpy(self, out: Any) -> np.ndarray:
+        if isinstance(out, tuple | list):
+            out = out[0]
+        return np.asarray(out.numpy() if hasattr(out, "numpy") else out)
+
+    def param_count(self, model: TFModel) -> int:
+        return km.param_count(model.build)
+
+    def get_params(self, model: TFModel) -> dict[str, np.ndarray]:
+        return km.get_params(model.build)
+
+    def loss_and_grads(self, model: TFModel, batch) -> tuple[float, dict[str, np.ndarray]]:
+        loss, grads = self.gradient(model, batch)()
+        dense = [None if g is None else tf.convert_to_tensor(g).numpy() for g in grads]
+        return float(loss.numpy()), km.grads_to_canonical(model.build, dense)
+
+    def peak_device_memory(self, device: str) -> dict[str, int]:
+        if device.startswith(("cuda", "gpu")) and tf.config.list_physical_devices("GPU"):
+            index = device.partition(":")[2] or "0"
+            return {"allocator_peak_bytes": int(tf.config.experimental.get_memory_info(f"GPU:{index}")["peak"])}
+        return {}
+
+    def info(self) -> dict[str, Any]:
+        return {**tf_info(), "xla_cache_dir": XLA_CACHE}
+
+
+Backend_ = TensorFlowBackend

@@ -1,0 +1,63 @@
+"""TensorFlow helpers shared by the ``tensorflow`` backend and the ``keras-tensorflow`` variant:
+device names, the sync barrier, thread pools and build facts. Imports TensorFlow."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from dlbench.frameworks.base import UnsupportedError
+
+
+def tf_device(device: str) -> str:
+    """dlbench device name -> TF device string; 'cuda', 'cuda:1', 'gpu' map to TF's GPUs."""
+    if device == "cpu":
+        return "/CPU:0"
+    if device.startswith(("cuda", "gpu")):
+        index = device.partition(":")[2] or "0"
+        if not tf.config.list_physical_devices("GPU"):
+            raise UnsupportedError("no GPU is visible to this TensorFlow build")
+        return f"/GPU:{index}"
+    raise UnsupportedError(f"tensorflow backend: unknown device {device!r}")
+
+
+def sync_tf() -> None:
+    tf.test.experimental.sync_devices()
+
+
+def tf_info() -> dict[str, Any]:
+    """TF build facts: version, build info, XLA, oneDNN (on unless ``TF_ENABLE_ONEDNN_OPTS=0``)."""
+    from tensorflow.python.util import _pywrap_util_port as port
+
+    build = dict(tf.sysconfig.get_build_info())
+    return {
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "keras_backend": keras.backend.backend(),
+        "build_info": {k: v for k, v in build.items() if not isinstance(v, list | dict) or v},
+        "built_with_xla": tf.test.is_built_with_xla(),
+        "built_with_cuda": tf.test.is_built_with_cuda(),
+        "onednn_enabled": bool(port.IsMklEnabled()),
+        "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset (default on for x86 Linux)"),
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+    }
+
+
+def set_tf_threads(n: int) -> dict[str, Any]:
+    """Intra- and inter-op pools of ``n`` threads; TF refuses once its context exists, then we report what it has."""
+    note = ""
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(n)
+        tf.config.threading.set_inter_op_parallelism_threads(n)
+    except RuntimeError as exc:  # the context is already initialised
+        note = str(exc)
+    out: dict[str, Any] = {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+                           "inter_op": tf.config.threading.get_inter_op_parallelism_threads()}
+    if note:
+        out["note"] = note
+    return out

@@ -1,0 +1,93 @@
+"""Keras backend: the same Keras model on JAX, TensorFlow and PyTorch.
+
+Keras fixes its backend at import, so every check runs in a fresh process per Keras backend:
+the equivalence gate through ``dlbench.api.verify`` (which sets ``KERAS_BACKEND`` from the
+framework's ``variant_env``), the closure checks through ``python -m tests.frameworks.closure_checks``.
+The first variant (keras-jax) passes the gate on every model in test_equivalence.py; here the
+other variants on a few models, and the closure checks on all three.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import over_budget, requires
+from tests.frameworks.closure_checks import CHECKS
+
+pytestmark = requires("keras")
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain2"]
+PACKAGE = {"keras-jax": "jax", "keras-tensorflow": "tensorflow", "keras-torch": "torch"}
+_cache: dict = {}
+
+
+def _needs(variant: str) -> None:
+    if importlib.util.find_spec(PACKAGE[variant]) is None:
+        pytest.skip(f"{PACKAGE[variant]} is not installed")
+
+
+def test_registry_sets_one_backend_per_variant():
+    from dlbench.frameworks import FRAMEWORKS
+
+    info = FRAMEWORKS["keras"]
+    assert info.variants == ("keras-jax", "keras-tensorflow", "keras-torch")
+    assert {v: e["KERAS_BACKEND"] for v, e in info.variant_env.items()} == {
+        "keras-jax": "jax", "keras-tensorflow": "tensorflow", "keras-torch": "torch"}
+
+
+@over_budget
+@pytest.mark.parametrize("variant", ["keras-tensorflow", "keras-torch"])
+@pytest.mark.parametrize("model", MODELS)
+def test_other_variants_pass_gate(variant, model):
+    from dlbench.api import verify
+
+    _needs(variant)
+    if ("gate", variant) not in _cache:
+        _cache[("gate", variant)] = {r.model: r for r in verify(models=MODELS, frameworks=["keras"],
+                                                                  variants=[variant])}
+    result = _cache[("gate", variant)][model]
+    assert result.verdict == "pass", result.reason
+
+
+def _checks(variant: str, tmp_root: Path) -> dict:
+    """The closure checks in a fresh process on the variant's Keras backend, with a compile cache."""
+    if ("checks", variant) not in _cache:
+        cache = tmp_root / variant
+        env = {**os.environ, "KERAS_BACKEND": PACKAGE[variant], "TF_CPP_MIN_LOG_LEVEL": "2",
+               "DLBENCH_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+        proc = subprocess.run([sys.executable, "-m", "tests.frameworks.closure_checks", "keras", variant],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        assert lines, f"checks process failed (rc {proc.returncode}): {proc.stderr[-3000:]}"
+        results = json.loads(lines[-1][7:])
+        results["cache_files"] = sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file())
+        _cache[("checks", variant)] = results
+    return _cache[("checks", variant)]
+
+
+@pytest.fixture(scope="module")
+def tmp_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("keras-cache")
+
+
+@pytest.mark.parametrize("check", [*CHECKS, "refuses_other_variants"])
+@pytest.mark.parametrize("variant", [pytest.param("keras-jax", marks=over_budget),
+                                     pytest.param("keras-tensorflow", marks=over_budget), "keras-torch"])
+def test_closures(variant, check, tmp_root):
+    _needs(variant)
+    result = _checks(variant, tmp_root)[check]
+    assert result == "ok", result
+
+
+@over_budget
+@pytest.mark.parametrize(("variant", "folder"), [("keras-jax", "jax"), ("keras-tensorflow", "tf_xla")])
+def test_persistent_compile_cache_is_written(variant, folder, tmp_root):
+    """With DLBENCH_CACHE_DIR set, compiled executables land in $DLBENCH_CACHE_DIR/<folder>."""
+    _needs(variant)
+    files = _checks(variant, tmp_root)["cache_files"]
+    assert any(f.startswith(folder + "/") for f in files), files[:5]
