@@ -51,3 +51,12 @@ def test_invalid_suites(data, match):
 def test_missing_suite_file():
     with pytest.raises(UsageError, match="no suite named"):
         load_suite("/nonexistent/suite.yaml")
+
+
+def test_quick_suite_leaves_keras_out_unless_named(monkeypatch):
+    """`installed_except` drops an installed framework from `frameworks: installed` only."""
+    from dlbench import api, runner
+
+    monkeypatch.setattr(api, "resolve_frameworks", lambda names: names or ["torch", "keras", "jax"])
+    assert runner.resolve_suite_frameworks(runner.build_suite("quick")) == ["torch", "jax"]
+    assert runner.resolve_suite_frameworks(runner.build_suite("quick", frameworks=["keras"])) == ["keras"]

@@ -140,6 +140,8 @@ class Suite(BaseModel):
     threads: list[int | str] = Field(default_factory=lambda: [1, "all"])
     devices: list[str] = Field(default_factory=lambda: ["cpu"])
     exclude: list[dict[str, Any]] = Field(default_factory=list)
+    #: with ``frameworks: installed``, installed frameworks to leave out (named ones are always run)
+    installed_except: list[str] = Field(default_factory=list)
     data: dict[str, str] = Field(default_factory=dict)  # model -> data set ("default" key: every model)
     data_dir: str | None = None
     protocol: ProtocolModel = Field(default_factory=ProtocolModel)

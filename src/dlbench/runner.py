@@ -87,7 +87,10 @@ def resolve_suite_frameworks(suite: Suite) -> list[str]:
     from dlbench.api import resolve_frameworks
 
     if suite.frameworks == "installed":
-        return resolve_frameworks(None)
+        found = [f for f in resolve_frameworks(None) if f not in suite.installed_except]
+        if not found:
+            raise UsageError(f"no installed framework left after installed_except {suite.installed_except}")
+        return found
     names = [suite.frameworks] if isinstance(suite.frameworks, str) else suite.frameworks
     return resolve_frameworks(names)
 
