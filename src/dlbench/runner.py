@@ -9,6 +9,7 @@ checks what the store already holds, which is how ``--resume`` skips finished wo
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -198,7 +199,8 @@ def measure_compile(cell: Cell, suite: Suite, run_job=run_job) -> CellOutcome:
     per_repeat: list[dict] = []
     for r in range(suite.protocol.repeats):
         with tempfile.TemporaryDirectory(prefix="dlbench-cache-") as cache:
-            env = {**(_framework_env(cell) or {}), "DLBENCH_CACHE_DIR": cache, "TORCHINDUCTOR_CACHE_DIR": cache}
+            env = {**(_framework_env(cell) or {}), "DLBENCH_CACHE_DIR": cache, "TORCHINDUCTOR_CACHE_DIR": cache,
+                   "DLBENCH_EXPORT_CACHE": ""}
             for phase in ("cold", "warm"):
                 o = run_job(_job(cell, "first_calls", suite), suite.protocol.timeout_s, cell.threads,
                             python=envs.python_for(cell.framework), extra_env=env)
@@ -288,6 +290,23 @@ def execute(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress
     done = store.done_keys(run_id)
     todo = [c for c in cells if c.key not in done]
     progress("start", total=len(cells), done=len(cells) - len(todo))
+
+    # timed cells of a run share exports (ONNX) through a run-scoped directory: see
+    # frameworks.onnxruntime.export_cached; measure_compile turns it off for its cold processes
+    export_cache = tempfile.TemporaryDirectory(prefix="dlbench-exports-")
+    previous = os.environ.get("DLBENCH_EXPORT_CACHE")
+    os.environ["DLBENCH_EXPORT_CACHE"] = export_cache.name
+    try:
+        _execute(store, run_id, suite, todo, progress)
+    finally:
+        if previous is None:
+            os.environ.pop("DLBENCH_EXPORT_CACHE", None)
+        else:
+            os.environ["DLBENCH_EXPORT_CACHE"] = previous
+        export_cache.cleanup()
+
+
+def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress: Progress) -> None:
     from dlbench.distributed.scaling import Session  # namespaces / Ray for the scaling scenario, when asked
 
     with Session(suite, todo, progress) as session:

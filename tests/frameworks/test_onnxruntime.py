@@ -188,3 +188,31 @@ def test_gate_is_forward_only_and_still_catches_a_wrong_forward(backend):
     negated = type("Negated", (type(fast),), {"to_numpy": lambda self, out: -np.asarray(out.numpy())})()
     bad = verify_model(negated, "lenet")
     assert bad.verdict == "fail" and "forward error" in bad.reason and "forward only" in bad.reason
+
+
+def test_export_cache_is_keyed_on_graph_and_weights(backend, monkeypatch, tmp_path, lenet):
+    """A run's timed cells reuse one export per (graph, weights); other weights export afresh,
+    and without DLBENCH_EXPORT_CACHE nothing is cached."""
+    from dlbench.data import make_batch
+    from dlbench.frameworks import onnxruntime as ortb
+    from dlbench.weights import init_weights
+
+    spec, weights, _ = lenet
+    calls = []
+    real = ortb.EXPORT_FUNCTIONS["torchscript"]
+    monkeypatch.setitem(ortb.EXPORT_FUNCTIONS, "torchscript", lambda m, s: calls.append(1) or real(m, s))
+    net = ortb.ForwardOnly(_torch_net(spec, weights)).eval()
+    monkeypatch.delenv("DLBENCH_EXPORT_CACHE", raising=False)
+    assert ortb.export_cached("torchscript", net, spec, weights)[1] == "off"
+    monkeypatch.setenv("DLBENCH_EXPORT_CACHE", str(tmp_path))
+    first, how1 = ortb.export_cached("torchscript", net, spec, weights)
+    again, how2 = ortb.export_cached("torchscript", net, spec, weights)
+    assert (how1, how2) == ("miss", "hit") and len(calls) == 2 and again.onnx_bytes == first.onnx_bytes
+    other = init_weights(spec, 1, mode="verify")
+    _, how3 = ortb.export_cached("torchscript", ortb.ForwardOnly(_torch_net(spec, other)).eval(), spec, other)
+    assert how3 == "miss" and len(calls) == 3
+    monkeypatch.setattr(backend, "exporters", ("torchscript",))
+    model = backend.build(spec, weights)  # through build: a hit, and the graph still computes the function
+    assert model.build_info["export_cache"] == "hit"
+    x = make_batch(spec, 4)
+    np.testing.assert_allclose(_forward(backend, model, x), _forward(backend, lenet[2], x), rtol=1e-5, atol=1e-5)
