@@ -56,8 +56,23 @@ def targets() -> dict[str, Target]:
     for name, info in FRAMEWORKS.items():
         if name not in out:
             dists = (info.distribution,) if isinstance(info.distribution, str) else tuple(info.distribution)
-            out[name] = Target(name, info.description, dists, info.import_name)
+            out[name] = Target(name, short_name(info.description), dists, info.import_name)
     return out
+
+
+def short_name(description: str) -> str:
+    """A backend's name without its parenthesised gloss: 'PyTensor (Theano's successor: ...)' -> 'PyTensor'."""
+    return description.split(" (", 1)[0].strip()
+
+
+def env_version(name: str) -> tuple[str, str] | None:
+    """(distribution, version) of a framework installed in its own dlbench environment, or None."""
+    from dlbench import envs
+
+    record = envs.load(name)
+    if record is None or not record.framework_version:
+        return None
+    return name, record.framework_version
 
 
 def installed_distribution(target: Target) -> tuple[str, str] | None:

@@ -18,6 +18,7 @@ from typing import Any
 from dlbench.survey.catalog import (
     Target,
     display_name,
+    env_version,
     features_data,
     installable_data,
     installed_distribution,
@@ -54,9 +55,13 @@ def framework_row(key: str, targets: dict[str, Target]) -> dict[str, Any]:
                            "named_in": entry.get("named_in", []), "version": None}
     if key in targets:
         found = installed_distribution(targets[key])
-        row["version"] = f"{found[0]} {found[1]}" if found else None
+        in_env = None if found else env_version(key)
+        row["version"] = f"{found[0]} {found[1]}" if found else (f"{in_env[1]} (own environment)" if in_env else None)
         if found and registered(key):
             row["status"], row["detail"] = "benchmarked here", "registered dlbench backend, installed"
+        elif in_env and registered(key):
+            row["status"], row["detail"] = "benchmarked here", (f"registered dlbench backend, installed in its own "
+                                                                f"environment (dlbench envs); live checks not run")
         elif found:
             row["status"], row["detail"] = "installed, not benchmarked", "no dlbench backend registered for it"
         else:
@@ -64,7 +69,8 @@ def framework_row(key: str, targets: dict[str, Target]) -> dict[str, Any]:
         return row
     successor = entry.get("successor")
     if successor:
-        benchmarked = successor in targets and registered(successor) and installed_distribution(targets[successor])
+        benchmarked = successor in targets and registered(successor) and bool(
+            installed_distribution(targets[successor]) or env_version(successor))
         name = display_name(successor) if successor in targets else SUCCESSOR_NAMES.get(successor, successor)
         row["successor"] = name
         row["status"] = "successor benchmarked" if benchmarked else "successor not benchmarked"
