@@ -60,8 +60,8 @@ def framework_row(key: str, targets: dict[str, Target]) -> dict[str, Any]:
         if found and registered(key):
             row["status"], row["detail"] = "benchmarked here", "registered dlbench backend, installed"
         elif in_env and registered(key):
-            row["status"], row["detail"] = "benchmarked here", (f"registered dlbench backend, installed in its own "
-                                                                f"environment (dlbench envs); live checks not run")
+            row["status"], row["detail"] = "benchmarked here", ("registered dlbench backend, installed in its own "
+                                                                "environment (dlbench envs); live checks not run")
         elif found:
             row["status"], row["detail"] = "installed, not benchmarked", "no dlbench backend registered for it"
         else:
