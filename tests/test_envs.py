@@ -3,6 +3,7 @@ of it, the command line, pip's own error when an install fails, and runs measure
 environment's interpreter."""
 
 import json
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -135,6 +136,11 @@ def test_cells_and_verification_run_in_the_environments_interpreter(envs_dir, tm
     subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip",
                     "--system-site-packages", str(venv)], check=True)
     python = str(venv / "bin" / "python")
+    # --system-site-packages sees the base interpreter's packages, not a venv's: chain this
+    # interpreter's site directories (torch may live only in the test's .venv, as in CI)
+    (site_dir,) = venv.glob("lib/python*/site-packages")
+    (site_dir / "driver.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n"
+                                                 for p in site.getsitepackages()))
     record = envs.EnvRecord(framework="torch", path=str(venv), python=python, python_version="3.11",
                             created="2026-01-01T00:00:00+00:00", create_seconds=0.0, framework_version="0.0.0-env")
     (venv / envs.RECORD).write_text(json.dumps(record.to_dict()))
