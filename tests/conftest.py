@@ -18,6 +18,19 @@ over_budget = pytest.mark.skipif(not os.environ.get("DLBENCH_SLOW_TESTS"),
                                  reason="over CI's time budget; set DLBENCH_SLOW_TESTS=1 to run")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def shared_peak_cache(tmp_path_factory):
+    """One machine-peak measurement per thread count for the whole session (see runner._peak_cache):
+    each run would otherwise spend about 5 s per thread count measuring the same matmul peak."""
+    old = os.environ.get("DLBENCH_PEAK_CACHE")
+    os.environ["DLBENCH_PEAK_CACHE"] = str(tmp_path_factory.mktemp("peaks") / "peaks.json")
+    yield
+    if old is None:
+        os.environ.pop("DLBENCH_PEAK_CACHE", None)
+    else:
+        os.environ["DLBENCH_PEAK_CACHE"] = old
+
+
 @pytest.fixture
 def tmp_db(tmp_path):
     return tmp_path / "results.db"

@@ -55,7 +55,7 @@ def ray_head(monkeypatch):
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         try:
-            head.wait(timeout=30)
+            head.wait(timeout=5)  # ray start --block was seen to ignore SIGTERM for 30 s
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
         deadline = time.time() + 30

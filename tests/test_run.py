@@ -76,9 +76,9 @@ def test_failures_are_results_and_the_run_goes_on(tmp_db):
 def test_hanging_cell_times_out_and_leaves_nothing_running(tmp_db):
     started = time.time()
     res = run(tmp_db, models=["lenet"], frameworks=["fakefw"], variants=["hang"], scenarios=["forward"], batches=[4],
-              threads=[1], protocol={**TINY, "timeout_s": 15})
+              threads=[1], protocol={**TINY, "timeout_s": 5})
     (cell,) = res.cells
-    assert cell.cell.status == "timeout" and "timed out after 15" in cell.cell.reason
+    assert cell.cell.status == "timeout" and "timed out after 5" in cell.cell.reason
     assert time.time() - started < 120
 
 
@@ -87,7 +87,7 @@ def test_timed_out_job_leaves_no_process():
 
     job = {"kind": "cell", "framework": "fakefw", "variant": "hang", "model": "lenet", "scenario": "forward",
            "batch": 2, "threads": 1, "device": "cpu", "seed": 0, "protocol": {"warmup": 2, "min_iters": 1}}
-    outcome = run_job(job, timeout_s=15, threads=1)
+    outcome = run_job(job, timeout_s=5, threads=1)
     assert outcome.status == "timeout"
     with pytest.raises(ProcessLookupError):
         os.killpg(outcome.pid, 0)

@@ -68,3 +68,28 @@ def test_unknown_run(tmp_db):
         s.get_run("nope")
     with pytest.raises(UsageError, match="no runs"):
         s.latest_run_id()
+
+
+def test_peak_cache_measures_once_per_thread_count_and_is_off_by_default(tmp_db, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from dlbench import runner
+    from dlbench.plan import Cell
+
+    jobs = []
+
+    def fake_job(job, timeout, threads):
+        jobs.append(threads)
+        return SimpleNamespace(status="ok", result={"gflops": {"numpy": 10.0 * threads}})
+
+    cells = [Cell("torch", "eager", "lenet", "forward", 8, t, "cpu") for t in (1, 2)]
+    s = Store(tmp_db)
+    monkeypatch.setenv("DLBENCH_PEAK_CACHE", str(tmp_path / "peaks.json"))
+    for _ in range(2):
+        run = s.create_run("x", {})
+        runner._peaks(s, run, cells, lambda *a, **k: None, fake_job)
+        assert s.peaks(run) == {1: {"numpy": 10.0}, 2: {"numpy": 20.0}}
+    assert jobs == [1, 2]  # the second run reused both
+    monkeypatch.delenv("DLBENCH_PEAK_CACHE")
+    runner._peaks(s, s.create_run("x", {}), cells, lambda *a, **k: None, fake_job)
+    assert jobs == [1, 2, 1, 2]  # without the variable every run measures its own

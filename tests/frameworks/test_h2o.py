@@ -9,7 +9,7 @@ from dlbench import api
 from tests.conftest import requires_framework, run_in_framework
 
 pytestmark = requires_framework("h2o")
-TINY = {"warmup": 1, "min_iters": 2, "min_time_s": 0.0, "repeats": 1, "timeout_s": 600}
+TINY = {"warmup": 0, "min_iters": 1, "min_time_s": 0.0, "repeats": 1, "timeout_s": 600}
 
 
 def h2o_jvms() -> list[str]:
