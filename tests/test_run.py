@@ -214,6 +214,18 @@ def test_scenario_a_framework_lacks_is_unsupported_with_reason(tmp_db):
     res = run(tmp_db, models=["lenet"], frameworks=["onnxruntime"], scenarios=["gradient"], batches=[4], threads=[1])
     (cell,) = res.cells
     assert cell.cell.status == "unsupported" and "supports only the forward" in cell.cell.reason
+    assert res.failed == [cell] and res.errors == []
+
+
+@requires("onnxruntime")
+def test_unsupported_cells_are_listed_but_do_not_fail_the_run(tmp_db, capsys):
+    """`dlbench run` on the quick suite exited 1 because ONNX Runtime cannot train: a capability, not an error."""
+    args = ["run", "--model", "lenet", "--framework", "onnxruntime", "--scenario", "forward,gradient",
+            "--batch", "4", "--threads", "1", "--warmup", "1", "--min-iters", "3", "--min-time", "0", "--repeats", "1",
+            "--db", str(tmp_db)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "unsupported" in out and "onnxruntime/default/lenet/gradient" in out
 
 
 def test_convergence_curves_and_agreement_flags_a_planted_difference(tmp_db):

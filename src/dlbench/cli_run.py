@@ -111,7 +111,7 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
         if scaling := scaling_json(res, db):
             data["scaling"] = scaling
         print(json.dumps(data, indent=2, default=str))
-        return 1 if failed else 0
+        return 1 if res.errors else 0
     tables = summary_rows(res)
     every = [r for rows in tables.values() for r in rows]
     axes = ("framework", "variant", "batch", "threads", "device", "data")
@@ -158,7 +158,7 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
         for c in failed:
             console.print(f"  {c.cell.key}: {c.cell.status}: {c.cell.reason[:300]}", highlight=False, markup=False)
     console.print(f"run [bold]{res.run_id}[/] ({res.run['status']}) stored in {db}", highlight=False)
-    return 1 if failed else 0
+    return 1 if res.errors else 0
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

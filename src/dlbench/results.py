@@ -70,7 +70,15 @@ class RunResults:
 
     @property
     def failed(self) -> list[CellResult]:
+        """Every cell without a time, ``unsupported`` ones included (the summary lists them all)."""
         return [c for c in self.cells if not c.ok]
+
+    @property
+    def errors(self) -> list[CellResult]:
+        """Cells that went wrong: crashed, timed out, ran out of memory, failed the gate. ``unsupported``
+        (a scenario or model the framework cannot express, with its reason) is a fact about the framework,
+        not an error: the quick suite's ONNX Runtime training cells must not make ``dlbench run`` exit 1."""
+        return [c for c in self.failed if c.cell.status != "unsupported"]
 
     def peak_gflops(self, threads: int) -> float | None:
         rates = self.peaks.get(threads)
