@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent / "docs"
 FRAGMENTS = DOCS / "performance"
 ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "fidelity_tensorflow",
-         "compare_selfcheck", "scaling_model"]
+         "compare_selfcheck"]
 
 INTRO = """# Performance of dlbench itself
 

@@ -60,3 +60,11 @@ def test_quick_suite_leaves_keras_out_unless_named(monkeypatch):
     monkeypatch.setattr(api, "resolve_frameworks", lambda names: names or ["torch", "keras", "jax"])
     assert runner.resolve_suite_frameworks(runner.build_suite("quick")) == ["torch", "jax"]
     assert runner.resolve_suite_frameworks(runner.build_suite("quick", frameworks=["keras"])) == ["keras"]
+
+
+def test_convergence_from_flags_runs_on_all_cores_once_unless_threads_are_given():
+    from dlbench.runner import build_suite
+
+    assert build_suite(models=["lenet"], scenarios=["convergence"]).threads == ["all"]
+    assert build_suite(models=["lenet"], scenarios=["convergence"], threads=[1, 2]).threads == [1, 2]
+    assert build_suite(models=["lenet"], scenarios=["forward"]).threads == [1, "all"]

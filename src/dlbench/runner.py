@@ -444,6 +444,10 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
         base["batch_sizes"] = batches
     if threads:
         base["threads"] = threads
+    elif suite is None and flags_given and base.get("scenarios") == ["convergence"]:
+        # accuracy curves do not depend on the thread count: measure training to accuracy once, on
+        # every core, unless --threads asks for more (1 and all cores doubled the run's time)
+        base["threads"] = ["all"]
     if devices:
         base["devices"] = devices
     if protocol:
