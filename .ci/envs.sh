@@ -4,8 +4,7 @@
 # with its reason, so .ci/run goes on when a build fails (this script prints pip's own error and exits 1).
 #
 # Which environments: every recipe (mxnet, chainer, pytensor, paddle, h2o), built in parallel: on the
-# 2-core reference machine mxnet + chainer took 46 s from scratch, all five together are measured in
-# docs/performance.md's CI section. DLBENCH_CI_ENVS="mxnet chainer" (a list) builds only those; "cached"
+# 2-core reference machine all five together took 101 s from scratch (docs/environments.md). DLBENCH_CI_ENVS="mxnet chainer" (a list) builds only those; "cached"
 # builds mxnet and chainer plus every other recipe already in $DLBENCH_ENVS_DIR (default
 # ~/.cache/dlbench/envs). `envs create` reuses an environment whose recorded requirements equal its
 # recipe's and rebuilds one whose recipe changed, so a cache of that directory (key it on
