@@ -51,3 +51,28 @@ def test_gate_compares_probabilities_with_the_reference_softmax():
     assert verify_model(Probabilities(), "sae").verdict == "pass"
     bad = verify_model(Mislabelled(), "sae")
     assert bad.verdict == "fail" and "forward error" in bad.reason
+
+
+def test_a_capped_call_counts_the_samples_it_processed(standin, tmp_path):
+    """H2O processes at most DLBENCH_H2O_SAMPLES of a batch per call: samples/s must count those, not the batch."""
+    from dlbench.launch.subprocess import JobOutcome
+    from dlbench.plan import Cell
+    from dlbench.results import analyse_cell
+    from dlbench.store import Store
+
+    timing = {"warmup_ns": [2e9], "samples_ns": [1e9, 1e9, 1e9], "loop_k": 1, "first_call_ns": 2e9,
+              "truncated": False}
+    result = {"timing": timing, "build_ns": 1.0, "threads_readback": {}, "rss_before_build_bytes": 0,
+              "peak_rss_bytes": 1, "device_memory": {}, "python": "py", "versions": {}, "framework_metrics": {},
+              "call_samples": 64}
+    suite = suite_from_dict({"models": ["fcn-r"], "threads": [1], "protocol": {"repeats": 1}})
+    cell = Cell("standin", "default", "fcn-r", "epoch", 1024, 1)
+    out = runner.measure_timed(cell, suite, run_job=lambda *a, **k: JobOutcome("ok", result, "", 1.0, 0))
+    assert out.metrics["call_samples"] == 64
+    assert any("64 of the batch's 1024" in w for w in out.warnings)
+    store = Store(tmp_path / "r.db")
+    run = store.create_run("t", {})
+    store.save_cell(run, {**cell.to_dict(), "key": cell.key}, out.status, out.reason, out.seconds, out.warnings,
+                    out.metrics, out.samples)
+    res = analyse_cell(store, store.cells(run)[0], "pass", None)
+    assert res.samples_per_s == pytest.approx(64.0)  # 64 samples in 1 s, not 1024

@@ -49,3 +49,18 @@ def test_max_time_truncates_with_flag():
     t = time_callable(c.fn, lambda out: None, Protocol(warmup=1, min_iters=50, min_time_s=0.0, max_time_s=3.0),
                       clock=c.clock)
     assert t.truncated and len(t.samples_ns) == 3
+
+
+def test_slow_calls_end_the_warmup_at_a_quarter_of_max_time():
+    """Ten warm-up calls of 20 s each would outlast a 600 s cell timeout (H2O epochs did)."""
+    c = FakeClock([60_000_000_000] + [20_000_000_000] * 100)  # first call 60 s, then 20 s
+    t = time_callable(c.fn, lambda out: None, Protocol(warmup=10, min_iters=20, min_time_s=0.0, max_time_s=120.0),
+                      clock=c.clock)
+    assert t.warmup_truncated and len(t.warmup_ns) == 3  # first call, then 2 x 20 s reach 30 s
+    assert t.first_call_ns == 60_000_000_000
+
+
+def test_fast_calls_keep_every_warmup_call():
+    c = FakeClock([50_000_000] * 100)
+    t = time_callable(c.fn, lambda out: None, Protocol(warmup=10, min_iters=2, min_time_s=0.0), clock=c.clock)
+    assert not t.warmup_truncated and len(t.warmup_ns) == 10

@@ -131,7 +131,8 @@ def analyse_cell(store: Store, cell: CellRecord, verified: str, peak: float | No
     repeats = sorted({s.repeat for s in measure})
     res.repeat_medians_ms = [float(np.median([s.value_ns / 1e6 for s in measure if s.repeat == r])) for r in repeats]
     seconds = res.time_ms.median / 1e3
-    batch = int(cell.metrics.get("global_batch") or cell.batch)  # a scaling step: every worker's samples
+    # a scaling step counts every worker's samples; a capped call (H2O's frames) the samples it processed
+    batch = int(cell.metrics.get("global_batch") or cell.metrics.get("call_samples") or cell.batch)
     res.samples_per_s = batch / seconds
     flops = _flops_per_batch(cell.model, batch)
     if flops is not None:

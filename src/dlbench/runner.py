@@ -168,6 +168,8 @@ def measure_timed(cell: Cell, suite: Suite, run_job=run_job) -> CellOutcome:
         out.samples += [Sample(r, i, "measure", v, t["loop_k"]) for i, v in enumerate(t["samples_ns"])]
         if t["first_call_ns"] is not None:
             out.samples.append(Sample(r, 0, "first_call", t["first_call_ns"]))
+        if t.get("warmup_truncated"):
+            out.warnings.append(f"repeat {r}: warm-up stopped at max_time_s/4 after {len(t['warmup_ns'])} calls")
         if t["truncated"]:
             out.warnings.append(f"repeat {r}: stopped at max_time_s with {len(t['samples_ns'])} samples")
         per_repeat.append(o.result)
@@ -190,6 +192,11 @@ def measure_timed(cell: Cell, suite: Suite, run_job=run_job) -> CellOutcome:
         reported = [p["framework_metrics"] for p in per_repeat if p.get("framework_metrics")]
         if reported:
             out.metrics["framework_metrics"] = reported
+        call_samples = per_repeat[0].get("call_samples")
+        if call_samples is not None and call_samples != cell.batch:
+            out.metrics["call_samples"] = call_samples
+            out.warnings.append(f"each call processed {call_samples} of the batch's {cell.batch} samples "
+                                f"({cell.framework} caps its frames); samples/s counts those")
         if loop_k > 1:
             out.warnings.append(f"one iteration is under 1 ms: each sample times a loop of {loop_k}")
     return out

@@ -93,6 +93,7 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
                           **(nvml_used_bytes() if job.get("device", "cpu") != "cpu" else {})},
         "python": sys.executable, "versions": _versions(backend),
         "framework_metrics": backend.cell_metrics(model),
+        "call_samples": backend.call_samples(placed),
     }
 
 

@@ -94,6 +94,10 @@ class Backend(ABC):
         """Scoring every sample of ``batch`` through the framework's prediction API."""
         raise UnsupportedError(f"{self.name} times single batches; it has no whole-data-set prediction scenario")
 
+    def call_samples(self, placed: Any) -> int | None:
+        """Samples one call processes when that is not the whole batch (H2O caps its frames); None: the batch."""
+        return None
+
     def cell_metrics(self, model: Any) -> dict[str, Any]:
         """What the framework itself reported about the timed calls (e.g. H2O's own samples/s)."""
         return {}

@@ -10,13 +10,19 @@ recurrent or embedding layers; its autoencoder has untied weights).
 What it measures, honestly labelled (see :mod:`dlbench.scenarios`): H2O trains and scores whole
 frames in the JVM, so it cannot time one batch's forward or gradient. It measures
 
-* ``epoch`` (stands in for ``train_step``): one training epoch over a frame of ``batch`` samples,
-  from the canonical weights each time; reported as samples/s. The call is H2O's own
+* ``epoch`` (stands in for ``train_step``): one training epoch over a frame of the batch's first
+  ``DLBENCH_H2O_SAMPLES`` samples (default 64; all of them when the batch is smaller), from the
+  canonical weights each time; reported as samples/s over the samples the call processed (the cell
+  records ``call_samples`` and a warning when that is fewer than the batch). The cap exists because
+  H2O updates the weights once per sample: on 2 cores an FCN-R epoch over 1024 samples takes about
+  7 minutes, so the default batch could not finish a first call and one timed call inside the cell's
+  timeout. Samples/s does not depend on the frame's length beyond the per-call overhead (REST call,
+  job, final scoring), which a short frame weighs more: raise the cap on a fast machine. The call is H2O's own
   ``train()``: a REST call, a job on the cluster, training, and H2O's end-of-training scoring on the
   training frame, which H2O always does. H2O's own reported training speed (samples/s, from its
   scoring history) is stored beside it in the cell's ``framework_metrics``.
-* ``predict`` (stands in for ``forward``): ``model.predict(frame)`` over a frame of ``batch``
-  samples already in the cluster; the result stays in the cluster (a new frame).
+* ``predict`` (stands in for ``forward``): ``model.predict(frame)`` over the same frame, already in
+  the cluster; the result stays in the cluster (a new frame).
 
 Parallelism: H2O's deep learning is Hogwild-style asynchronous SGD: every thread (``-nthreads``)
 trains on its own rows and updates the shared weights without locks, one sample per update
@@ -81,6 +87,18 @@ from dlbench.weights import Weights
 ACTIVATIONS = {"tanh": "Tanh", "relu": "Rectifier", "sigmoid": "Tanh"}  # sigmoid: rescaled tanh (see above)
 NO_GRADIENT = ("h2o exposes no gradients (training runs whole epochs inside the JVM): "
                "the gate checks parameters and forward only")
+
+
+def samples_cap() -> int:
+    """How many of a batch's samples one ``epoch`` or ``predict`` call processes (``DLBENCH_H2O_SAMPLES``)."""
+    raw = os.environ.get("DLBENCH_H2O_SAMPLES", "64")
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"DLBENCH_H2O_SAMPLES must be a positive integer, got {raw!r}")
+    return n
 
 
 def _free_port() -> int:
@@ -300,10 +318,15 @@ class H2OBackend(Backend):
         return H2OModel(spec, plan, w_frames, b_frames, loaded, classes, inputs)
 
     def place(self, batch: Batch, model: H2OModel) -> dict[str, Any]:
-        present = set() if batch.y is None else {int(v) for v in batch.y}
-        frame = _upload(batch.x, None if batch.y is None else _labels(batch.y))
-        return {"frame": frame, "all_classes": len(present) == model.classes, "size": batch.size,
+        n = min(batch.size, samples_cap())
+        x, y = batch.x[:n], None if batch.y is None else batch.y[:n]
+        present = set() if y is None else {int(v) for v in y}
+        frame = _upload(x, None if y is None else _labels(y))
+        return {"frame": frame, "all_classes": len(present) == model.classes, "size": n,
                 "missing": model.classes - len(present)}
+
+    def call_samples(self, placed: dict[str, Any]) -> int:
+        return int(placed["size"])
 
     def predict(self, model: H2OModel, batch) -> Callable[[], Any]:
         loaded, frame = model.loaded, batch["frame"]

@@ -3,7 +3,10 @@
 Each iteration is timed on its own with ``perf_counter_ns`` around ``fn()`` followed by the
 backend's ``sync`` (an asynchronous engine timed without a sync measures how fast it queues
 work, the bug behind early wrong MXNet figures). Warm-up iterations are timed and kept, flagged,
-then dropped from the statistics. Then iterations run until there are at least ``min_iters``
+then dropped from the statistics; the warm-up ends after ``warmup`` calls, or earlier once the calls
+after the first (which holds compilation) have taken ``max_time_s / 4``: a call of tens of seconds
+(an H2O epoch, a CPU ResNet-50 step at a large batch) is warm after one or two calls, and ten of
+them would outlast the cell's timeout. Then iterations run until there are at least ``min_iters``
 samples *and* ``min_time_s`` seconds have passed. When one iteration takes under ``loop_below_ns``,
 a sample is a loop of ``k`` iterations (one sync at the end) divided by ``k``, and ``k`` is recorded.
 """
@@ -34,23 +37,29 @@ class Timing:
     loop_k: int = 1
     first_call_ns: float | None = None
     truncated: bool = False
+    warmup_truncated: bool = False  # the warm-up stopped at its time budget, before ``warmup`` calls
 
     def to_dict(self) -> dict:
         return {"warmup_ns": self.warmup_ns, "samples_ns": self.samples_ns, "loop_k": self.loop_k,
-                "first_call_ns": self.first_call_ns, "truncated": self.truncated}
+                "first_call_ns": self.first_call_ns, "truncated": self.truncated,
+                "warmup_truncated": self.warmup_truncated}
 
 
 def time_callable(fn: Callable[[], Any], sync: Callable[[Any], None], protocol: Protocol,
                   clock: Callable[[], int] = time.perf_counter_ns) -> Timing:
     """Measure ``fn`` under ``protocol``; the first warm-up call (compilation, lazy init) is kept apart."""
     timing = Timing()
-    for i in range(max(protocol.warmup, 1)):
+    calls = max(protocol.warmup, 1)
+    for i in range(calls):
         t0 = clock()
         sync(fn())
         dt = clock() - t0
         if i == 0:
             timing.first_call_ns = float(dt)
         timing.warmup_ns.append(float(dt))
+        if i + 1 < calls and sum(timing.warmup_ns[1:]) / 1e9 >= protocol.max_time_s / 4:
+            timing.warmup_truncated = True
+            break
     steady = timing.warmup_ns[-1] if len(timing.warmup_ns) == 1 else min(timing.warmup_ns[1:])
     k = 1
     if steady < protocol.loop_below_ns:
