@@ -39,3 +39,28 @@ def test_float32_and_the_compile_cache_follows_dlbench_cache_dir(tmp_path, monke
     assert out["floatX"] == "float32" and out["dtype"] == "float32"
     assert out["compiledir"] == out["root"] and out["cached"] > 0
     assert "im2col" in out["convolution"]
+
+
+def test_batch_norm_running_statistics_stay_float32_in_training():
+    """ResNets failed to compile their training step: the unbiased-variance factor was float64."""
+    out = run_in_framework("pytensor", """
+        import json
+        from dataclasses import replace
+        import numpy as np
+        from dlbench.frameworks.pytensor import PyTensorBackend
+        from dlbench.models import get_model
+        from dlbench.models.layers import Activation, BatchNorm, Dense
+        from dlbench.scenarios import make_closure
+        from dlbench.weights import init_weights
+        from dlbench.data.synthetic import make_batch
+        spec = replace(get_model("sae"), name="bn-mlp",
+                       layers=(Dense("fc1", 16), BatchNorm("bn1"), Activation("relu"), Dense("fc", 10)))
+        b = PyTensorBackend()
+        m = b.build(spec, init_weights(spec, 0), "cpu", "numba"); p = b.place(make_batch(spec, 8, 0), m)
+        rv = m.graph.state["bn1.running_var"]
+        before = np.array(rv.get_value())
+        make_closure("train_step", b, m, p, spec)()
+        after = rv.get_value()
+        print(json.dumps({"dtype": str(after.dtype), "moved": bool(np.any(after != before))}))
+    """)
+    assert out == {"dtype": "float32", "moved": True}

@@ -190,8 +190,11 @@ class Graph:
             mean, var = x.mean(axis=axes), x.var(axis=axes)
             count = x.size // x.shape[1]
             m = F32(layer.momentum)
+            # the unbiased correction count / (count - 1) of two int64 scalars is float64: cast it, or the
+            # update is float64 and pytensor.function refuses it for a float32 shared variable
+            unbiased = (count / pt.maximum(count - 1, 1)).astype(F32)
             self.bn_updates += [(rm, (1 - m) * rm + m * mean),
-                                (rv, (1 - m) * rv + m * var * count / pt.maximum(count - 1, 1))]
+                                (rv, (1 - m) * rv + m * var * unbiased)]
         else:
             mean, var = rm, rv
         return (x - mean.dimshuffle(*bc)) / pt.sqrt(var.dimshuffle(*bc) + F32(layer.eps)) * gamma.dimshuffle(*bc) \
