@@ -210,6 +210,16 @@ def test_compile_scenario_times_cold_and_warm_first_calls(tmp_db):
 
 
 @requires("onnxruntime")
+def test_compile_scenario_times_onnxruntime_session_creation(tmp_db):
+    """ONNX Runtime compiles when it creates the session (in build): the compile cell showed only a cheap first run."""
+    res = run(tmp_db, models=["lenet"], frameworks=["onnxruntime"], scenarios=["compile"], batches=[4], threads=[1])
+    (cell,) = res.cells
+    assert cell.cell.status == "ok"
+    assert set(cell.compile_ms) == {"session", "forward"}
+    assert all(set(d) == {"cold", "warm"} and min(d.values()) > 0 for d in cell.compile_ms.values())
+
+
+@requires("onnxruntime")
 def test_scenario_a_framework_lacks_is_unsupported_with_reason(tmp_db):
     res = run(tmp_db, models=["lenet"], frameworks=["onnxruntime"], scenarios=["gradient"], batches=[4], threads=[1])
     (cell,) = res.cells

@@ -109,7 +109,7 @@ def run_first_calls(job: dict[str, Any]) -> dict[str, Any]:
     model = backend.build(spec, weights, job.get("device", "cpu"), job["variant"])
     placed = backend.place(batch, model)
     build_ns = time.perf_counter_ns() - t0
-    first, unsupported = {}, {}
+    first, unsupported = dict(backend.build_compile_ns(model)), {}
     for scenario in TIMED:
         if scenario not in getattr(backend, "scenarios", TIMED):
             unsupported[scenario] = f"{backend.name} does not support {scenario}"

@@ -94,6 +94,10 @@ class Backend(ABC):
         """Scoring every sample of ``batch`` through the framework's prediction API."""
         raise UnsupportedError(f"{self.name} times single batches; it has no whole-data-set prediction scenario")
 
+    def build_compile_ns(self, model: Any) -> dict[str, float]:
+        """Compilation done while building (ONNX Runtime's session creation), by step, for the compile scenario."""
+        return {}
+
     def call_samples(self, placed: Any) -> int | None:
         """Samples one call processes when that is not the whole batch (H2O caps its frames); None: the batch."""
         return None

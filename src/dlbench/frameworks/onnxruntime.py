@@ -249,6 +249,9 @@ class OnnxRuntimeBackend(Backend):
             return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
         raise UnsupportedError(f"onnxruntime backend has no device {device!r}")
 
+    def build_compile_ns(self, model: OrtModel) -> dict[str, float]:
+        return {"session": float(model.build_info["session_ns"])}
+
     def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> OrtModel:
         variant = variant or "default"
         if variant not in self.variants:
@@ -284,6 +287,7 @@ class OnnxRuntimeBackend(Backend):
             "inter_op_threads": so.inter_op_num_threads, "graph_optimization_level": "ORT_ENABLE_ALL",
             "session_cache": cache, "onnx_bytes": len(exported.onnx_bytes),
             "export_s": round(export_s, 3), "export_cache": export_cache, "session_s": round(session_s, 3),
+            "session_ns": int(session_s * 1e9),
         }
         self.exports.append({"model": spec.name, "options": dict(spec.options), **info})
         inputs = tuple(i.name for i in session.get_inputs())
