@@ -56,15 +56,18 @@ def test_gate_on_what_h2o_can_and_cannot_express():
     assert not h2o_jvms()
 
 
-def test_a_run_reports_throughput_in_its_own_scenarios_and_stops_the_cluster(tmp_db):
+def test_a_run_reports_throughput_in_its_own_scenarios_and_stops_the_cluster(tmp_db, monkeypatch):
+    monkeypatch.setenv("DLBENCH_H2O_SAMPLES", "48")  # a call processes 48 of the batch's 96 samples
     res = api.run(db=tmp_db, models=["sae"], frameworks=["h2o"], scenarios=["forward", "gradient", "train_step"],
-                  batches=[64], threads=[1], protocol=TINY)
+                  batches=[96], threads=[1], protocol=TINY)
     by = {c.cell.scenario: c for c in res.cells}
     assert set(by) == {"predict", "gradient", "epoch"}  # forward and train_step are stood in for
     assert by["gradient"].cell.status == "unsupported"
     for s in ("predict", "epoch"):
         assert by[s].cell.status == "ok", by[s].cell.reason
         assert by[s].samples_per_s > 0
+        assert by[s].cell.metrics["call_samples"] == 48
     reported = by["epoch"].cell.metrics["framework_metrics"][0]
     assert reported["h2o_nthreads"] == 1 and reported["h2o_training_speed_samples_per_s"]
+    assert set(reported["h2o_training_samples"]) == {48}  # H2O's own count: one epoch over the capped frame
     assert not h2o_jvms()
