@@ -21,7 +21,8 @@ HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent / "docs"
 FRAGMENTS = DOCS / "performance"
 ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "fidelity_tensorflow",
-         "compare_selfcheck"]
+         "compare_selfcheck", "side_by_side_backends", "side_by_side_compile", "side_by_side_environments",
+         "side_by_side_h2o"]
 
 INTRO = """# Performance of dlbench itself
 
@@ -41,8 +42,17 @@ one).
 """
 
 
+def _script(name: str) -> tuple[Path, list[str]]:
+    """A fragment's script and leading arguments: ``side_by_side_backends`` is ``side_by_side.py backends``."""
+    if name.startswith("side_by_side_"):
+        return HERE / "side_by_side.py", [name.removeprefix("side_by_side_")]
+    return HERE / f"{name}.py", []
+
+
 def run(name: str, extra: list[str]) -> None:
-    script = HERE / f"{name}.py"
+    script, preset = _script(name)
+    if preset:
+        extra = [*preset, *(["--", *extra] if extra else [])]  # side_by_side passes what follows -- to dlbench run
     if not script.exists():
         raise SystemExit(f"no benchmark {script}")
     print(f"running {name} ...", file=sys.stderr)
@@ -72,7 +82,7 @@ def main() -> None:
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--args", default="", help="extra arguments passed to every script")
     args = ap.parse_args()
-    names = [n for n in ORDER if (HERE / f"{n}.py").exists()] if args.all else args.names
+    names = [n for n in ORDER if _script(n)[0].exists()] if args.all else args.names
     for name in names:
         run(name, args.args.split())
     assemble()

@@ -103,6 +103,17 @@ def test_cli_json_and_exit_code(tmp_db, capsys):
     assert out["models"]["lenet"][0]["forward_ms"]["median"] > 0
 
 
+def test_cli_threads_take_all_and_half_as_a_suite_file_does(tmp_db, capsys):
+    """`--threads all` was refused ("must be integers") though suite files and the docs use it."""
+    code = main(["run", "--model", "lenet", "--framework", "fakefw", "--variant", "ok", "--scenario", "forward",
+                 "--batch", "4", "--threads", "all,half", "--warmup", "1", "--min-iters", "3", "--min-time", "0",
+                 "--repeats", "1", "--db", str(tmp_db), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    cores = len(os.sched_getaffinity(0))
+    assert code == 0
+    assert sorted({r["threads"] for r in out["models"]["lenet"]}) == sorted({cores, max(1, cores // 2)})
+
+
 @pytest.mark.parametrize("args, message", [
     (["--model", "nosuchnet"], "unknown model"),
     (["--framework", "nosuchfw"], "unknown framework"),
@@ -110,6 +121,7 @@ def test_cli_json_and_exit_code(tmp_db, capsys):
     (["--batch", "0"], "must be > 0"),
     (["--batch", "x"], "integers"),
     (["--threads", "-1"], "must be > 0"),
+    (["--threads", "most"], "or 'all', 'half'"),
     (["--scenario", "dance"], "scenario"),
     (["--repeats", "0"], "--repeats must be positive"),
     (["--data", "nosuchdata"], "unknown data set"),

@@ -74,7 +74,7 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
 
 def run(suite: str | Suite | None = None, *, models: list[str] | None = None, frameworks: list[str] | None = None,
         variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int] | None = None,
-        threads: list[int] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
+        threads: list[int | str] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
         seed: int | None = None, data: str | None = None, data_dir: str | None = None, convergence: dict | None = None,
         db: str | Path = DEFAULT_DB, resume: str | None = None, progress=None, argv: list[str] | None = None,
         distributed: dict | None = None) -> RunResults:

@@ -42,6 +42,17 @@ def int_list(text: str | None, what: str) -> list[int]:
     return out
 
 
+def thread_list(text: str | None) -> list[int | str]:
+    """``--threads``: positive integers, or ``all`` / ``half`` of this machine's cores (as in a suite file)."""
+    out: list[int | str] = []
+    for item in split_list(text):
+        if item in ("all", "half"):
+            out.append(item)
+        else:
+            out += int_list(item, "thread counts (or 'all', 'half')")
+    return out
+
+
 # --- list -------------------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "models":

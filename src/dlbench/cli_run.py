@@ -11,7 +11,7 @@ from datetime import datetime
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from dlbench.cli import EXTRA_COMMANDS, console, int_list, split_list
+from dlbench.cli import EXTRA_COMMANDS, console, int_list, split_list, thread_list
 from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
 from dlbench.errors import UsageError
 from dlbench.report.convergence import agreement
@@ -88,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         res = api.run(args.suite, models=split_list(args.model) or None, frameworks=split_list(args.framework) or None,
                       variants=split_list(args.variant) or None, scenarios=split_list(args.scenario) or None,
                       batches=int_list(args.batch, "batch sizes") or None,
-                      threads=int_list(args.threads, "thread counts") or None,
+                      threads=thread_list(args.threads) or None,
                       devices=split_list(args.device) or None, protocol=_protocol(args), seed=args.seed,
                       data=args.data, data_dir=args.data_dir, convergence=_convergence(args), db=args.db,
                       resume=args.resume, progress=progress, argv=sys.argv[1:], distributed=distributed_flags(args))
@@ -222,7 +222,7 @@ def register(sub) -> None:
     p.add_argument("--variant", help="comma-separated variants, or 'all'")
     p.add_argument("--scenario", help="comma-separated: forward,gradient,train_step,compile,scaling")
     p.add_argument("--batch", help="comma-separated batch sizes")
-    p.add_argument("--threads", help="comma-separated thread counts")
+    p.add_argument("--threads", help="comma-separated thread counts; 'all' or 'half' of the cores")
     p.add_argument("--device", help="comma-separated devices (cpu, cuda)")
     p.add_argument("--warmup", type=int)
     p.add_argument("--min-iters", type=int, dest="min_iters")
