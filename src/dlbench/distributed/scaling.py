@@ -182,7 +182,11 @@ def launch(cell: Cell, suite: Suite, network: Network, job_dir: Path, repeat: in
     if d.launcher == "torchrun" and d.nnodes > 1:
         if cell.workers % d.nnodes:
             raise _Unsupported(f"{cell.workers} workers do not split over {d.nnodes} nodes")
-        node = Node(cell.workers // d.nnodes, node_rank=d.node_rank, name=f"node{d.node_rank}")
+        # node 0 owns the endpoint (docs/distributed.md) and hosts the c10d store; said explicitly, because
+        # torch guesses it from the endpoint's address, and two agents sharing a host both guessed "host"
+        # and raced for the store (RendezvousConnectionError, once in CI and 1 in 4 runs here)
+        node = Node(cell.workers // d.nnodes, node_rank=d.node_rank, name=f"node{d.node_rank}",
+                    rdzv_conf={"is_host": "1" if d.node_rank == 0 else "0"})
         return run_agents(module, job, job_dir, [node], d.nnodes, d.rdzv_endpoint, _rdzv_id(cell, repeat), timeout,
                           cell.threads)
     if network.kind == "netns" and network.state is not None:
