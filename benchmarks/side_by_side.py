@@ -104,7 +104,7 @@ def main() -> None:
     args = p.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     head = header(PRESETS[args.preset]["title"])  # the load average before the runs, not after
     wall, summaries, codes = run_preset(args.preset, Path(args.db), extra,
-                                        [r for r in args.resume.split(",")] if args.resume else [])
+                                        args.resume.split(",") if args.resume else [])
     print(head)
     statuses: Counter = Counter()
     for s in summaries:

@@ -92,13 +92,9 @@ NO_GRADIENT = ("h2o exposes no gradients (training runs whole epochs inside the 
 def samples_cap() -> int:
     """How many of a batch's samples one ``epoch`` or ``predict`` call processes (``DLBENCH_H2O_SAMPLES``)."""
     raw = os.environ.get("DLBENCH_H2O_SAMPLES", "64")
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if n < 1:
+    if not raw.isdigit() or int(raw) < 1:
         raise ValueError(f"DLBENCH_H2O_SAMPLES must be a positive integer, got {raw!r}")
-    return n
+    return int(raw)
 
 
 def _free_port() -> int:
