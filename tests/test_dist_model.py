@@ -1,5 +1,6 @@
 """The scaling model and the framework-free pieces of the distributed work: formulas, cell keys,
-planning scaling cells, interval arithmetic, the parameter server's update rule and staleness."""
+planning scaling cells, interval arithmetic, the parameter server's update rule and staleness,
+how a worker counts its wire bytes and leaves, and how a launcher explains a failed process."""
 
 import numpy as np
 import pytest
@@ -154,3 +155,89 @@ def test_digest_changes_with_any_bit():
     assert common.digest(a) == common.digest(b)
     b["w"][1, 1] = np.nextafter(np.float32(1), np.float32(2))
     assert common.digest(a) != common.digest(b)
+
+
+def test_wire_window_counts_a_fast_peer_and_not_its_next_traffic(monkeypatch):
+    """A peer that leaves a barrier first sends at once. Reading the counters after the opening
+    barrier missed its first chunk (the 2-worker namespace run then counted below the ring's bytes,
+    once in CI); and its traffic after the window must not count either."""
+    wire = {"bytes": 1000}
+    monkeypatch.setattr(common, "iface_bytes", lambda iface: wire["bytes"] if iface else None)
+    peer = iter([300, 0, 7000])  # what the peer sends the moment each barrier releases it
+
+    def barrier():
+        wire["bytes"] += next(peer)
+
+    with common.WireWindow("veth0", barrier) as w:
+        wire["bytes"] += 50  # this worker's own steps
+    assert w.moved == 350
+    with common.WireWindow(None, lambda: None) as w:
+        pass
+    assert w.moved is None
+
+
+def test_wire_window_does_not_wait_at_a_barrier_after_an_error(monkeypatch):
+    calls = []
+    with pytest.raises(RuntimeError), common.WireWindow("veth0", lambda: calls.append(1)):
+        raise RuntimeError("a peer died")
+    assert calls == [1] and common.WireWindow("veth0", lambda: None).moved is None
+
+
+def test_workers_leave_without_interpreter_teardown():
+    """torch's gloo sometimes aborted in C++ static destructors at exit (SIGABRT after the rank had
+    done all its work; torchrun then failed the cell): workers end through ``common.leave``, which
+    flushes what they printed and skips teardown (atexit handlers do not run)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import atexit, sys; from dlbench.distributed import common; atexit.register(print, 'teardown'); "
+            "print('result written', end=''); sys.stderr.write('note'); common.leave(3)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout, out.stderr) == (3, "result written", "note")
+    src = Path(common.__file__).parent
+    for module in ("torch_ddp", "jax_dp", "tf_dp"):
+        assert 'if __name__ == "__main__":\n    common.leave(main(sys.argv))' in (src / f"{module}.py").read_text()
+
+
+def test_a_rank_killed_by_a_signal_is_explained_with_its_last_words(tmp_path):
+    """torchrun's report says only "Signal 6 (SIGABRT) received"; what the C++ runtime printed
+    before it is the reason worth keeping (it was dropped, so a CI failure said nothing useful)."""
+    from dlbench.launch import torchrun
+
+    log = "\n".join([
+        "[W1123 socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved. err=-3",
+        "terminate called without an active exception",
+        "E1123 api.py:1002] failed (exitcode: -6) local_rank: 0 (pid: 16111) of binary: python",
+        "Traceback (most recent call last):",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "Root Cause (first observed failure):", "[0]:", "  rank      : 1 (local_rank: 0)",
+        "  exitcode  : -6 (pid: 16111)  (SIGABRT)", "  error_file: <N/A>",
+        "  traceback : Signal 6 (SIGABRT) received by PID 16111", "=" * 20])
+    reason = torchrun.explain(tmp_path, {"agent-n1": log})
+    assert reason == "worker rank 1 killed by SIGABRT: terminate called without an active exception"
+
+
+def test_a_process_killed_by_a_signal_is_explained_with_its_log(tmp_path):
+    from dlbench.launch.group import explain_errors
+
+    logs = {"w0": "loading\nterminate called after throwing an instance of 'gloo::IoException'\n", "w1": "fine\n"}
+    assert explain_errors(tmp_path, logs, {"w0": -6, "w1": 0}) == \
+        "w0 killed by SIGABRT (terminate called after throwing an instance of 'gloo::IoException')"
+    assert explain_errors(tmp_path, {"w0": "ValueError: bad\n"}, {"w0": 1}) == "ValueError: bad"
+
+
+def test_the_killed_rank_leads_the_reason_even_when_torchrun_saw_its_peer_fail_first(tmp_path):
+    """When a surviving rank exits faster than torchrun notices the killed one, torchrun's "root
+    cause" is the survivor; the reason named only it and lost the SIGKILL."""
+    from dlbench.launch import torchrun
+
+    entry = "[{i}]:\n  rank      : {r} (local_rank: {r})\n  exitcode  : {c} (pid: 1)\n  error_file: <N/A>\n" \
+            "  traceback : {tb}\n"
+    log = ("E1123 api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 1) of binary: python\n"
+           "Traceback (most recent call last):\nChildFailedError: \nFailures:\n"
+           + entry.format(i=1, r=1, c=-9, tb="Signal 9 (SIGKILL) received by PID 2")
+           + "Root Cause (first observed failure):\n"
+           + entry.format(i=0, r=0, c=1, tb="To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"))
+    assert torchrun.explain(tmp_path, {"agent-local": log}) == \
+        "worker rank 1 killed by SIGKILL; worker rank 0 exited with code 1"

@@ -228,19 +228,17 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
         comm_ns = []
         for _ in range(steps):
             comm_ns.append(timed(lambda: exchange(gtree)))
-        multihost_utils.sync_global_devices("measure")
-        iface = os.environ.get("DLBENCH_IFACE")
-        before = common.iface_bytes(iface)
         step_ns = []
-        for i in range(steps):
-            step_ns.append(timed(synced))
-            if common.fault_due(job, rank, len(warmup_ns) + i):
-                os.kill(os.getpid(), 9)
-        after = common.iface_bytes(iface)
+        with common.WireWindow(os.environ.get("DLBENCH_IFACE"),
+                               lambda: multihost_utils.sync_global_devices("measure")) as wire:
+            for i in range(steps):
+                step_ns.append(timed(synced))
+                if common.fault_due(job, rank, len(warmup_ns) + i):
+                    os.kill(os.getpid(), 9)
         mine = {k: np.asarray(v.addressable_shards[0].data) for k, v in state["p"].items()}
         dig = common.digest(mine)
         digests = multihost_utils.process_allgather(np.frombuffer(bytes.fromhex(dig), np.uint8))
-        moved = -1 if before is None or after is None else after - before
+        moved = -1 if wire.moved is None else wire.moved
         ifaces = multihost_utils.process_allgather(np.int64(moved))
         cols = {name: multihost_utils.process_allgather(np.asarray(vals, np.float64))
                 for name, vals in (("warmup_ns", warmup_ns), ("step_ns", step_ns), ("comm_ns", comm_ns),
@@ -268,4 +266,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    common.leave(main(sys.argv))

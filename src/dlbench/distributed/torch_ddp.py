@@ -146,22 +146,19 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
                 p.copy_(s)
         _restore_opt_state(opt, saved_opt)
         timer.take()
-        dist.barrier()
 
-        iface = os.environ.get("DLBENCH_IFACE") or job.get("iface")
-        bytes_before = common.iface_bytes(iface)
         step_ns, comm_ns, payload, buckets = [], [], [], []
-        t_start = time.perf_counter_ns()
-        for i in range(steps):
-            step_ns.append(timed(step))
-            c, b, k = timer.take()
-            comm_ns.append(c)
-            payload.append(b)
-            buckets.append(k)
-            if common.fault_due(job, rank, len(warmup_ns) + i):
-                os.kill(os.getpid(), 9)
-        wall_ns = time.perf_counter_ns() - t_start
-        bytes_after = common.iface_bytes(iface)
+        with common.WireWindow(os.environ.get("DLBENCH_IFACE") or job.get("iface"), dist.barrier) as wire:
+            t_start = time.perf_counter_ns()
+            for i in range(steps):
+                step_ns.append(timed(step))
+                c, b, k = timer.take()
+                comm_ns.append(c)
+                payload.append(b)
+                buckets.append(k)
+                if common.fault_due(job, rank, len(warmup_ns) + i):
+                    os.kill(os.getpid(), 9)
+            wall_ns = time.perf_counter_ns() - t_start
         final_loss = float(step().detach().cpu())  # one more synchronised step so the loss is of a trained model
         timer.take()
 
@@ -169,8 +166,7 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
             "rank": rank, "local_rank": local_rank, "host_addr": os.environ.get("DLBENCH_NODE_ADDR", ""),
             "cores": cores, "threads_readback": readback, "warmup_ns": warmup_ns, "step_ns": step_ns,
             "comm_ns": comm_ns, "compute_ns": compute_ns, "payload_bytes": payload, "buckets": buckets,
-            "wall_ns": wall_ns, "iface_bytes": None if bytes_before is None or bytes_after is None
-            else bytes_after - bytes_before, "digest": common.digest(backend.get_params(model)),
+            "wall_ns": wall_ns, "iface_bytes": wire.moved, "digest": common.digest(backend.get_params(model)),
             "final_loss": final_loss, "steps": steps,
         }
         everyone: list[Any] = [None] * world
@@ -222,4 +218,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    common.leave(main(sys.argv))

@@ -121,7 +121,8 @@ def run_group(procs: list[Proc], job: dict[str, Any], job_dir: Path, timeout_s: 
     leftovers = cleanup(running, marker)
     seconds = time.perf_counter() - started
     pids = [p.pid for p in running] + [int(f.read_text()) for f in job_dir.glob("pid.*") if f.read_text().isdigit()]
-    texts = {p.name: p.read_text(errors="replace")[-20000:] for p in logs if p.exists()}
+    texts = {proc.name: path.read_text(errors="replace")[-20000:]  # keyed as ``codes`` is
+             for proc, path in zip(procs, logs, strict=True) if path.exists()}
     explain = explain or explain_errors
     result_path = job_dir / "result.json"
     if status == "ok" and result_path.exists():
@@ -155,9 +156,13 @@ def _wait(procs: list[subprocess.Popen], deadline: float, fail_grace_s: float) -
 
 
 def explain_errors(job_dir: Path, logs: dict[str, str], codes: dict[str, int | None] | None = None) -> str:
-    """Processes killed by a signal, each rank's own error (``error.<rank>.json``, first line),
-    else the last error line of a log."""
-    parts = [f"{name} {exit_reason(code)}" for name, code in (codes or {}).items() if code is not None and code < 0]
+    """Processes killed by a signal (with their log's last error line: a C++ abort says why there),
+    each rank's own error (``error.<rank>.json``, first line), else the last error line of a log."""
+    parts = []
+    for name, code in (codes or {}).items():
+        if code is not None and code < 0:
+            last = last_error_line(logs.get(name, ""))
+            parts.append(f"{name} {exit_reason(code)}" + (f" ({last})" if last else ""))
     for path in sorted(job_dir.glob("error.*.json")):
         try:
             err = json.loads(path.read_text())
@@ -166,11 +171,17 @@ def explain_errors(job_dir: Path, logs: dict[str, str], codes: dict[str, int | N
         parts.append(f"rank {err['rank']}: {err['error'].splitlines()[0][:300]}")
     if not parts:
         for text in logs.values():  # pragma: no branch
-            lines = [ln.strip() for ln in text.splitlines() if re.search(r"Error|error|Killed", ln)]
-            if lines:
-                parts.append(lines[-1][:300])
+            last = last_error_line(text)
+            if last:
+                parts.append(last)
                 break
     return "; ".join(dict.fromkeys(parts))
+
+
+def last_error_line(text: str) -> str:
+    """The last line of a log that looks like an error (a Python exception, a C++ ``what()``)."""
+    lines = [ln.strip() for ln in text.splitlines() if re.search(r"Error|error|Killed|what\(\)|terminate called", ln)]
+    return lines[-1][:300] if lines else ""
 
 
 def exit_reason(code: int | None) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlbench.launch.group import GroupOutcome, Proc, explain_errors, run_group
+from dlbench.launch.group import GroupOutcome, Proc, explain_errors, last_error_line, run_group
 from dlbench.launch.subprocess import thread_env
 
 
@@ -84,22 +84,31 @@ def run_agents(module: str, job: dict[str, Any], job_dir: Path, nodes: list[Node
     return run_group(procs, job, job_dir, timeout_s, thread_env(threads), explain=explain)
 
 
-_ROOT = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+).*?traceback\s*:\s*([^\n]+)", re.S)
+_ENTRY = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+).*?traceback\s*:\s*([^\n]+)", re.S)
 
 
 def explain(job_dir: Path, logs: dict[str, str], codes: dict[str, int | None] | None = None) -> str:
-    """Why a job failed: torchrun's root-cause report (e.g. a rank killed by a signal), then each
-    rank's own error (what the others saw: a closed connection, a collective timeout)."""
-    parts: list[str] = []
+    """Why a job failed, from torchrun's report of every failed rank: those killed by a signal first
+    (the cause; an abort with what the runtime printed before it), then those that exited with an
+    error (often what they saw of a dead peer), then each rank's own error file."""
+    killed: list[str] = []
+    exited: list[str] = []
     for text in logs.values():
-        root = text.rfind("Root Cause")
-        m = _ROOT.search(text, root) if root >= 0 else None
-        if m:
-            rank, code, tb = m.groups()
-            sig = int(code)
-            what = f"killed by {signal.Signals(-sig).name}" if sig < 0 and -sig in signal.Signals._value2member_map_ \
-                else f"exited with code {sig}"
-            tb = tb.strip()
-            parts.append(f"worker rank {rank} {what}" + ("" if tb.startswith("Signal") or tb == "<N/A>" else f": {tb}"))
+        report = text.find("Failures:")
+        report = report if report >= 0 else text.find("Root Cause")
+        if report < 0:
+            continue
+        own = text.find("failed (exitcode")  # torchrun's own lines start here
+        before = text[:own if 0 <= own < report else report]
+        for m in _ENTRY.finditer(text, report):
+            rank, code, tb = m.group(1), int(m.group(2)), m.group(3).strip()
+            if code < 0 and -code in signal.Signals._value2member_map_:
+                sig = signal.Signals(-code)
+                words = "" if sig == signal.SIGKILL else last_error_line(before)
+                killed.append(f"worker rank {rank} killed by {sig.name}" + (f": {words}" if words else ""))
+            else:
+                useful = not (tb.startswith(("Signal", "To enable traceback")) or tb == "<N/A>")
+                exited.append(f"worker rank {rank} exited with code {code}" + (f": {tb}" if useful else ""))
+    parts = killed + exited
     others = explain_errors(job_dir, logs if not parts else {})
     return "; ".join(dict.fromkeys([*parts, *filter(None, [others])]))
