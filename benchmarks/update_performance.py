@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent / "docs"
 FRAGMENTS = DOCS / "performance"
 ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "fidelity_tensorflow",
-         "compare_selfcheck", "side_by_side_backends", "side_by_side_compile", "side_by_side_environments",
+         "compare_selfcheck", "gemm_probe", "side_by_side_backends", "side_by_side_compile", "side_by_side_environments",
          "side_by_side_h2o"]
 
 INTRO = """# Performance of dlbench itself
