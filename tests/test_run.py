@@ -221,6 +221,39 @@ def test_compile_scenario_times_cold_and_warm_first_calls(tmp_db):
     assert all(set(d) == {"cold", "warm"} and min(d.values()) > 0 for d in cell.compile_ms.values())
 
 
+def test_compile_scenario_gives_each_closure_its_own_fresh_processes_and_cache():
+    """In one process torch.compile's train_step reused the gradient's compiled loss, so its "first
+    call" was a residual (0.4 s beside XLA's 6 s): every closure now gets a cold process with a
+    fresh cache, then a warm one on that cache; build-time compile work is taken once."""
+    from dlbench import runner
+    from dlbench.launch.subprocess import JobOutcome
+    from dlbench.plan import Cell, suite_from_dict
+
+    calls = []
+
+    def fake_run_job(job, timeout, threads, python=None, extra_env=None):
+        calls.append((job["closures"], job["build_compile"], extra_env["DLBENCH_CACHE_DIR"]))
+        first = {c: 1e6 for c in job["closures"] if c != "train_step"}
+        if job["build_compile"]:
+            first["session"] = 5e5
+        result = {"first_call_ns": first, "unsupported": {"train_step": "no optimiser"}, "build_ns": 1e6,
+                  "threads_readback": {}, "python": "py", "versions": {}}
+        return JobOutcome("ok", result, "", 1.0, 0)
+
+    suite = suite_from_dict({"models": ["lenet"], "threads": [1], "protocol": {"repeats": 2}})
+    out = runner.measure_compile(Cell("torch", "compile", "lenet", "compile", 4, 1), suite, run_job=fake_run_job)
+    assert out.status == "ok"
+    # per repeat: forward cold+warm (with the build's compile work), gradient cold+warm; train_step
+    # is found unsupported by the first process and never started
+    assert [(c, b) for c, b, _ in calls] == [(["forward"], True)] * 2 + [(["gradient"], False)] * 2 + \
+        [(["forward"], True)] * 2 + [(["gradient"], False)] * 2
+    caches = [cache for _, _, cache in calls]
+    assert caches[0] == caches[1] and caches[2] == caches[3] and len(set(caches[::2])) == 4
+    phases = sorted({s.phase for s in out.samples})
+    assert phases == sorted(f"compile_{p}:{c}" for c in ("forward", "gradient", "session") for p in ("cold", "warm"))
+    assert out.metrics["unsupported"] == {"train_step": "no optimiser"}
+
+
 @requires("onnxruntime")
 def test_compile_scenario_times_onnxruntime_session_creation(tmp_db):
     """ONNX Runtime compiles when it creates the session (in build): the compile cell showed only a cheap first run."""

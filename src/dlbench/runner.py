@@ -203,29 +203,49 @@ def measure_timed(cell: Cell, suite: Suite, run_job=run_job) -> CellOutcome:
 
 
 def measure_compile(cell: Cell, suite: Suite, run_job=run_job) -> CellOutcome:
-    """Per repeat, a fresh cache directory: a cold process, then a warm one reusing the cache."""
+    """Per repeat and per closure, a fresh cache directory: a cold process, then a warm one reusing it.
+
+    Each closure gets processes of its own: in one process a later closure reused what an earlier one
+    compiled (torch.compile's train_step reuses the gradient's compiled loss, so its "first call" was
+    a residual 0.4 s against XLA's whole 6 s), and only the first paid the JIT's one-time start-up.
+    The time to a first training step in a fresh process is what a user waits for. Compile work done
+    when the model is built (ONNX Runtime's session) is taken from the first closure's processes.
+    """
+    from dlbench.scenarios import TIMED
+
     out = CellOutcome("ok")
     per_repeat: list[dict] = []
+    unsupported: dict[str, str] = {}
     for r in range(suite.protocol.repeats):
-        with tempfile.TemporaryDirectory(prefix="dlbench-cache-") as cache:
-            env = {**(_framework_env(cell) or {}), "DLBENCH_CACHE_DIR": cache, "TORCHINDUCTOR_CACHE_DIR": cache,
-                   "DLBENCH_EXPORT_CACHE": ""}
-            for phase in ("cold", "warm"):
-                o = run_job(_job(cell, "first_calls", suite), suite.protocol.timeout_s, cell.threads,
-                            python=envs.python_for(cell.framework), extra_env=env)
-                out.seconds += o.seconds
-                if o.status != "ok":
-                    out.status, out.reason = _failure(o)
-                    return out
-                for closure, ns in o.result["first_call_ns"].items():
-                    out.samples.append(Sample(r, 0, f"compile_{phase}:{closure}", ns))
-                per_repeat.append(o.result)
-    if per_repeat and not any(s.phase.startswith("compile") for s in out.samples):
-        return CellOutcome("unsupported", "; ".join(per_repeat[0]["unsupported"].values()), seconds=out.seconds)
-    if per_repeat:
-        out.metrics = {"unsupported": per_repeat[0]["unsupported"], "threads_readback": per_repeat[0]["threads_readback"],
-                       "python": per_repeat[0]["python"], "versions": per_repeat[0]["versions"],
-                       "build_ms": float(np.median([p["build_ns"] / 1e6 for p in per_repeat]))}
+        build_taken = False
+        for closure in TIMED:
+            if closure in unsupported:
+                continue
+            with tempfile.TemporaryDirectory(prefix="dlbench-cache-") as cache:
+                env = {**(_framework_env(cell) or {}), "DLBENCH_CACHE_DIR": cache, "TORCHINDUCTOR_CACHE_DIR": cache,
+                       "DLBENCH_EXPORT_CACHE": ""}
+                job = {**_job(cell, "first_calls", suite), "closures": [closure], "build_compile": not build_taken}
+                for phase in ("cold", "warm"):
+                    o = run_job(job, suite.protocol.timeout_s, cell.threads, python=envs.python_for(cell.framework),
+                                extra_env=env)
+                    out.seconds += o.seconds
+                    if o.status != "ok":
+                        out.status, out.reason = _failure(o)
+                        return out
+                    for name, ns in o.result["first_call_ns"].items():
+                        out.samples.append(Sample(r, 0, f"compile_{phase}:{name}", ns))
+                    per_repeat.append(o.result)
+                    unsupported.update(o.result["unsupported"])
+                    if not o.result["first_call_ns"]:  # this closure cannot run here: no warm process either
+                        break
+                build_taken = True
+    if not any(s.phase.startswith("compile") for s in out.samples):
+        return CellOutcome("unsupported", "; ".join(unsupported.values()) or "no closure to compile",
+                           seconds=out.seconds)
+    out.metrics = {"unsupported": unsupported, "threads_readback": per_repeat[0]["threads_readback"],
+                   "python": per_repeat[0]["python"], "versions": per_repeat[0]["versions"],
+                   "build_ms": float(np.median([p["build_ns"] / 1e6 for p in per_repeat])),
+                   "processes": "one per closure and cache state (cold, then warm), a fresh cache per closure"}
     return out
 
 
