@@ -189,7 +189,10 @@ def leave(code: int) -> None:
     torch 2.13's gloo process group sometimes aborts in C++ static destructors after Python has
     finished ("terminate called without an active exception", SIGABRT; about 1 run in 6 of the 2-worker
     namespace test here), and torchrun then reports a rank that did all its work as failed. Nothing
-    is left to do at that point, so skip the teardown: flush, and ``os._exit``.
+    is left to do at that point, so skip the teardown: flush, and ``os._exit``. Only for torch,
+    whose process group is destroyed before: TensorFlow's coordination service waits for every task
+    in a shutdown barrier at exit; with ``os._exit`` a TensorFlow run failed once in CI
+    (``UnavailableError`` in rank 0's last collective), most likely for that reason.
     """
     for stream in (sys.stdout, sys.stderr):
         try:

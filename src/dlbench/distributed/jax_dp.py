@@ -266,4 +266,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    common.leave(main(sys.argv))
+    sys.exit(main(sys.argv))
