@@ -184,9 +184,15 @@ def last_error_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
+def killed_by(code: int | None) -> signal.Signals | None:
+    """The signal a (negative) exit code names, None for a normal exit or an unknown number."""
+    if code is None or code >= 0 or -code not in signal.Signals._value2member_map_:
+        return None
+    return signal.Signals(-code)
+
+
 def exit_reason(code: int | None) -> str:
     if code is None:
         return "still running"
-    if code < 0:
-        return f"killed by {signal.Signals(-code).name}"
-    return f"exited with code {code}"
+    sig = killed_by(code)
+    return f"killed by {sig.name}" if sig else f"exited with code {code}"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlbench.launch.group import GroupOutcome, Proc, explain_errors, last_error_line, run_group
+from dlbench.launch.group import GroupOutcome, Proc, exit_reason, explain_errors, killed_by, last_error_line, run_group
 from dlbench.launch.subprocess import thread_env
 
 
@@ -102,13 +102,13 @@ def explain(job_dir: Path, logs: dict[str, str], codes: dict[str, int | None] | 
         before = text[:own if 0 <= own < report else report]
         for m in _ENTRY.finditer(text, report):
             rank, code, tb = m.group(1), int(m.group(2)), m.group(3).strip()
-            if code < 0 and -code in signal.Signals._value2member_map_:
-                sig = signal.Signals(-code)
+            sig, what = killed_by(code), f"worker rank {rank} {exit_reason(code)}"
+            if sig:
                 words = "" if sig == signal.SIGKILL else last_error_line(before)
-                killed.append(f"worker rank {rank} killed by {sig.name}" + (f": {words}" if words else ""))
+                killed.append(what + (f": {words}" if words else ""))
             else:
                 useful = not (tb.startswith(("Signal", "To enable traceback")) or tb == "<N/A>")
-                exited.append(f"worker rank {rank} exited with code {code}" + (f": {tb}" if useful else ""))
+                exited.append(what + (f": {tb}" if useful else ""))
     parts = killed + exited
     others = explain_errors(job_dir, logs if not parts else {})
     return "; ".join(dict.fromkeys([*parts, *filter(None, [others])]))
