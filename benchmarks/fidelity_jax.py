@@ -107,7 +107,7 @@ def ours_step(batch_size: int):
     from dlbench.data import make_batch
     from dlbench.frameworks import get_backend
     from dlbench.models import get_model
-    from dlbench.scenarios import make_closure
+    from dlbench.scenarios.timed import make_closure
     from dlbench.weights import init_weights
 
     backend = get_backend("jax")

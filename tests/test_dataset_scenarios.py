@@ -6,7 +6,8 @@ import pytest
 from dlbench import runner
 from dlbench.frameworks import FRAMEWORKS, FrameworkInfo
 from dlbench.plan import expand, suite_from_dict
-from dlbench.scenarios import DATASET, FLOP_FACTOR, SCENARIOS
+from dlbench.scenarios import registry
+from dlbench.scenarios.base import Context
 from tests.conftest import requires
 
 
@@ -19,7 +20,8 @@ def standin(monkeypatch):
 
 
 def test_dataset_scenarios_are_known_and_counted():
-    assert set(DATASET) <= set(SCENARIOS) and FLOP_FACTOR["epoch"] == 3.0 and FLOP_FACTOR["predict"] == 1.0
+    assert set(registry.whole_dataset()) == {"epoch", "predict"}
+    assert registry.get("epoch").flop_factor == 3.0 and registry.get("predict").flop_factor == 1.0
 
 
 def test_a_framework_measures_its_stand_ins(standin):
@@ -64,10 +66,10 @@ def test_a_capped_call_counts_the_samples_it_processed(standin, tmp_path):
               "truncated": False}
     result = {"timing": timing, "build_ns": 1.0, "threads_readback": {}, "rss_before_build_bytes": 0,
               "peak_rss_bytes": 1, "device_memory": {}, "python": "py", "versions": {}, "framework_metrics": {},
-              "call_samples": 64}
+              "call_samples": 64, "cores": [0]}
     suite = suite_from_dict({"models": ["fcn-r"], "threads": [1], "protocol": {"repeats": 1}})
     cell = Cell("standin", "default", "fcn-r", "epoch", 1024, 1)
-    out = runner.measure_timed(cell, suite, run_job=lambda *a, **k: JobOutcome("ok", result, "", 1.0, 0))
+    out = registry.get("epoch").measure(cell, Context(suite, lambda *a, **k: JobOutcome("ok", result, "", 1.0, 0)))
     assert out.metrics["call_samples"] == 64
     assert any("64 of the batch's 1024" in w for w in out.warnings)
     store = Store(tmp_path / "r.db")

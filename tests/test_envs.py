@@ -12,7 +12,7 @@ import pytest
 
 from dlbench import api, envs
 from dlbench.cli import main
-from dlbench.frameworks import FRAMEWORKS, check_frameworks, installed_version, list_frameworks
+from dlbench.frameworks import FRAMEWORKS, check_frameworks, framework_info, installed_version, list_frameworks
 from tests.conftest import requires
 
 TINY = {"warmup": 1, "min_iters": 3, "min_time_s": 0.0, "repeats": 1, "timeout_s": 120}
@@ -98,7 +98,7 @@ def test_cli_bad_usage_exits_2(args, message, capsys):
 def test_a_failed_install_reports_pips_error_and_leaves_no_environment(envs_dir, monkeypatch):
     monkeypatch.setattr(envs, "requirements", lambda name: (["./no-such-directory-dlbench"], []))
     with pytest.raises(envs.EnvError) as info:
-        envs.create("mxnet")
+        envs.create(framework_info("mxnet"))
     message = str(info.value)
     assert "installing ./no-such-directory-dlbench failed" in message
     assert "ERROR" in message and "no-such-directory-dlbench" in message  # pip's own words
@@ -109,7 +109,7 @@ def test_a_failed_install_reports_pips_error_and_leaves_no_environment(envs_dir,
 def test_an_existing_environment_is_reused_not_rebuilt(envs_dir):
     fake_env(envs_dir, "chainer", version="7.8.1", reqs=envs.requirements("chainer"))
     assert envs.stale(envs.load("chainer")) is None
-    record = envs.create("chainer")  # would need the network if it rebuilt
+    record = envs.create(framework_info("chainer"))  # would need the network if it rebuilt
     assert record.framework_version == "7.8.1" and record.created.startswith("2026-01-01")
 
 
@@ -118,7 +118,7 @@ def test_an_environment_whose_requirements_changed_is_rebuilt(envs_dir, monkeypa
     assert "mxnet==1.9.0" in envs.stale(envs.load("mxnet"))
     monkeypatch.setattr(envs, "requirements", lambda name: (["./no-such-directory-dlbench"], []))
     with pytest.raises(envs.EnvError):  # it tried to rebuild, and the stale environment is gone
-        envs.create("mxnet")
+        envs.create(framework_info("mxnet"))
     assert envs.load("mxnet") is None
 
 

@@ -85,7 +85,7 @@ def test_hanging_cell_times_out_and_leaves_nothing_running(tmp_db):
 def test_timed_out_job_leaves_no_process():
     from dlbench.launch.subprocess import run_job
 
-    job = {"kind": "cell", "framework": "fakefw", "variant": "hang", "model": "lenet", "scenario": "forward",
+    job = {"kind": "scenario", "framework": "fakefw", "variant": "hang", "model": "lenet", "scenario": "forward",
            "batch": 2, "threads": 1, "device": "cpu", "seed": 0, "protocol": {"warmup": 2, "min_iters": 1}}
     outcome = run_job(job, timeout_s=5, threads=1)
     assert outcome.status == "timeout"
@@ -225,9 +225,10 @@ def test_compile_scenario_gives_each_closure_its_own_fresh_processes_and_cache()
     """In one process torch.compile's train_step reused the gradient's compiled loss, so its "first
     call" was a residual (0.4 s beside XLA's 6 s): every closure now gets a cold process with a
     fresh cache, then a warm one on that cache; build-time compile work is taken once."""
-    from dlbench import runner
     from dlbench.launch.subprocess import JobOutcome
     from dlbench.plan import Cell, suite_from_dict
+    from dlbench.scenarios import registry
+    from dlbench.scenarios.base import Context
 
     calls = []
 
@@ -241,7 +242,7 @@ def test_compile_scenario_gives_each_closure_its_own_fresh_processes_and_cache()
         return JobOutcome("ok", result, "", 1.0, 0)
 
     suite = suite_from_dict({"models": ["lenet"], "threads": [1], "protocol": {"repeats": 2}})
-    out = runner.measure_compile(Cell("torch", "compile", "lenet", "compile", 4, 1), suite, run_job=fake_run_job)
+    out = registry.get("compile").measure(Cell("torch", "compile", "lenet", "compile", 4, 1), Context(suite, fake_run_job))
     assert out.status == "ok"
     # per repeat: forward cold+warm (with the build's compile work), gradient cold+warm; train_step
     # is found unsupported by the first process and never started

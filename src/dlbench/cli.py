@@ -8,49 +8,12 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import Callable
 
-from rich.console import Console
 from rich.table import Table
 
+from dlbench import cli_dist, cli_envs, cli_report, cli_run, cli_survey
+from dlbench.cli_common import Parser, console, split_list
 from dlbench.errors import UsageError
-
-console = Console(width=None if sys.stdout.isatty() else 200)
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that reports bad usage on one line and exits 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
-
-
-def split_list(text: str | None) -> list[str]:
-    return [t.strip() for t in (text or "").split(",") if t.strip()]
-
-
-def int_list(text: str | None, what: str) -> list[int]:
-    out = []
-    for item in split_list(text):
-        try:
-            value = int(item)
-        except ValueError:
-            raise UsageError(f"{what} must be integers, got {item!r}") from None
-        if value <= 0:
-            raise UsageError(f"{what} must be > 0, got {value}")
-        out.append(value)
-    return out
-
-
-def thread_list(text: str | None) -> list[int | str]:
-    """``--threads``: positive integers, or ``all`` / ``half`` of this machine's cores (as in a suite file)."""
-    out: list[int | str] = []
-    for item in split_list(text):
-        if item in ("all", "half"):
-            out.append(item)
-        else:
-            out += int_list(item, "thread counts (or 'all', 'half')")
-    return out
 
 
 # --- list -------------------------------------------------------------------------------
@@ -144,23 +107,16 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)
 
-    import dlbench.cli as registry  # the module verbs register in, also when this file runs as __main__
-
-    for register in registry.EXTRA_COMMANDS:
+    for register in COMMANDS:
         register(sub)
     return parser
 
 
-#: other modules add their verbs here (keeps this file thin)
-EXTRA_COMMANDS: list[Callable] = []
+#: the other verbs, by module, in the order ``--help`` lists them
+COMMANDS = (cli_run.register, cli_dist.register, cli_report.register, cli_envs.register, cli_survey.register)
 
 
 def main(argv: list[str] | None = None) -> int:
-    import dlbench.cli_envs  # noqa: F401  (registers envs)
-    import dlbench.cli_report  # noqa: F401  (registers report, compare, reproduce)
-    import dlbench.cli_run  # noqa: F401  (registers run, runs, show, export)
-    import dlbench.cli_survey  # noqa: F401  (registers survey)
-
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
@@ -182,8 +138,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # ``python -m dlbench.cli``: this file runs as ``__main__``, a different module object from the
-    # ``dlbench.cli`` that cli_run/cli_report register their verbs on; call that one's main.
-    from dlbench.cli import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

@@ -9,7 +9,7 @@ import signal
 
 from rich.table import Table
 
-from dlbench.cli import EXTRA_COMMANDS, console, int_list, split_list
+from dlbench.cli_common import console, int_list, split_list
 from dlbench.errors import UsageError
 from dlbench.store import DEFAULT_DB, Store
 
@@ -248,5 +248,3 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_scaling_model)
 
-
-EXTRA_COMMANDS.append(register)

@@ -8,12 +8,13 @@ import sys
 
 from rich.table import Table
 
-from dlbench.cli import EXTRA_COMMANDS, console, split_list
+from dlbench import envs
+from dlbench.cli_common import console, split_list
 from dlbench.errors import UsageError
+from dlbench.frameworks import framework_info
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-    from dlbench import envs
     from dlbench.frameworks import FRAMEWORKS
 
     if args.action == "list":
@@ -50,7 +51,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
     code = 0
     for name in names:
         try:
-            envs.create(name, python=args.python, force=args.force,
+            envs.create(framework_info(name), python=args.python, force=args.force,
                         progress=lambda s: console.print(s, highlight=False, markup=False))
         except envs.EnvError as exc:
             print(f"dlbench: {name}: {exc}", file=sys.stderr)
@@ -68,5 +69,3 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_envs)
 
-
-EXTRA_COMMANDS.append(register)

@@ -10,8 +10,8 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-import dlbench.cli_run  # noqa: F401  (run/runs/show/export register first: they lead in --help)
-from dlbench.cli import EXTRA_COMMANDS, console, split_list
+from dlbench import cli_run
+from dlbench.cli_common import console, split_list
 from dlbench.errors import UsageError
 from dlbench.store import DEFAULT_DB
 
@@ -98,9 +98,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if not args.target:
         raise UsageError("reproduce: give a PAPER-TABLE (see dlbench reproduce --list)")
     rep.get_target(args.target)
-    protocol = {**(rep.QUICK if args.quick else {}), **dlbench.cli_run._protocol(args)}
+    protocol = {**(rep.QUICK if args.quick else {}), **cli_run._protocol(args)}
     env = rep.current_environment(args.gpu_device, tuple(split_list(args.framework)))
-    progress = None if args.json or args.dry_run else dlbench.cli_run.RichProgress()
+    progress = None if args.json or args.dry_run else cli_run.RichProgress()
     try:
         result = rep.reproduce(args.target, env, protocol, args.db, progress, dry_run=args.dry_run)
     finally:
@@ -203,5 +203,3 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_reproduce)
 
-
-EXTRA_COMMANDS.append(register)

@@ -11,14 +11,14 @@ from datetime import datetime
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from dlbench.cli import EXTRA_COMMANDS, console, int_list, split_list, thread_list
+from dlbench.cli_common import console, int_list, split_list, thread_list
 from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
 from dlbench.errors import UsageError
 from dlbench.report.convergence import agreement
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
-from dlbench.report.summary import summary_dict, summary_rows
+from dlbench.report.summary import summary_dict, summary_rows, summary_scenarios
 from dlbench.results import RunResults
-from dlbench.scenarios import DATASET, TIMED
+from dlbench.scenarios import registry
 from dlbench.store import DEFAULT_DB, Store
 
 
@@ -117,25 +117,27 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
     axes = ("framework", "variant", "batch", "threads", "device", "data")
     shown = [a for a in axes if a in ("framework", "variant") or len({getattr(r, a) for r in every}) > 1]
     fixed = [f"{a} {getattr(every[0], a)}" for a in axes if a not in shown] if every else []
-    titles = {"compile": "compile cold/warm", "convergence": "convergence",
-              **{s: f"{s} samples/s [95% CI] (whole data set)" for s in DATASET}}
     for model, rows in tables.items():
-        scenarios = [s for s in (*TIMED, *DATASET, "compile", "convergence") if any(s in r.cells for r in rows)]
+        scenarios = summary_scenarios(rows)
         title = model + (f"  ({', '.join(fixed)})" if fixed else "")
         table = Table(title=title, title_justify="left")
         for col in shown:
             table.add_column(col)
+        rated = [s for s in scenarios if not registry.of_stored(s).whole_dataset and any(r.throughput(s) for r in rows)]
         for s in scenarios:
-            table.add_column(titles.get(s, f"{s} ms [95% CI]"), justify="right")
-        for col in ("samples/s", "peak MiB", "verified"):
+            table.add_column(registry.of_stored(s).column, justify="right")
+            if s in rated:  # each scenario's rate beside it: a forward and a training rate never share a column
+                table.add_column(f"{s} samples/s", justify="right")
+        for col in ("peak MiB", "verified"):
             table.add_column(col, justify="right")
         for r in rows:
-            cols = [r.compile_text if s == "compile" else r.convergence_text if s == "convergence"
-                    else r.rate_text(s) if s in DATASET else r.time_text(s)
-                    for s in scenarios]
-            thr = f"{r.throughput:,.0f}" if r.throughput else "–"
+            cols = []
+            for s in scenarios:
+                cols.append(r.text(s))
+                if s in rated:
+                    cols.append(r.throughput_text(s))
             mem = f"{r.peak_rss_mib:,.0f}" if r.peak_rss_mib else "–"
-            table.add_row(*(str(getattr(r, a)) for a in shown), *cols, thr, mem,
+            table.add_row(*(str(getattr(r, a)) for a in shown), *cols, mem,
                           {"pass": "yes", "fail": "[red]NO[/]"}.get(r.verified, r.verified))
         console.print(table)
     agree = agreement(res.cells)
@@ -263,5 +265,3 @@ def register(sub) -> None:
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.set_defaults(func=cmd_export)
 
-
-EXTRA_COMMANDS.append(register)

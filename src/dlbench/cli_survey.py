@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from dlbench.cli import EXTRA_COMMANDS, console, split_list
+from dlbench.cli_common import console, split_list
 from dlbench.errors import UsageError
 
 
@@ -77,5 +77,3 @@ def register(sub) -> None:
                    help="try pip download --no-deps for each of the papers' frameworks and record the outcome")
     p.set_defaults(func=cmd_survey)
 
-
-EXTRA_COMMANDS.append(register)

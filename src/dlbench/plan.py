@@ -8,7 +8,6 @@ and stored.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -16,57 +15,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from dlbench.cell import Cell
 from dlbench.errors import UsageError
 from dlbench.measure.timer import Protocol
-from dlbench.scenarios import SCENARIOS
-
-
-@dataclass(frozen=True, order=True)
-class Cell:
-    framework: str
-    variant: str
-    model: str
-    scenario: str
-    batch: int
-    threads: int
-    device: str = "cpu"
-    data: str = "synthetic"  # or a data set name (dlbench.data): batches of real samples
-    # distributed axes (scenario ``scaling``); the defaults leave every other cell's key unchanged
-    workers: int = 1
-    scaling: str = ""  # weak (batch per worker) or strong (batch = global batch)
-    exchange: str = ""  # allreduce, ps-sync, ps-async
-    launcher: str = "subprocess"  # subprocess (one node), torchrun (nodes joined by --rdzv-endpoint), ray
-    cluster: str = ""  # "" (loopback) or "netns" (one worker per network namespace)
-
-    @property
-    def key(self) -> str:
-        key = f"{self.framework}/{self.variant}/{self.model}/{self.scenario}/b{self.batch}/t{self.threads}/{self.device}"
-        if self.data != "synthetic":
-            key += f"/{self.data}"
-        if self.scenario == "scaling" or self.workers != 1:
-            key += f"/w{self.workers}/{self.scaling or 'weak'}/{self.exchange or 'allreduce'}"
-        if self.launcher != "subprocess":
-            key += f"/{self.launcher}"
-        if self.cluster:
-            key += f"/{self.cluster}"
-        return key
-
-    @property
-    def per_worker_batch(self) -> int:
-        """Weak scaling keeps the batch per worker; strong scaling splits the global batch."""
-        return self.batch // self.workers if self.scaling == "strong" else self.batch
-
-    @property
-    def global_batch(self) -> int:
-        return self.per_worker_batch * self.workers
-
-    @property
-    def group(self) -> tuple[str, str, str, str]:
-        """What one verification covers."""
-        return (self.framework, self.variant, self.model, self.device)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from dlbench.scenarios import registry
 
 
 class ProtocolModel(BaseModel):
@@ -152,9 +104,9 @@ class Suite(BaseModel):
     @field_validator("scenarios")
     @classmethod
     def _known_scenarios(cls, v: list[str]) -> list[str]:
-        bad = [s for s in v if s not in SCENARIOS]
+        bad = [s for s in v if s not in registry.SCENARIOS]
         if bad:
-            raise ValueError(f"unknown scenario(s) {bad}; known: {list(SCENARIOS)}")
+            raise ValueError(f"unknown scenario(s) {bad}; known: {registry.names()}")
         return v
 
     @field_validator("threads")
@@ -226,10 +178,12 @@ def _excluded(cell: Cell, rules: list[dict[str, Any]]) -> bool:
 
 
 def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, cores: int | None = None,
-           scenarios_of=None) -> list[Cell]:
-    """The suite's cells. ``variants_of(framework, requested)``, ``default_batch_of(model, scenario, data)``
-    and ``scenarios_of(framework, scenarios)`` (the scenarios a framework measures for those the suite
-    names; default: the same) come from the registries (kept out of this module so it stays pure)."""
+           scenarios_of=None, cells_of=None) -> list[Cell]:
+    """The suite's cells. ``variants_of(framework, requested)``, ``default_batch_of(model, scenario, data)``,
+    ``scenarios_of(framework, scenarios)`` (the scenarios a framework measures for those the suite
+    names; default: the same) and ``cells_of(cell)`` (the cells a scenario makes of one point, e.g. one
+    per worker count; default: the point itself) come from the registries (kept out of this module so
+    it stays pure)."""
     threads = resolve_threads(suite.threads, cores)
     cells: list[Cell] = []
     for fw in frameworks:
@@ -248,18 +202,7 @@ def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, c
                         for t in threads:
                             for device in suite.devices:
                                 base = Cell(fw, variant, model, scenario, batch, t, device, data)
-                                for cell in _with_workers(base, suite):
+                                for cell in (cells_of(base) if cells_of else [base]):
                                     if not _excluded(cell, suite.exclude):
                                         cells.append(cell)
     return cells
-
-
-def _with_workers(cell: Cell, suite: Suite) -> list[Cell]:
-    """A scaling cell per (exchange, worker count); other scenarios are single-worker cells.
-    Strong scaling needs the global batch to split evenly: other worker counts are left out."""
-    if cell.scenario != "scaling":
-        return [cell]
-    d = suite.distributed
-    return [replace(cell, workers=w, scaling=d.scaling, exchange=x, launcher=d.launcher, cluster=d.cluster)
-            for x in d.exchange for w in d.workers
-            if d.scaling == "weak" or (cell.batch % w == 0)]

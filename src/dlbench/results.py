@@ -6,14 +6,11 @@ agree everywhere and are always recomputable from what the store keeps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-import numpy as np
-
-from dlbench.measure.stats import Summary, summarize
-from dlbench.models import UnknownModelError, get_model
-from dlbench.scenarios import FLOP_FACTOR
+from dlbench.measure.stats import Summary
+from dlbench.scenarios import registry
 from dlbench.store import CellRecord, Store
 
 
@@ -31,7 +28,7 @@ class CellResult:
     pct_peak: float | None = None
     first_call_ms: float | None = None
     compile_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # closure -> {cold, warm} medians
-    convergence: dict[str, Any] = field(default_factory=dict)  # report.convergence.summarise_curves
+    convergence: dict[str, Any] = field(default_factory=dict)  # scenarios.convergence.summarise_curves
     #: every timed iteration in the order it ran: (repeat, "warmup" | "measure", ms); for warm-up plots
     series_ms: list[tuple[int, str, float]] = field(default_factory=list)
 
@@ -47,13 +44,16 @@ class CellResult:
             "reason": c.reason,
             "verified": self.verified, "warnings": c.warnings,
             "time_ms": self.time_ms.to_dict() if self.time_ms else None,
-            "repeat_medians_ms": self.repeat_medians_ms,
-            "samples_per_s": self.samples_per_s, "gflops": self.gflops, "pct_peak": self.pct_peak,
-            "first_call_ms": self.first_call_ms, "compile_ms": self.compile_ms, "convergence": self.convergence,
+            # every figure a scenario derived (rates, first calls, compile times, curves), by field name
+            **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_EXPORTED},
             "peak_rss_bytes": c.metrics.get("peak_rss_bytes"), "rss_growth_bytes": c.metrics.get("rss_growth_bytes"),
             "device_memory": c.metrics.get("device_memory"), "threads_readback": c.metrics.get("threads_readback"),
             "loop_k": c.metrics.get("loop_k"),
         }
+
+
+#: CellResult fields that ``to_dict`` writes otherwise (cell, time_ms) or leaves to ``export`` (the raw series)
+_NOT_EXPORTED = ("cell", "verified", "time_ms", "samples_ms", "warmup_ms", "sample_repeats", "series_ms")
 
 
 @dataclass
@@ -92,53 +92,11 @@ class RunResults:
                 "cells": [c.to_dict() for c in self.cells]}
 
 
-def _flops_per_batch(model: str, batch: int) -> float | None:
-    try:
-        return get_model(model).flops_per_sample * batch
-    except UnknownModelError:
-        return None
-
-
 def analyse_cell(store: Store, cell: CellRecord, verified: str, peak: float | None) -> CellResult:
+    """A stored cell's statistics, computed by its scenario from the raw samples."""
     res = CellResult(cell=cell, verified=verified)
     samples = store.samples(cell.id)
-    if cell.scenario == "convergence":
-        from dlbench.report.convergence import summarise_curves
-
-        res.convergence = summarise_curves(cell.metrics.get("convergence", []), cell.metrics.get("target_accuracy", 1.0))
-        res.samples_per_s = res.convergence.get("train_samples_per_s")
-        return res
-    if cell.scenario == "compile":
-        by: dict[str, dict[str, list[float]]] = {}
-        for s in samples:
-            kind, _, closure = s.phase.partition(":")
-            if kind in ("compile_cold", "compile_warm"):
-                by.setdefault(closure, {}).setdefault(kind[8:], []).append(s.value_ns / 1e6)
-        res.compile_ms = {k: {t: float(np.median(v)) for t, v in d.items()} for k, d in by.items()}
-        return res
-    measure = [s for s in samples if s.phase == "measure"]
-    res.warmup_ms = [s.value_ns / 1e6 for s in samples if s.phase == "warmup"]
-    order = {"warmup": 0, "measure": 1}
-    res.series_ms = [(s.repeat, s.phase, s.value_ns / 1e6) for s in
-                     sorted((s for s in samples if s.phase in order), key=lambda s: (s.repeat, order[s.phase], s.idx))]
-    first = [s.value_ns / 1e6 for s in samples if s.phase == "first_call"]
-    res.first_call_ms = float(np.median(first)) if first else None
-    if not measure or cell.status != "ok":
-        return res
-    res.samples_ms = [s.value_ns / 1e6 for s in measure]
-    res.sample_repeats = [s.repeat for s in measure]
-    res.time_ms = summarize(res.samples_ms, groups=res.sample_repeats)
-    repeats = sorted({s.repeat for s in measure})
-    res.repeat_medians_ms = [float(np.median([s.value_ns / 1e6 for s in measure if s.repeat == r])) for r in repeats]
-    seconds = res.time_ms.median / 1e3
-    # a scaling step counts every worker's samples; a capped call (H2O's frames) the samples it processed
-    batch = int(cell.metrics.get("global_batch") or cell.metrics.get("call_samples") or cell.batch)
-    res.samples_per_s = batch / seconds
-    flops = _flops_per_batch(cell.model, batch)
-    if flops is not None:
-        res.gflops = flops * FLOP_FACTOR[cell.scenario] / seconds / 1e9
-        if peak and cell.scenario != "scaling":  # W workers use W x threads cores: no single-process peak
-            res.pct_peak = 100.0 * res.gflops / peak
+    registry.of_stored(cell.scenario).analyse(res, samples, peak)
     return res
 
 

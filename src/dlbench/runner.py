@@ -13,39 +13,27 @@ import json
 import os
 import platform
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from dlbench import envs
+from dlbench.data import DataError, adapt, list_datasets, load_dataset
 from dlbench.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, installed_version
+from dlbench.launch.ray import RayLauncher
 from dlbench.launch.subprocess import run_job
 from dlbench.measure import environment
-from dlbench.measure.stats import summarize
 from dlbench.models import get_model
 from dlbench.plan import Cell, Suite, expand, load_suite
-from dlbench.scenarios import TIMED
-from dlbench.store import DEFAULT_DB, Sample, Store
-
-Progress = Callable[..., None]
+from dlbench.scenarios import registry
+from dlbench.scenarios.base import CellOutcome, Context, JobRunner, Progress
+from dlbench.store import DEFAULT_DB, Store
 
 
 def _quiet(event: str, **_: Any) -> None:
     pass
-
-
-@dataclass
-class CellOutcome:
-    status: str
-    reason: str = ""
-    samples: list[Sample] = field(default_factory=list)
-    metrics: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 def variants_of(framework: str, requested: list[str] | str | None) -> list[str]:
@@ -73,17 +61,7 @@ def scenarios_of(framework: str, scenarios: list[str]) -> list[str]:
 
 
 def _default_batch(model: str, scenario: str, data: str, data_dir: str | None = None) -> int:
-    """The model's default batch; for convergence on a real data set, at least ten steps an epoch."""
-    spec = get_model(model)
-    if scenario == "convergence" and data != "synthetic":
-        from dlbench.data import DataError, load_dataset
-        from dlbench.scenarios.convergence import default_batch
-
-        try:
-            return default_batch(spec, len(load_dataset(data, data_dir, "train")))
-        except DataError:
-            return spec.default_batch  # check_data reports the problem
-    return spec.default_batch
+    return registry.get(scenario).default_batch(get_model(model), data, data_dir)
 
 
 def resolve_suite_frameworks(suite: Suite) -> list[str]:
@@ -103,15 +81,15 @@ def plan_cells(suite: Suite) -> tuple[list[str], list[Cell]]:
     from dlbench.api import resolve_models
 
     resolve_models(suite.models)
+    scenarios = [registry.get(s) for s in suite.scenarios]
     frameworks = resolve_suite_frameworks(suite)
     cells = expand(suite, frameworks, variants_of,
-                   lambda m, s, d: _default_batch(m, s, d, suite.data_dir), scenarios_of=scenarios_of)
+                   lambda m, s, d: _default_batch(m, s, d, suite.data_dir), scenarios_of=scenarios_of,
+                   cells_of=lambda c: registry.get(c.scenario).cells(c, suite))
     if not cells:
         raise UsageError("the suite selects no cells (check its exclusions)")
-    synthetic = sorted({c.model for c in cells if c.scenario == "convergence" and c.data == "synthetic"})
-    if synthetic:
-        raise UsageError(f"convergence needs a real data set for {', '.join(synthetic)} (--data digits, or "
-                         "--data mnist|cifar10|imdb|ptb with --data-dir)")
+    for scenario in scenarios:
+        scenario.check(cells, suite)
     check_data(suite, cells)
     return frameworks, cells
 
@@ -119,8 +97,6 @@ def plan_cells(suite: Suite) -> tuple[list[str], list[Cell]]:
 def check_data(suite: Suite, cells: list[Cell]) -> None:
     """Every real data set named must load and fit its model, and hold a full batch (checked here,
     before anything is written, so a wrong path or a misfit is a usage error, not a failed run)."""
-    from dlbench.data import DataError, adapt, list_datasets, load_dataset
-
     for data, model in sorted({(c.data, c.model) for c in cells if c.data != "synthetic"}):
         if data not in list_datasets():
             raise UsageError(f"unknown data set {data!r}; known: {', '.join(list_datasets())}")
@@ -133,143 +109,6 @@ def check_data(suite: Suite, cells: list[Cell]) -> None:
             raise UsageError(f"data set {data} has too few samples for batch {largest} of {model}")
 
 
-# --- one cell --------------------------------------------------------------------------------
-def _framework_env(cell: Cell) -> dict[str, str] | None:
-    return FRAMEWORKS[cell.framework].variant_env.get(cell.variant)
-
-
-def _job(cell: Cell, kind: str, suite: Suite) -> dict[str, Any]:
-    return {"kind": kind, **cell.to_dict(), "seed": suite.seed, "data_dir": suite.data_dir,
-            "convergence": suite.convergence.model_dump(), "protocol": {
-        k: v for k, v in suite.protocol.model_dump().items() if k not in ("timeout_s",)}}
-
-
-def _failure(outcome) -> tuple[str, str]:
-    if outcome.status == "timeout":
-        return "timeout", outcome.reason
-    return "failed", outcome.reason
-
-
-def measure_timed(cell: Cell, suite: Suite, run_job=run_job) -> CellOutcome:
-    """R fresh processes, each timing the scenario under the protocol."""
-    out = CellOutcome("ok")
-    per_repeat: list[dict] = []
-    for r in range(suite.protocol.repeats):
-        o = run_job(_job(cell, "cell", suite), suite.protocol.timeout_s, cell.threads,
-                    python=envs.python_for(cell.framework), extra_env=_framework_env(cell))
-        out.seconds += o.seconds
-        if o.status != "ok":
-            out.status, out.reason = _failure(o)
-            break
-        if "unsupported" in o.result:
-            return CellOutcome("unsupported", o.result["unsupported"], seconds=out.seconds)
-        t = o.result["timing"]
-        out.samples += [Sample(r, i, "warmup", v) for i, v in enumerate(t["warmup_ns"])]
-        out.samples += [Sample(r, i, "measure", v, t["loop_k"]) for i, v in enumerate(t["samples_ns"])]
-        if t["first_call_ns"] is not None:
-            out.samples.append(Sample(r, 0, "first_call", t["first_call_ns"]))
-        if t.get("warmup_truncated"):
-            out.warnings.append(f"repeat {r}: warm-up stopped at max_time_s/4 after {len(t['warmup_ns'])} calls")
-        if t["truncated"]:
-            out.warnings.append(f"repeat {r}: stopped at max_time_s with {len(t['samples_ns'])} samples")
-        per_repeat.append(o.result)
-    measured = [s for s in out.samples if s.phase == "measure"]
-    if measured:
-        out.warnings = summarize([s.value_ns for s in measured], suite.protocol.min_iters,
-                                 groups=[s.repeat for s in measured]).warnings + out.warnings
-    if per_repeat:
-        loop_k = max(p["timing"]["loop_k"] for p in per_repeat)
-        out.metrics = {
-            "peak_rss_bytes": max(p["peak_rss_bytes"] for p in per_repeat),
-            "rss_growth_bytes": max(p["peak_rss_bytes"] - p["rss_before_build_bytes"] for p in per_repeat),
-            "build_ms": float(np.median([p["build_ns"] / 1e6 for p in per_repeat])),
-            "device_memory": per_repeat[0]["device_memory"],
-            "threads_readback": per_repeat[0]["threads_readback"],
-            "cores": per_repeat[0].get("cores"),
-            "python": per_repeat[0]["python"], "versions": per_repeat[0]["versions"],
-            "loop_k": loop_k, "repeats_done": len(per_repeat),
-        }
-        reported = [p["framework_metrics"] for p in per_repeat if p.get("framework_metrics")]
-        if reported:
-            out.metrics["framework_metrics"] = reported
-        call_samples = per_repeat[0].get("call_samples")
-        if call_samples is not None and call_samples != cell.batch:
-            out.metrics["call_samples"] = call_samples
-            out.warnings.append(f"each call processed {call_samples} of the batch's {cell.batch} samples "
-                                f"({cell.framework} caps its frames); samples/s counts those")
-        if loop_k > 1:
-            out.warnings.append(f"one iteration is under 1 ms: each sample times a loop of {loop_k}")
-    return out
-
-
-def measure_compile(cell: Cell, suite: Suite, run_job=run_job) -> CellOutcome:
-    """Per repeat and per closure, a fresh cache directory: a cold process, then a warm one reusing it.
-
-    Each closure gets processes of its own: in one process a later closure reused what an earlier one
-    compiled (torch.compile's train_step reuses the gradient's compiled loss, so its "first call" was
-    a residual 0.4 s against XLA's whole 6 s), and only the first paid the JIT's one-time start-up.
-    The time to a first training step in a fresh process is what a user waits for. Compile work done
-    when the model is built (ONNX Runtime's session) is taken from the first closure's processes.
-    """
-    from dlbench.scenarios import TIMED
-
-    out = CellOutcome("ok")
-    per_repeat: list[dict] = []
-    unsupported: dict[str, str] = {}
-    for r in range(suite.protocol.repeats):
-        build_taken = False
-        for closure in TIMED:
-            if closure in unsupported:
-                continue
-            with tempfile.TemporaryDirectory(prefix="dlbench-cache-") as cache:
-                env = {**(_framework_env(cell) or {}), "DLBENCH_CACHE_DIR": cache, "TORCHINDUCTOR_CACHE_DIR": cache,
-                       "DLBENCH_EXPORT_CACHE": ""}
-                job = {**_job(cell, "first_calls", suite), "closures": [closure], "build_compile": not build_taken}
-                for phase in ("cold", "warm"):
-                    o = run_job(job, suite.protocol.timeout_s, cell.threads, python=envs.python_for(cell.framework),
-                                extra_env=env)
-                    out.seconds += o.seconds
-                    if o.status != "ok":
-                        out.status, out.reason = _failure(o)
-                        return out
-                    for name, ns in o.result["first_call_ns"].items():
-                        out.samples.append(Sample(r, 0, f"compile_{phase}:{name}", ns))
-                    per_repeat.append(o.result)
-                    unsupported.update(o.result["unsupported"])
-                    if not o.result["first_call_ns"]:  # this closure cannot run here: no warm process either
-                        break
-                build_taken = True
-    if not any(s.phase.startswith("compile") for s in out.samples):
-        return CellOutcome("unsupported", "; ".join(unsupported.values()) or "no closure to compile",
-                           seconds=out.seconds)
-    out.metrics = {"unsupported": unsupported, "threads_readback": per_repeat[0]["threads_readback"],
-                   "python": per_repeat[0]["python"], "versions": per_repeat[0]["versions"],
-                   "build_ms": float(np.median([p["build_ns"] / 1e6 for p in per_repeat])),
-                   "processes": "one per closure and cache state (cold, then warm), a fresh cache per closure"}
-    return out
-
-
-def measure_convergence(cell: Cell, suite: Suite, run_job=run_job) -> CellOutcome:
-    """R fresh processes, repeat r training from seed ``suite.seed + r`` (weights and batch order)."""
-    out = CellOutcome("ok")
-    repeats = []
-    for r in range(suite.protocol.repeats):
-        job = {**_job(cell, "convergence", suite), "seed": suite.seed + r}
-        timeout = suite.protocol.timeout_s * suite.convergence.epochs
-        o = run_job(job, timeout, cell.threads, python=envs.python_for(cell.framework),
-                    extra_env=_framework_env(cell))
-        out.seconds += o.seconds
-        if o.status != "ok":
-            out.status, out.reason = _failure(o)
-            break
-        if "unsupported" in o.result:
-            return CellOutcome("unsupported", o.result["unsupported"], seconds=out.seconds)
-        repeats.append(o.result["curves"])
-        out.samples += [Sample(r, e["epoch"] - 1, "epoch_train", e["train_s"] * 1e9) for e in o.result["curves"]["epochs"]]
-    out.metrics = {"convergence": repeats, "target_accuracy": suite.convergence.target_accuracy}
-    return out
-
-
 # --- the run ------------------------------------------------------------------------------------
 @dataclass
 class RunHandle:
@@ -279,7 +118,7 @@ class RunHandle:
 
 
 def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, progress: Progress,
-                   run_job=run_job) -> None:
+                   run_job: JobRunner = run_job) -> None:
     done = store.verifications(run_id)
     groups: dict[tuple[str, str, str], list[str]] = {}
     for c in cells:
@@ -317,7 +156,7 @@ def _peak_cache() -> tuple[Path | None, dict]:
     return Path(path), data if isinstance(data, dict) else {}
 
 
-def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress, run_job=run_job) -> None:
+def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress, run_job: JobRunner = run_job) -> None:
     have = store.peaks(run_id)
     cache_path, cache = _peak_cache()
     for t in sorted({c.threads for c in cells if c.device == "cpu"}):
@@ -358,39 +197,37 @@ def execute(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress
 
 
 def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress: Progress) -> None:
-    from dlbench.distributed.scaling import Session  # namespaces / Ray for the scaling scenario, when asked
-
-    with Session(suite, todo, progress) as session:
-        jobs = session.job_runner()
-        _peaks(store, run_id, todo, progress, jobs)
-        _verify_groups(store, run_id, todo, suite, progress, jobs)
+    with ExitStack() as stack:
+        ray = None
+        if suite.distributed.launcher == "ray":  # every job of the run becomes a task on the cluster
+            ray = stack.enter_context(RayLauncher(suite.distributed.ray_address))
+        ctx = Context(suite, ray.run_job if ray is not None else run_job, ray=ray)
+        for name in dict.fromkeys(c.scenario for c in todo):  # run-scoped resources, in scenario order
+            cells = [c for c in todo if c.scenario == name]
+            ctx.sessions[name] = stack.enter_context(registry.get(name).session(suite, cells, ray, progress))
+        _peaks(store, run_id, todo, progress, ctx.run_job)
+        _verify_groups(store, run_id, todo, suite, progress, ctx.run_job)
         verdicts = store.verifications(run_id)
         for cell in todo:
             progress("cell_start", cell=cell)
-            v = verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"})
-            supported = FRAMEWORKS[cell.framework].scenarios
-            needs = {"convergence": "train_step", "scaling": "train_step"}.get(cell.scenario, cell.scenario)
-            if needs != "compile" and needs not in supported:
-                outcome = CellOutcome("unsupported", f"{cell.framework} supports only the {', '.join(supported)} "
-                                      f"scenario(s), not {cell.scenario}")
-            elif cell.scenario == "compile" and not set(supported) & set(TIMED):
-                outcome = CellOutcome("unsupported", f"{cell.framework} has no per-batch closure whose first call "
-                                      f"the compile scenario could time (it measures {', '.join(supported)})")
-            elif v["verdict"] == "fail":
-                outcome = CellOutcome("not_equivalent", f"failed the equivalence gate: {v['reason']}")
-            elif v["verdict"] == "unsupported":
-                outcome = CellOutcome("unsupported", v["reason"])
-            elif cell.scenario == "scaling":
-                outcome = session.measure(cell)
-            elif cell.scenario == "compile":
-                outcome = measure_compile(cell, suite, jobs)
-            elif cell.scenario == "convergence":
-                outcome = measure_convergence(cell, suite, jobs)
-            else:
-                outcome = measure_timed(cell, suite, jobs)
+            outcome = measure_cell(cell, ctx, verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"}))
             store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
                             outcome.seconds, outcome.warnings, outcome.metrics, outcome.samples)
             progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason)
+
+
+def measure_cell(cell: Cell, ctx: Context, verdict: dict[str, Any]) -> CellOutcome:
+    """One cell: what its framework cannot run or the gate refused is stored with the reason; the
+    rest is its scenario's measurement."""
+    scenario = registry.get(cell.scenario)
+    why = scenario.unsupported(FRAMEWORKS[cell.framework])
+    if why is not None:
+        return CellOutcome("unsupported", why)
+    if verdict["verdict"] == "fail":
+        return CellOutcome("not_equivalent", f"failed the equivalence gate: {verdict['reason']}")
+    if verdict["verdict"] == "unsupported":
+        return CellOutcome("unsupported", verdict["reason"])
+    return scenario.measure(cell, ctx)
 
 
 def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = None,
@@ -471,10 +308,10 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
         base["batch_sizes"] = batches
     if threads:
         base["threads"] = threads
-    elif suite is None and flags_given and base.get("scenarios") == ["convergence"]:
-        # accuracy curves do not depend on the thread count: measure training to accuracy once, on
-        # every core, unless --threads asks for more (1 and all cores doubled the run's time)
-        base["threads"] = ["all"]
+    elif suite is None and flags_given:  # a scenario may say what thread counts it needs by default
+        defaults = [registry.get(s).default_threads for s in base.get("scenarios", [])]
+        if defaults and defaults[0] is not None and all(d == defaults[0] for d in defaults):
+            base["threads"] = defaults[0]
     if devices:
         base["devices"] = devices
     if protocol:
@@ -485,8 +322,8 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
         base["data"] = {"default": data}
     if data_dir:
         base["data_dir"] = data_dir
-    if convergence:
-        base["convergence"] = {**base.get("convergence", {}), **convergence}
+    if convergence:  # the convergence scenario's settings
+        base.update(convergence={**base.get("convergence", {}), **convergence})
     if distributed:
         base["distributed"] = {**base.get("distributed", {}), **distributed}
     return suite_from_dict(base, "command line")

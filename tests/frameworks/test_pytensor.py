@@ -50,7 +50,7 @@ def test_batch_norm_running_statistics_stay_float32_in_training():
         from dlbench.frameworks.pytensor import PyTensorBackend
         from dlbench.models import get_model
         from dlbench.models.layers import Activation, BatchNorm, Dense
-        from dlbench.scenarios import make_closure
+        from dlbench.scenarios.timed import make_closure
         from dlbench.weights import init_weights
         from dlbench.data.synthetic import make_batch
         spec = replace(get_model("sae"), name="bn-mlp",

@@ -4,7 +4,8 @@ job's per-rank timings into the store's samples and metrics.
 
 A :class:`Session` spans the run: it brings a namespace cluster up for ``--cluster`` when none is
 up (and takes it down at the end, on error and on Ctrl-C too), or records the loopback fallback
-when namespaces cannot be made here; it connects to Ray for ``--launcher ray``.
+when namespaces cannot be made here; with ``--launcher ray`` it hands each cell to the run's Ray
+launcher.
 
 Samples of a scaling cell (raw, per step, in ns): ``warmup`` and ``measure`` (the synchronous
 step, max over ranks), ``compute`` (the step without exchange, max over ranks) and ``comm``
@@ -22,19 +23,23 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dlbench.cell import Cell
 from dlbench.distributed import cluster as netns
+from dlbench.distributed import linkprobe
 from dlbench.distributed.common import combine_ranks, oversubscribed
 from dlbench.errors import UsageError
 from dlbench.launch.group import GroupOutcome, Proc, run_group
 from dlbench.launch.subprocess import thread_env
 from dlbench.launch.torchrun import Node, free_port, run_agents
-from dlbench.plan import Cell, Suite
-from dlbench.runner import CellOutcome
+from dlbench.scenarios.base import CellOutcome
 from dlbench.store import Sample
+
+if TYPE_CHECKING:  # the suite model (pydantic) is the parent's; annotations only
+    from dlbench.plan import Suite
 
 #: framework -> the module run by each data-parallel worker
 WORKERS = {"torch": "dlbench.distributed.torch_ddp", "jax": "dlbench.distributed.jax_dp",
@@ -50,8 +55,6 @@ class Network:
 
     def measure_link(self) -> None:
         """TCP latency and bandwidth between two worker places (what the scaling model uses)."""
-        from dlbench.distributed import linkprobe
-
         if self.kind == "netns" and self.state is not None and len(self.state.nodes) >= 2:
             a, b = self.state.nodes[0], self.state.nodes[1]
             rate = self.state.bandwidth_bps or 8e9
@@ -80,15 +83,13 @@ def _interrupt(signum, frame):
 class Session:
     """Run-scoped resources of the scaling scenario (a context manager)."""
 
-    def __init__(self, suite: Suite, cells: list[Cell], progress=None):
-        self.suite, self.cells, self.progress = suite, cells, progress
+    def __init__(self, suite: Suite, cells: list[Cell], ray=None, progress=None):
+        self.suite, self.cells, self.ray, self.progress = suite, cells, ray, progress
         self.network = Network()
         self.owned_cluster = False
-        self.ray = None
         self._sigterm = None
 
     def __enter__(self) -> Session:
-        d = self.suite.distributed
         scaling = [c for c in self.cells if c.scenario == "scaling"]
         if scaling and threading.current_thread() is threading.main_thread():
             # a `kill` of the run cleans up like Ctrl-C does (namespaces down, job processes ended)
@@ -100,10 +101,6 @@ class Session:
                 if self.progress:
                     self.progress("phase", text="measuring the link between workers")
                 self.network.measure_link()
-            if d.launcher == "ray":
-                from dlbench.launch.ray import RayLauncher
-
-                self.ray = RayLauncher(d.ray_address)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -133,15 +130,6 @@ class Session:
         if self.owned_cluster:
             netns.down()
             self.owned_cluster = False
-        if self.ray is not None:
-            self.ray.close()
-            self.ray = None
-
-    def job_runner(self):
-        """The function that runs one ordinary job (verification, peak, timed cell)."""
-        from dlbench.launch.subprocess import run_job
-
-        return self.ray.run_job if self.ray is not None else run_job
 
     def measure(self, cell: Cell) -> CellOutcome:
         if self.ray is not None:

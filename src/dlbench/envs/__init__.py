@@ -33,7 +33,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the registry imports this module; the caller passes the framework's entry
+    from dlbench.frameworks import FrameworkInfo
 
 RECORD = "dlbench-env.json"
 LOG = "create.log"
@@ -210,15 +213,13 @@ def _version_of(versions: dict[str, str], distribution: str | tuple[str, ...]) -
     return None
 
 
-def create(framework: str, python: str | None = None, force: bool = False,
+def create(info: FrameworkInfo, python: str | None = None, force: bool = False,
            progress: Callable[[str], None] = lambda s: None) -> EnvRecord:
     """Build (or, unless ``force``, reuse) the framework's environment and record it.
 
     Raises :class:`EnvError` with pip's exact error when something cannot be installed; the
     half-built directory is removed and the full log kept beside it (``FRAMEWORK.log``)."""
-    from dlbench.frameworks import framework_info
-
-    info = framework_info(framework)
+    framework = info.name
     reqs, build = requirements(framework)
     existing = load(framework)
     if existing and not force:

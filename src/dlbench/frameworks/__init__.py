@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlbench import envs
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 
 __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "FrameworkInfo", "list_frameworks",
@@ -81,7 +82,7 @@ def register(info: FrameworkInfo) -> None:
     FRAMEWORKS[info.name] = info
 
 
-def _import(module: str):
+def import_plugin(module: str):
     """A module by dotted name, or a ``.py`` file by path (plugins outside any package)."""
     if module.endswith(".py"):
         import importlib.util as iu
@@ -101,11 +102,12 @@ def _import(module: str):
 
 
 def load_plugins() -> None:
-    """Backends outside dlbench: ``DLBENCH_PLUGINS`` lists modules or .py files that define
-    ``FRAMEWORK_INFO`` (a FrameworkInfo, or a list of them). The variable reaches every measuring
-    process, so a plugin backend runs there too. A plugin must not import its framework at top level."""
+    """Backends outside dlbench: ``DLBENCH_PLUGINS`` lists modules or .py files that may define
+    ``FRAMEWORK_INFO`` (a FrameworkInfo, or a list of them) and ``SCENARIOS`` (see
+    :mod:`dlbench.scenarios.registry`). The variable reaches every measuring process, so a plugin
+    backend runs there too. A plugin must not import its framework at top level."""
     for item in filter(None, (p.strip() for p in os.environ.get("DLBENCH_PLUGINS", "").split(","))):
-        infos = _import(item).FRAMEWORK_INFO
+        infos = vars(import_plugin(item)).get("FRAMEWORK_INFO", ())
         for info in infos if isinstance(infos, list | tuple) else [infos]:
             register(info)
 
@@ -120,8 +122,6 @@ def installed_version(name: str) -> str | None:
     """The framework's version where dlbench would measure it: its environment's (``dlbench envs``)
     when it has one, else this Python's; None when neither has it."""
     info = framework_info(name)
-    from dlbench import envs  # light: reads a JSON record, imports no framework
-
     record = envs.load(name)
     if record is not None and record.framework_version:
         return record.framework_version
@@ -137,8 +137,6 @@ def installed_version(name: str) -> str | None:
 
 
 def list_frameworks() -> list[dict]:
-    from dlbench import envs
-
     return [{"name": n, "installed": (v := installed_version(n)) is not None, "version": v,
              "variants": list(i.variants), "description": i.description, "python": envs.python_for(n)}
             for n, i in FRAMEWORKS.items()]
@@ -149,8 +147,6 @@ def check_frameworks(names: list[str]) -> None:
     for name in names:
         if installed_version(name) is None:
             framework_info(name)  # unknown -> its own message
-            from dlbench import envs
-
             hint = f"dlbench envs create {name}" if name in envs.recipes() else f"pip install 'dlbench[{name}]'"
             raise UnknownFrameworkError(f"framework {name!r} is not installed ({hint})")
 
@@ -158,7 +154,7 @@ def check_frameworks(names: list[str]) -> None:
 def get_backend(name: str) -> Backend:
     """Import the backend (and so the framework) into this process."""
     info = framework_info(name)
-    module = _import(info.module)
+    module = import_plugin(info.module)
     return module.Backend_()
 
 

@@ -13,19 +13,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dlbench.distributed.scaling import Network, measure_cell
 from dlbench.errors import UsageError
-from dlbench.launch.subprocess import JobOutcome
+from dlbench.launch.subprocess import JobOutcome, run_job
+from dlbench.scenarios.base import CellOutcome
 
 
 def _run_job_task(job: dict[str, Any], timeout_s: float, threads: int | None, extra_env: dict[str, str] | None):
-    from dlbench.launch.subprocess import run_job
-
     return run_job(job, timeout_s, threads, extra_env=extra_env)
 
 
 def _scaling_task(cell, suite):
-    from dlbench.distributed.scaling import Network, measure_cell
-
     return measure_cell(cell, suite, Network())
 
 
@@ -72,8 +70,6 @@ class RayLauncher:
 
     def measure_scaling(self, cell, suite):
         """A scaling cell as one task holding W x threads CPUs (its workers run on that node)."""
-        from dlbench.runner import CellOutcome
-
         cpus = cell.workers * (cell.threads or 1)
         task = self.ray.remote(_scaling_task).options(num_cpus=cpus, num_gpus=self._gpus(cell.device, cell.workers),
                                                       max_retries=0)
@@ -91,3 +87,9 @@ class RayLauncher:
 
     def close(self) -> None:
         self.ray.shutdown()
+
+    def __enter__(self) -> RayLauncher:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

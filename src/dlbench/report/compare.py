@@ -28,7 +28,7 @@ import numpy as np
 
 from dlbench.measure.stats import process_p_value, process_ratio_ci, ratio_ci
 from dlbench.results import CellResult, RunResults
-from dlbench.scenarios import TIMED
+from dlbench.scenarios import registry
 
 ALPHA = 0.01
 THRESHOLD = 0.05
@@ -141,7 +141,7 @@ def compare_runs(a: RunResults, b: RunResults, alpha: float = ALPHA, threshold: 
         if cb is None:
             continue
         key = key_of(k)
-        if ca.cell.scenario not in TIMED:
+        if ca.cell.scenario not in registry.per_batch():
             out.not_compared.append((key, f"the {ca.cell.scenario} scenario has no per-iteration samples"))
         elif not (ca.ok and ca.samples_ms) or not (cb.ok and cb.samples_ms):
             out.not_compared.append((key, f"A {ca.cell.status}, B {cb.cell.status}"

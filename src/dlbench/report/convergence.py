@@ -5,31 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+from dlbench.scenarios.convergence import first_departure, summarise_curves
 
-from dlbench.scenarios.convergence import first_departure, time_to_accuracy
-
-
-def summarise_curves(repeats: list[dict], target: float) -> dict[str, Any]:
-    """Mean and spread over repeats of each epoch's figures, final accuracy and time-to-accuracy."""
-    if not repeats:
-        return {}
-    epochs = min(len(r["epochs"]) for r in repeats)
-    keys = ("train_loss", "train_acc", "test_acc", "elapsed_train_s", "eval_s", "train_samples_per_s")
-    per_epoch = {k: np.array([[r["epochs"][e][k] for e in range(epochs)] for r in repeats]) for k in keys}
-    final = per_epoch["test_acc"][:, -1]
-    tta = [time_to_accuracy(r["epochs"], target) for r in repeats]
-    reached = [t for t in tta if t is not None]
-    return {
-        "repeats": len(repeats), "epochs": epochs, "target_accuracy": target,
-        "final_test_acc_mean": float(final.mean()),
-        "final_test_acc_std": float(final.std(ddof=1)) if len(final) > 1 else 0.0,
-        "final_test_acc_min": float(final.min()), "final_test_acc_max": float(final.max()),
-        "time_to_accuracy_s": float(np.mean(reached)) if len(reached) == len(tta) else None,
-        "reached": f"{len(reached)}/{len(tta)}",
-        "train_samples_per_s": float(np.median(per_epoch["train_samples_per_s"])),
-        "curves": {k: {"mean": v.mean(axis=0).tolist(), "std": v.std(axis=0).tolist()} for k, v in per_epoch.items()},
-    }
+__all__ = ["agreement", "summarise_curves"]
 
 
 def agreement(cells: list, reference_framework: str | None = None, tolerance: float = 0.01) -> list[dict[str, Any]]:

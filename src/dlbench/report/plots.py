@@ -22,7 +22,7 @@ import numpy as np
 from dlbench.report.summary import summary_rows
 from dlbench.report.tables import row_memory_bytes
 from dlbench.results import CellResult, RunResults
-from dlbench.scenarios import TIMED
+from dlbench.scenarios import registry
 
 MAX_LINES = 10
 
@@ -73,7 +73,7 @@ def _label(c: CellResult, *axes: str) -> str:
 
 
 def _timed_ok(res: RunResults) -> list[CellResult]:
-    return [c for c in res.cells if c.ok and c.cell.scenario in TIMED and c.time_ms is not None]
+    return [c for c in res.cells if c.ok and c.cell.scenario in registry.per_batch() and c.time_ms is not None]
 
 
 def _by(cells: Iterable[CellResult], key: Callable[[CellResult], tuple]) -> dict[tuple, list[CellResult]]:
@@ -88,7 +88,7 @@ def _sweep(res: RunResults, axis: str, title: str, xlabel: str, what: str) -> tu
     others = [a for a in ("batch", "threads", "device") if a != axis]
     plots, lacking = [], []
     for model, cells in _by(_timed_ok(res), lambda c: (c.cell.model,)).items():
-        scenarios = [s for s in TIMED if any(c.cell.scenario == s for c in cells)]
+        scenarios = [s for s in registry.per_batch() if any(c.cell.scenario == s for c in cells)]
         lines = _by(cells, lambda c: (c.cell.scenario, c.cell.framework, c.cell.variant,
                                       *(getattr(c.cell, a) for a in others)))
         if not any(len({getattr(c.cell, axis) for c in line}) >= 2 for line in lines.values()):
@@ -174,7 +174,7 @@ def warmup_series(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
     plots = []
     cells = [c for c in _timed_ok(res) if c.series_ms]
     for model, mcells in _by(cells, lambda c: (c.cell.model,)).items():
-        scenarios = [s for s in TIMED if any(c.cell.scenario == s for c in mcells)]
+        scenarios = [s for s in registry.per_batch() if any(c.cell.scenario == s for c in mcells)]
         fig, axes = _figure(len(scenarios))
         for ax, scenario in zip(axes, scenarios, strict=True):
             per_fw = _by((c for c in mcells if c.cell.scenario == scenario),

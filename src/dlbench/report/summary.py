@@ -1,7 +1,9 @@
 """The end-of-run summary: per model, rows framework + variant (+ batch, threads, device),
-columns the median time of each scenario with its 95% CI, throughput, memory and the verdict.
-Whole-data-set scenarios (``epoch``, ``predict``: H2O) get their own columns in samples per second,
-never a per-batch time."""
+columns each scenario's own (the median time with its 95% CI, and beside it that scenario's
+samples/s), memory and the verdict. Each scenario says how its cell reads
+(:meth:`dlbench.scenarios.base.Scenario.text`): whole-data-set scenarios (``epoch``, ``predict``:
+H2O) in samples per second, never a per-batch time. A throughput is always labelled with its
+scenario: a forward rate and a training rate never share a column."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 from dlbench.report.convergence import agreement
 from dlbench.results import CellResult, RunResults
-from dlbench.scenarios import DATASET, TIMED
+from dlbench.scenarios import registry
 
 
 @dataclass
@@ -24,32 +26,19 @@ class SummaryRow:
     verified: str
     cells: dict[str, CellResult] = field(default_factory=dict)  # scenario -> result
 
-    def time_text(self, scenario: str) -> str:
+    def text(self, scenario: str) -> str:
+        """The scenario's cell, as the scenario writes it ("" when the row has no such cell)."""
         c = self.cells.get(scenario)
-        if c is None:
-            return ""
-        if not c.ok or c.time_ms is None:
-            return f"– ({c.cell.status})"
-        t = c.time_ms
-        return f"{t.median:.3g} [{t.ci_low:.3g}, {t.ci_high:.3g}]"
+        return "" if c is None else registry.of_stored(scenario).text(c)
 
-    def rate_text(self, scenario: str) -> str:
-        """A whole-data-set scenario: median samples/s over ``batch`` samples, with its 95% CI."""
+    def throughput(self, scenario: str) -> float | None:
+        """Samples/s of the row's cell of ``scenario`` (None: no cell, no time, or no rate)."""
         c = self.cells.get(scenario)
-        if c is None:
-            return ""
-        if not c.ok or c.time_ms is None:
-            return f"– ({c.cell.status})"
-        t, n = c.time_ms, self.batch * 1e3
-        return f"{n / t.median:,.0f} [{n / t.ci_high:,.0f}, {n / t.ci_low:,.0f}]"
+        return None if c is None or not c.ok else registry.of_stored(scenario).throughput(c)
 
-    @property
-    def throughput(self) -> float | None:
-        for s in ("train_step", "gradient", "forward"):
-            c = self.cells.get(s)
-            if c is not None and c.samples_per_s:
-                return c.samples_per_s
-        return None
+    def throughput_text(self, scenario: str) -> str:
+        rate = self.throughput(scenario)
+        return "" if scenario not in self.cells else "–" if rate is None else f"{rate:,.0f}"
 
     @property
     def peak_rss_mib(self) -> float | None:
@@ -57,34 +46,14 @@ class SummaryRow:
         values = [v for v in values if v]
         return max(values) / 2**20 if values else None
 
-    @property
-    def compile_text(self) -> str:
-        c = self.cells.get("compile")
-        if c is None or not c.compile_ms:
-            return "" if c is None else f"– ({c.cell.status})"
-        parts = [f"{k} {d.get('cold', float('nan')) / 1e3:.3g}/{d.get('warm', float('nan')) / 1e3:.3g} s"
-                 for k, d in c.compile_ms.items()]
-        return ", ".join(parts)
-
-    @property
-    def convergence_text(self) -> str:
-        c = self.cells.get("convergence")
-        if c is None:
-            return ""
-        if not c.convergence:
-            return f"– ({c.cell.status})"
-        v = c.convergence
-        tta = f"{v['time_to_accuracy_s']:.1f} s" if v["time_to_accuracy_s"] is not None else f"not reached ({v['reached']})"
-        return (f"test acc {v['final_test_acc_mean']:.3f} ± {v['final_test_acc_std']:.3f} after {v['epochs']} epochs; "
-                f"to {v['target_accuracy']:.0%}: {tta}")
-
     def to_dict(self) -> dict[str, Any]:
+        per_batch = registry.per_batch()
         return {"framework": self.framework, "variant": self.variant, "batch": self.batch, "threads": self.threads,
                 "device": self.device, "data": self.data, "verified": self.verified,
                 **{f"{s}_ms": (c.time_ms.to_dict() if c.time_ms else None) for s, c in self.cells.items()
-                   if s in TIMED},
-                **{f"{s}_samples_per_s": c.samples_per_s for s, c in self.cells.items() if s in DATASET},
-                "samples_per_s": self.throughput, "peak_rss_mib": self.peak_rss_mib,
+                   if s in per_batch},
+                **{f"{s}_samples_per_s": self.throughput(s) for s in self.cells},
+                "peak_rss_mib": self.peak_rss_mib,
                 "compile_ms": self.cells["compile"].compile_ms if "compile" in self.cells else None,
                 "convergence": self.cells["convergence"].convergence if "convergence" in self.cells else None,
                 "statuses": {s: c.cell.status for s, c in self.cells.items()}}
@@ -94,7 +63,7 @@ def summary_rows(results: RunResults) -> dict[str, list[SummaryRow]]:
     """model -> rows, in the order cells were planned."""
     tables: dict[str, dict[tuple, SummaryRow]] = {}
     for c in results.cells:
-        if c.cell.scenario == "scaling":  # one row per worker count: see dlbench.distributed.report
+        if not registry.of_stored(c.cell.scenario).in_summary:  # scaling: see dlbench.distributed.report
             continue
         k = (c.cell.framework, c.cell.variant, c.cell.batch, c.cell.threads, c.cell.device, c.cell.data)
         rows = tables.setdefault(c.cell.model, {})
@@ -102,6 +71,12 @@ def summary_rows(results: RunResults) -> dict[str, list[SummaryRow]]:
             rows[k] = SummaryRow(*k, verified=c.verified)
         rows[k].cells[c.cell.scenario] = c
     return {m: list(rows.values()) for m, rows in tables.items()}
+
+
+def summary_scenarios(rows: list[SummaryRow]) -> list[str]:
+    """The scenarios of these rows, in the registry's order (then any stored one it does not know)."""
+    present = dict.fromkeys(s for r in rows for s in r.cells)
+    return [s for s in registry.names() if s in present] + [s for s in present if s not in registry.SCENARIOS]
 
 
 def summary_dict(results: RunResults) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from dlbench.report.summary import SummaryRow, summary_rows
 from dlbench.results import CellResult, RunResults
-from dlbench.scenarios import TIMED
+from dlbench.scenarios import registry
 
 DASH = "–"
 
@@ -153,7 +153,7 @@ VERIFIED = {"pass": "yes", "fail": "NO", "unsupported": "unsupported", "unknown"
 
 
 def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
-    scenarios = [s for s in TIMED if any(s in r.cells for r in rows)]
+    scenarios = [s for s in registry.per_batch() if any(s in r.cells for r in rows)]
     rate = _rate_scenario(rows)
     has_compile = any("compile" in r.cells for r in rows)
     columns = [Column("framework", "framework", numeric=False), Column("variant", "variant", numeric=False),

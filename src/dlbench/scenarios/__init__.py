@@ -1,56 +1,12 @@
-"""What is measured. A timed scenario turns a built model and a placed batch into the closure the
-timer calls; ``compile`` times first calls instead (see :mod:`dlbench.scenarios.compile`).
+"""What is measured: one module per scenario, each a :class:`~dlbench.scenarios.base.Scenario`.
 
-* ``forward``: a batch through the network to its output, inference mode.
-* ``gradient``: forward + loss + backward, no update (Bahrampour et al.'s "gradient computation").
-* ``train_step``: gradient + SGD momentum update (Shi et al.'s time per mini-batch).
-* ``compile``: wall time of the first call of each closure in a fresh process, with the
-  framework's caches cold and then warm (Bahrampour et al.'s Table 8).
-* ``convergence``: E epochs of training on a real data set, evaluated by dlbench after each
-  epoch (see :mod:`dlbench.scenarios.convergence`).
-* ``scaling``: train_step throughput of synchronous data parallel training at W workers, weak or
-  strong scaling, with compute and communication time split (see :mod:`dlbench.distributed`).
+* :mod:`~dlbench.scenarios.timed`: ``forward``, ``gradient``, ``train_step`` (one batch, timed
+  under the protocol) and the whole-data-set ``epoch`` and ``predict`` (H2O);
+* :mod:`~dlbench.scenarios.compile`: first-call times in fresh processes, caches cold then warm;
+* :mod:`~dlbench.scenarios.convergence`: E epochs on a real data set, curves and agreement;
+* :mod:`~dlbench.scenarios.scaling`: data-parallel training at W workers (:mod:`dlbench.distributed`).
 
-Whole-data-set scenarios, for frameworks that cannot time one batch (H2O trains and scores whole
-frames inside a JVM): one call processes a data set of ``batch`` samples, and what is reported is
-samples per second, never a per-batch time:
-
-* ``epoch``: one training epoch over ``batch`` samples, as the framework trains (H2O: asynchronous
-  Hogwild SGD, one sample per update per thread).
-* ``predict``: scoring ``batch`` samples through the framework's prediction API.
-
-A framework that has only these declares which per-batch scenario each stands in for
-(``FrameworkInfo.stands_in``), so a suite asking for ``forward`` and ``train_step`` measures its
-``predict`` and ``epoch`` instead, in their own, clearly labelled columns.
+:mod:`~dlbench.scenarios.base` holds the contract, :mod:`~dlbench.scenarios.registry` the names
+(plug-ins included), :mod:`~dlbench.scenarios.prepare` what every measuring process does first.
+This package module imports nothing, so importing one scenario never imports the others.
 """
-
-from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
-
-from dlbench.frameworks.base import Backend, OptimizerSpec
-from dlbench.models.spec import ModelSpec
-
-TIMED = ("forward", "gradient", "train_step")
-#: scenarios whose one call processes a whole data set of ``batch`` samples (reported as samples/s)
-DATASET = ("epoch", "predict")
-SCENARIOS = (*TIMED, *DATASET, "compile", "convergence", "scaling")
-
-#: FLOPs of a scenario as a multiple of the forward pass (backward ~ 2x forward, the usual
-#: convention; the SGD update's element-wise work is not counted)
-FLOP_FACTOR = {"forward": 1.0, "gradient": 3.0, "train_step": 3.0, "epoch": 3.0, "predict": 1.0, "scaling": 3.0}
-
-
-def make_closure(scenario: str, backend: Backend, model: Any, placed: Any, spec: ModelSpec) -> Callable[[], Any]:
-    if scenario == "forward":
-        return backend.forward(model, placed)
-    if scenario == "gradient":
-        return backend.gradient(model, placed)
-    if scenario == "train_step":
-        return backend.train_step(model, placed, OptimizerSpec(lr=spec.learning_rate))
-    if scenario == "epoch":
-        return backend.epoch(model, placed, OptimizerSpec(lr=spec.learning_rate))
-    if scenario == "predict":
-        return backend.predict(model, placed)
-    raise ValueError(f"unknown scenario {scenario!r}")

@@ -11,15 +11,24 @@ the first ``log_steps`` steps is kept for the agreement check between frameworks
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from dlbench import envs
+from dlbench.data import DataError, adapt, load_dataset
 from dlbench.data.dataset import Dataset
-from dlbench.frameworks.base import Backend, OptimizerSpec
+from dlbench.errors import UsageError
+from dlbench.frameworks import get_backend
+from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.models import get_model
 from dlbench.models.spec import ModelSpec
+from dlbench.scenarios.base import CellOutcome, Context, Scenario, failure, framework_env
+from dlbench.scenarios.prepare import versions
+from dlbench.store import Sample
 from dlbench.weights import init_weights
 
 
@@ -96,3 +105,110 @@ def first_departure(reference: list[float], other: list[float], tolerance: float
         if abs(b - a) > tolerance * max(abs(a), 1e-12):
             return i + 1
     return None
+
+
+def summarise_curves(repeats: list[dict], target: float) -> dict[str, Any]:
+    """Mean and spread over repeats of each epoch's figures, final accuracy and time-to-accuracy."""
+    if not repeats:
+        return {}
+    epochs = min(len(r["epochs"]) for r in repeats)
+    keys = ("train_loss", "train_acc", "test_acc", "elapsed_train_s", "eval_s", "train_samples_per_s")
+    per_epoch = {k: np.array([[r["epochs"][e][k] for e in range(epochs)] for r in repeats]) for k in keys}
+    final = per_epoch["test_acc"][:, -1]
+    tta = [time_to_accuracy(r["epochs"], target) for r in repeats]
+    reached = [t for t in tta if t is not None]
+    return {
+        "repeats": len(repeats), "epochs": epochs, "target_accuracy": target,
+        "final_test_acc_mean": float(final.mean()),
+        "final_test_acc_std": float(final.std(ddof=1)) if len(final) > 1 else 0.0,
+        "final_test_acc_min": float(final.min()), "final_test_acc_max": float(final.max()),
+        "time_to_accuracy_s": float(np.mean(reached)) if len(reached) == len(tta) else None,
+        "reached": f"{len(reached)}/{len(tta)}",
+        "train_samples_per_s": float(np.median(per_epoch["train_samples_per_s"])),
+        "curves": {k: {"mean": v.mean(axis=0).tolist(), "std": v.std(axis=0).tolist()} for k, v in per_epoch.items()},
+    }
+
+
+class Convergence(Scenario):
+    """E epochs on a real data set in ``repeats`` fresh processes, repeat r from seed ``seed + r``."""
+
+    name = "convergence"
+    description = "E epochs on a real data set: accuracy curves, time-to-accuracy, agreement between frameworks"
+    requires = "train_step"
+    per_iteration = False
+    # accuracy curves do not depend on the thread count: train to accuracy once, on every core, unless
+    # --threads asks for more (1 and all cores doubled the run's time)
+    default_threads = ["all"]
+
+    def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
+        """On a real data set, at least ten steps an epoch."""
+        if data == "synthetic":
+            return spec.default_batch
+        try:
+            return default_batch(spec, len(load_dataset(data, data_dir, "train")))
+        except DataError:
+            return spec.default_batch  # the runner's data check reports the problem
+
+    def check(self, cells, suite) -> None:
+        synthetic = sorted({c.model for c in cells if c.scenario == self.name and c.data == "synthetic"})
+        if synthetic:
+            raise UsageError(f"convergence needs a real data set for {', '.join(synthetic)} (--data digits, or "
+                             "--data mnist|cifar10|imdb|ptb with --data-dir)")
+
+    def measure(self, cell, ctx: Context) -> CellOutcome:
+        suite = ctx.suite
+        out = CellOutcome("ok")
+        repeats = []
+        for r in range(suite.protocol.repeats):
+            job = {**self.job(cell, suite), "seed": suite.seed + r}
+            o = ctx.run_job(job, suite.protocol.timeout_s * suite.convergence.epochs, cell.threads,
+                            python=envs.python_for(cell.framework), extra_env=framework_env(cell))
+            out.seconds += o.seconds
+            if o.status != "ok":
+                out.status, out.reason = failure(o)
+                break
+            if "unsupported" in o.result:
+                return CellOutcome("unsupported", o.result["unsupported"], seconds=out.seconds)
+            repeats.append(o.result["curves"])
+            out.samples += [Sample(r, e["epoch"] - 1, "epoch_train", e["train_s"] * 1e9)
+                            for e in o.result["curves"]["epochs"]]
+        out.metrics = {"convergence": repeats, "target_accuracy": suite.convergence.target_accuracy}
+        return out
+
+    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Train on the real data set for the configured epochs; curves measured by dlbench itself."""
+        backend = get_backend(job["framework"])
+        readback = backend.set_threads(job["threads"]) if job.get("threads") else {}
+        spec = get_model(job["model"])
+        train_set = adapt(load_dataset(job["data"], job.get("data_dir"), "train"), spec)
+        test_set = adapt(load_dataset(job["data"], job.get("data_dir"), "test"), spec)
+        config = ConvergenceConfig(**{k: v for k, v in job["convergence"].items() if k != "target_accuracy"})
+        try:
+            curves = train(backend, spec, train_set, test_set, job["batch"], job.get("seed", 0), config,
+                           job.get("device", "cpu"), job["variant"])
+        except UnsupportedError as exc:
+            return {"unsupported": str(exc)}
+        return {"curves": curves, "threads_readback": readback, "python": sys.executable, "versions": versions(backend)}
+
+    def analyse(self, res, samples, peak) -> None:
+        res.convergence = summarise_curves(res.cell.metrics.get("convergence", []),
+                                           res.cell.metrics.get("target_accuracy", 1.0))
+        res.samples_per_s = res.convergence.get("train_samples_per_s")
+
+    def text(self, res) -> str:
+        if not res.convergence:
+            return f"– ({res.cell.status})"
+        v = res.convergence
+        tta = f"{v['time_to_accuracy_s']:.1f} s" if v["time_to_accuracy_s"] is not None else f"not reached ({v['reached']})"
+        return (f"test acc {v['final_test_acc_mean']:.3f} ± {v['final_test_acc_std']:.3f} after {v['epochs']} epochs; "
+                f"to {v['target_accuracy']:.0%}: {tta}")
+
+    def throughput(self, res) -> float | None:
+        return None  # training samples/s is in the curves (report), not a per-batch rate
+
+    @property
+    def column(self) -> str:
+        return "convergence"
+
+
+SCENARIOS = (Convergence(),)

@@ -1,0 +1,45 @@
+"""The ``scaling`` scenario: train_step throughput of data-parallel training at W workers, weak or
+strong scaling, all-reduce or a parameter server, with compute and communication time split.
+
+Its cells carry the distributed axes (one cell per worker count and exchange); the parent's side,
+its launchers and its network live in :mod:`dlbench.distributed.scaling`; its results table in
+:mod:`dlbench.distributed.report` (the per-model summary leaves it out).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from typing import Any
+
+from dlbench.distributed.scaling import Session
+from dlbench.scenarios.base import CellOutcome, Context, Progress, Scenario, analyse_iterations
+
+
+class Scaling(Scenario):
+    name = "scaling"
+    description = "data-parallel train_step at W workers: speedup, efficiency, compute/communication split"
+    requires = "train_step"
+    flop_factor = 3.0
+    in_summary = False
+
+    def cells(self, cell, suite) -> list:
+        """A cell per (exchange, worker count). Strong scaling needs the global batch to split evenly:
+        other worker counts are left out."""
+        d = suite.distributed
+        return [replace(cell, workers=w, scaling=d.scaling, exchange=x, launcher=d.launcher, cluster=d.cluster)
+                for x in d.exchange for w in d.workers
+                if d.scaling == "weak" or (cell.batch % w == 0)]
+
+    def session(self, suite, cells, ray: Any, progress: Progress) -> AbstractContextManager[Session]:
+        return Session(suite, cells, ray, progress)
+
+    def measure(self, cell, ctx: Context) -> CellOutcome:
+        return ctx.sessions[self.name].measure(cell)
+
+    def analyse(self, res, samples, peak) -> None:
+        # W workers use W x threads cores: no single process's peak to compare with
+        analyse_iterations(res, samples, None, self.flop_factor)
+
+
+SCENARIOS = (Scaling(),)

@@ -1,0 +1,159 @@
+"""The timed scenarios: one closure over a placed batch, called under the timing protocol.
+
+* ``forward``: a batch through the network to its output, inference mode.
+* ``gradient``: forward + loss + backward, no update (Bahrampour et al.'s "gradient computation").
+* ``train_step``: gradient + SGD momentum update (Shi et al.'s time per mini-batch).
+
+Whole-data-set scenarios, for frameworks that cannot time one batch (H2O trains and scores whole
+frames inside a JVM): one call processes a data set of ``batch`` samples, and what is reported is
+samples per second, never a per-batch time:
+
+* ``epoch``: one training epoch over ``batch`` samples, as the framework trains (H2O: asynchronous
+  Hogwild SGD, one sample per update per thread).
+* ``predict``: scoring ``batch`` samples through the framework's prediction API.
+
+A framework that has only these declares which per-batch scenario each stands in for
+(``FrameworkInfo.stands_in``), so a suite asking for ``forward`` and ``train_step`` measures its
+``predict`` and ``epoch`` instead, in their own, clearly labelled columns.
+
+The parent starts ``repeats`` fresh processes per cell; each builds the model, places the batch,
+makes the closure (untimed) and times it (:func:`dlbench.measure.timer.time_callable`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dlbench import envs
+from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.measure.memory import current_rss_bytes, nvml_used_bytes, peak_rss_bytes
+from dlbench.measure.stats import summarize
+from dlbench.measure.timer import Protocol, time_callable
+from dlbench.models.spec import ModelSpec
+from dlbench.scenarios.base import CellOutcome, Context, Scenario, failure, framework_env
+from dlbench.scenarios.prepare import prepare, versions
+from dlbench.store import Sample
+
+#: the per-batch closures every training-capable backend has (what ``compile`` times the first call of)
+CLOSURES = ("forward", "gradient", "train_step")
+
+
+def make_closure(scenario: str, backend: Backend, model: Any, placed: Any, spec: ModelSpec) -> Callable[[], Any]:
+    """The backend's closure for a timed scenario (built here, outside any timing)."""
+    opt = OptimizerSpec(lr=spec.learning_rate)
+    makers: dict[str, Callable[[], Callable[[], Any]]] = {
+        "forward": lambda: backend.forward(model, placed),
+        "gradient": lambda: backend.gradient(model, placed),
+        "train_step": lambda: backend.train_step(model, placed, opt),
+        "epoch": lambda: backend.epoch(model, placed, opt),
+        "predict": lambda: backend.predict(model, placed),
+    }
+    if scenario not in makers:
+        raise ValueError(f"unknown closure {scenario!r}")
+    return makers[scenario]()
+
+
+class Timed(Scenario):
+    """A closure timed under the protocol in ``repeats`` fresh processes."""
+
+    def __init__(self, name: str, description: str, flop_factor: float, whole_dataset: bool = False):
+        self.name, self.description, self.requires = name, description, name
+        self.flop_factor, self.whole_dataset = flop_factor, whole_dataset
+
+    def closure(self, backend: Backend, model: Any, placed: Any, spec: ModelSpec) -> Callable[[], Any]:
+        return make_closure(self.name, backend, model, placed, spec)
+
+    # --- the parent's side ------------------------------------------------------------------------
+    def measure(self, cell, ctx: Context) -> CellOutcome:
+        suite = ctx.suite
+        out = CellOutcome("ok")
+        per_repeat: list[dict] = []
+        for r in range(suite.protocol.repeats):
+            o = ctx.run_job(self.job(cell, suite), suite.protocol.timeout_s, cell.threads,
+                            python=envs.python_for(cell.framework), extra_env=framework_env(cell))
+            out.seconds += o.seconds
+            if o.status != "ok":
+                out.status, out.reason = failure(o)
+                break
+            if "unsupported" in o.result:
+                return CellOutcome("unsupported", o.result["unsupported"], seconds=out.seconds)
+            t = o.result["timing"]
+            out.samples += [Sample(r, i, "warmup", v) for i, v in enumerate(t["warmup_ns"])]
+            out.samples += [Sample(r, i, "measure", v, t["loop_k"]) for i, v in enumerate(t["samples_ns"])]
+            if t["first_call_ns"] is not None:
+                out.samples.append(Sample(r, 0, "first_call", t["first_call_ns"]))
+            if t.get("warmup_truncated"):
+                out.warnings.append(f"repeat {r}: warm-up stopped at max_time_s/4 after {len(t['warmup_ns'])} calls")
+            if t["truncated"]:
+                out.warnings.append(f"repeat {r}: stopped at max_time_s with {len(t['samples_ns'])} samples")
+            per_repeat.append(o.result)
+        measured = [s for s in out.samples if s.phase == "measure"]
+        if measured:
+            out.warnings = summarize([s.value_ns for s in measured], suite.protocol.min_iters,
+                                     groups=[s.repeat for s in measured]).warnings + out.warnings
+        if per_repeat:
+            out.metrics = self.metrics(cell, per_repeat, out.warnings)
+        return out
+
+    def metrics(self, cell, per_repeat: list[dict], warnings: list[str]) -> dict[str, Any]:
+        """What the processes reported beside their timings (memory, threads, versions)."""
+        loop_k = max(p["timing"]["loop_k"] for p in per_repeat)
+        first = per_repeat[0]
+        metrics: dict[str, Any] = {
+            "peak_rss_bytes": max(p["peak_rss_bytes"] for p in per_repeat),
+            "rss_growth_bytes": max(p["peak_rss_bytes"] - p["rss_before_build_bytes"] for p in per_repeat),
+            "build_ms": float(np.median([p["build_ns"] / 1e6 for p in per_repeat])),
+            "device_memory": first["device_memory"], "threads_readback": first["threads_readback"],
+            "cores": first["cores"], "python": first["python"], "versions": first["versions"],
+            "loop_k": loop_k, "repeats_done": len(per_repeat),
+        }
+        reported = [p["framework_metrics"] for p in per_repeat if p["framework_metrics"]]
+        if reported:
+            metrics["framework_metrics"] = reported
+        call_samples = first["call_samples"]
+        if call_samples is not None and call_samples != cell.batch:
+            metrics["call_samples"] = call_samples
+            warnings.append(f"each call processed {call_samples} of the batch's {cell.batch} samples "
+                            f"({cell.framework} caps its frames); samples/s counts those")
+        if loop_k > 1:
+            warnings.append(f"one iteration is under 1 ms: each sample times a loop of {loop_k}")
+        return metrics
+
+    # --- the measuring process's side -----------------------------------------------------------
+    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Time the closure under the protocol; report memory, thread read-back and first call."""
+        p = prepare(job)
+        backend, device = p.backend, job.get("device", "cpu")
+        if self.name not in backend.scenarios:
+            return {"unsupported": f"{backend.name} does not support {self.name}"}
+        rss_before = current_rss_bytes()
+        t0 = time.perf_counter_ns()
+        try:
+            model = backend.build(p.spec, p.weights, device, job["variant"])
+            placed = backend.place(p.batch, model)
+            fn = self.closure(backend, model, placed, p.spec)
+        except UnsupportedError as exc:
+            return {"unsupported": str(exc)}
+        build_ns = time.perf_counter_ns() - t0
+        del p.weights
+        timing = time_callable(fn, backend.sync, Protocol(**job["protocol"]))
+        return {
+            "timing": timing.to_dict(), "build_ns": build_ns, "threads_readback": p.readback,
+            "rss_before_build_bytes": rss_before, "peak_rss_bytes": peak_rss_bytes(),
+            "device_memory": {**backend.peak_device_memory(device), **(nvml_used_bytes() if device != "cpu" else {})},
+            "python": sys.executable, "versions": versions(backend),
+            "framework_metrics": backend.cell_metrics(model), "call_samples": backend.call_samples(placed),
+        }
+
+
+FORWARD = Timed("forward", "a batch to the network's output, inference mode", 1.0)
+GRADIENT = Timed("gradient", "forward + loss + backward, no update", 3.0)
+TRAIN_STEP = Timed("train_step", "gradient + SGD momentum update (time per mini-batch)", 3.0)
+EPOCH = Timed("epoch", "one training epoch over a data set of `batch` samples (samples/s)", 3.0, whole_dataset=True)
+PREDICT = Timed("predict", "scoring a data set of `batch` samples (samples/s)", 1.0, whole_dataset=True)
+SCENARIOS = (FORWARD, GRADIENT, TRAIN_STEP, EPOCH, PREDICT)
