@@ -98,7 +98,7 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
         weights = init_weights(spec, seed, mode="verify")
         batch = make_batch(spec, VERIFY_BATCH, seed)
         model = backend.build(spec, weights, device, variant)
-        res.build = dict(getattr(model, "build_info", None) or {})
+        res.build = backend.build_info(model)
         placed = backend.place(batch, model)
 
         # (a) parameter count
@@ -112,7 +112,7 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
 
         # (b) forward
         ref_out, _ = reference.forward(spec, weights, batch, train=False)
-        if getattr(backend, "output", "logits") == "probabilities":  # an API that returns only softmax(logits)
+        if backend.output == "probabilities":  # an API that returns only softmax(logits)
             shifted = np.exp(ref_out - ref_out.max(axis=-1, keepdims=True))
             ref_out = shifted / shifted.sum(axis=-1, keepdims=True)
         fwd = backend.forward(model, placed)
@@ -128,7 +128,7 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
         if not forward_only:
             _check_gradients(backend, model, placed, spec, weights, batch, seed, res, failures)
         res.verdict = "fail" if failures else "pass"
-        only = getattr(backend, "forward_only_reason", None) or FORWARD_ONLY
+        only = backend.forward_only_reason or FORWARD_ONLY
         res.reason = "; ".join([*failures, only] if forward_only else failures)
     except UnsupportedError as exc:
         res.verdict, res.reason = "unsupported", str(exc)

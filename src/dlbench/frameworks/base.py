@@ -98,6 +98,11 @@ class Backend(ABC):
         """Compilation done while building (ONNX Runtime's session creation), by step, for the compile scenario."""
         return {}
 
+    def build_info(self, model: Any) -> dict[str, Any]:
+        """How this model was built, where that can differ between builds (ONNX Runtime: the exporter
+        used and the export and session times); the gate records it with its verdict."""
+        return {}
+
     def call_samples(self, placed: Any) -> int | None:
         """Samples one call processes when that is not the whole batch (H2O caps its frames); None: the batch."""
         return None

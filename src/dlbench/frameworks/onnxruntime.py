@@ -252,6 +252,9 @@ class OnnxRuntimeBackend(Backend):
     def build_compile_ns(self, model: OrtModel) -> dict[str, float]:
         return {"session": float(model.build_info["session_ns"])}
 
+    def build_info(self, model: Any) -> dict[str, Any]:
+        return dict(model.build_info)
+
     def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> OrtModel:
         variant = variant or "default"
         if variant not in self.variants:
