@@ -27,7 +27,8 @@ def cmd_survey(args: argparse.Namespace) -> int:
         return 0
 
     from dlbench.survey import collect, resolve_keys
-    from dlbench.survey.tables import markdown, write
+    from dlbench.survey.output import write
+    from dlbench.survey.tables import markdown
 
     try:
         resolve_keys(split_list(args.framework) or None)

@@ -2,7 +2,7 @@
 setup cost, popularity, and each framework's status here, after the papers' Tables.
 
 :func:`collect` returns everything as plain data (the HTML report can render a section from it);
-:func:`dlbench.survey.tables.write` writes it as Markdown, CSV and JSON. Framework work happens
+:func:`dlbench.survey.output.write` writes it as Markdown, CSV, JSON and HTML. Framework work happens
 only in fresh worker processes; this process reads package metadata and the data files.
 """
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-from pathlib import Path
 from typing import Any
 
 from dlbench.survey.api_coverage import CATEGORIES, LIU_COLUMNS
@@ -200,26 +198,3 @@ def markdown(data: dict) -> str:
         heads, rows = TABLES[name](data)
         parts.append(f"## {TITLES[name]}\n\n" + _md(heads, rows) + "\n")
     return "".join(parts)
-
-
-def write(data: dict, out: Path) -> list[Path]:
-    """survey.md (all tables), survey.json (everything), and per table .md/.csv; api_coverage.json
-    holds every counted name."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-
-    def put(name: str, text: str) -> None:
-        (out / name).write_text(text)
-        written.append(out / name)
-
-    put("survey.md", markdown(data))
-    from dlbench.report.html import render_survey
-
-    put("survey.html", render_survey(data))
-    put("survey.json", json.dumps(data, indent=2, default=str))
-    put("api_coverage.json", json.dumps(data["api_coverage"], indent=2, default=str))
-    for name, fn in TABLES.items():
-        heads, rows = fn(data)
-        put(f"{name}.csv", _csv(heads, rows))
-        put(f"{name}.md", features_md(data) if name == "features" else f"## {TITLES[name]}\n\n" + _md(heads, rows))
-    return written
