@@ -144,3 +144,31 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 def test_dlbench_has_no_import_cycle():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_each_scenario_has_its_own_throughput_column(tmp_path, capsys):
+    """The summary's one samples/s column showed torch's train_step rate beside ONNX Runtime's forward
+    rate: each scenario's rate now sits in its own column, named after it."""
+    from dlbench.store import Store
+    from tests.synthetic_runs import cell, metrics, new_run, timed_samples
+
+    db = tmp_path / "r.db"
+    store = Store(db)
+    run = new_run(store)
+    for fw, variant, scenario, ms in (("torch", "eager", "forward", 2.0), ("torch", "eager", "train_step", 8.0),
+                                      ("onnxruntime", "default", "forward", 1.0)):
+        store.save_cell(run, {**cell(fw, variant, scenario, 64, 1), "data": "synthetic"}, "ok", "", 1.0, [],
+                        metrics(), timed_samples(ms))
+    store.save_cell(run, {**cell("onnxruntime", "default", "train_step", 64, 1), "data": "synthetic"},
+                    "unsupported", "inference only", 0.0, [], {}, [])
+    store.finish_run(run, "complete")
+    store.close()
+    assert main(["show", run, "--db", str(db), "--json"]) == 0
+    rows = {r["framework"]: r for r in json.loads(capsys.readouterr().out)["models"]["lenet"]}
+    assert rows["torch"]["train_step_samples_per_s"] == pytest.approx(64 / 8e-3, rel=0.05)
+    assert rows["torch"]["forward_samples_per_s"] == pytest.approx(64 / 2e-3, rel=0.05)
+    assert rows["onnxruntime"]["forward_samples_per_s"] == pytest.approx(64 / 1e-3, rel=0.05)
+    assert rows["onnxruntime"]["train_step_samples_per_s"] is None and "samples_per_s" not in rows["torch"]
+    assert main(["show", run, "--db", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert "forward samples/s" in text and "train_step samples/s" in text
