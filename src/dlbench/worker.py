@@ -181,6 +181,9 @@ JOBS = {"verify": run_verify, "cell": run_cell, "first_calls": run_first_calls, 
 
 
 def main(argv: list[str]) -> int:
+    from dlbench.launch.subprocess import exit_with_driver
+
+    exit_with_driver()
     job_path, result_path = argv[1], argv[2]
     with open(job_path) as f:
         job = json.load(f)
