@@ -4,7 +4,9 @@ It is the torch backend with variants that misbehave on purpose:
 ``ok`` (plain torch), ``crash`` (the process aborts in the timed closure), ``hang`` (the closure
 never returns), ``oom`` (the process is SIGKILLed, as the kernel's OOM killer does),
 ``broken`` (a transposed kernel: fails the equivalence gate), ``slow`` (sleeps 30% of a forward
-on top of it: a planted slowdown for compare), ``lr`` (a learning rate 10x the spec's).
+on top of it: a planted slowdown for compare), ``lr`` (a learning rate 10x the spec's), ``held``
+(the closure waits while the file named by ``$DLBENCH_FAKE_HOLD`` exists and lists the batch size,
+then runs as ``ok``: a test holds a cell mid-measurement for as long as it needs, and releases it).
 """
 
 import os
@@ -14,7 +16,7 @@ import time
 from dlbench.frameworks import FrameworkInfo
 
 FRAMEWORK_INFO = FrameworkInfo("fakefw", __file__, "torch", "torch",
-                               ("ok", "crash", "hang", "oom", "broken", "slow", "lr"), "test double (torch)")
+                               ("ok", "crash", "hang", "oom", "broken", "slow", "lr", "held"), "test double (torch)")
 
 
 def _backend():
@@ -43,7 +45,7 @@ def _backend():
             finally:
                 self.variants = saved
 
-        def _wrap(self, fn):
+        def _wrap(self, fn, batch):
             """Misbehave from a closure's second call on: the equivalence gate calls each closure once,
             the timer many times, so these fail in measurement, not in verification."""
             mode = self.mode
@@ -61,6 +63,8 @@ def _backend():
                 return later(lambda: time.sleep(3600))
             if mode == "oom":
                 return later(lambda: os.kill(os.getpid(), signal.SIGKILL))
+            if mode == "held":
+                return later(lambda: _held(len(batch["x"])) or fn())
             if mode == "slow":
                 def run():
                     t0 = time.perf_counter()
@@ -76,17 +80,29 @@ def _backend():
             return super().trainer(model, opt)
 
         def forward(self, model, batch):
-            return self._wrap(super().forward(model, batch))
+            return self._wrap(super().forward(model, batch), batch)
 
         def gradient(self, model, batch):
-            return self._wrap(super().gradient(model, batch))
+            return self._wrap(super().gradient(model, batch), batch)
 
         def train_step(self, model, batch, opt):
             if self.mode == "lr":
                 opt = OptimizerSpec(lr=opt.lr * 10, momentum=opt.momentum)
-            return self._wrap(super().train_step(model, batch, opt))
+            return self._wrap(super().train_step(model, batch, opt), batch)
 
     return Fake
+
+
+def _held(size):
+    hold = os.environ.get("DLBENCH_FAKE_HOLD", "")
+    while True:
+        try:
+            with open(hold) as f:
+                if str(size) not in f.read().split():
+                    return
+        except OSError:
+            return
+        time.sleep(0.05)
 
 
 def __getattr__(name):

@@ -1,11 +1,9 @@
-"""`dlbench run` end to end: the store, failures recorded as data, bad input, resume after a kill."""
+"""`dlbench run` end to end: the store, failures recorded as data, bad input (signals, kills and
+resume: tests/test_faults.py)."""
 
 import json
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -180,37 +178,6 @@ def test_runs_show_export(tmp_db, capsys):
     assert main(["export", "--format", "json", "--db", str(tmp_db)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert len(data["cells"][0]["samples_ms"]) >= 3
-
-
-def test_resume_after_parent_killed(tmp_db):
-    """kill -9 of `dlbench run` mid-run; --resume measures only the missing cells."""
-    env = {**os.environ, "DLBENCH_PLUGINS": FAKE}
-    cmd = [sys.executable, "-m", "dlbench.cli", "run", "--model", "lenet", "--framework", "fakefw", "--variant", "ok",
-           "--scenario", "forward", "--batch", "2,3,4,5", "--threads", "1", "--warmup", "1", "--min-iters", "3",
-           "--min-time", "0", "--repeats", "1", "--db", str(tmp_db), "--json"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    done_before = 0
-    while time.time() < deadline:
-        time.sleep(0.5)
-        if tmp_db.exists():
-            try:
-                done_before = sqlite3.connect(tmp_db).execute("SELECT COUNT(*) FROM cells").fetchone()[0]
-            except sqlite3.OperationalError:
-                continue
-            if done_before >= 1:
-                break
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    conn = sqlite3.connect(tmp_db)
-    before = dict(conn.execute("SELECT key, id FROM cells").fetchall())
-    assert 1 <= len(before) < 4, "kill came too late to test resume"
-    run_id = conn.execute("SELECT id FROM runs").fetchone()[0]
-    res = api.run(resume=run_id, db=tmp_db)
-    after = {c.cell.key: c.cell.id for c in res.cells}
-    assert len(after) == 4 and all(c.cell.status == "ok" for c in res.cells)
-    assert all(after[k] == v for k, v in before.items()), "finished cells were measured again"
-    assert res.run["status"] == "complete"
 
 
 def test_compile_scenario_times_cold_and_warm_first_calls(tmp_db):

@@ -123,9 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"dlbench: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("dlbench: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM during a run (dlbench.interrupt)
+        from dlbench.interrupt import explain
+
+        line, code = explain(exc)
+        print(f"dlbench: {line}", file=sys.stderr)
+        return code
     except sqlite3.Error as exc:
         print(f"dlbench: error: database: {exc} (was it written by another dlbench version?)", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import shlex
 import sys
 from datetime import datetime
 
@@ -14,6 +15,7 @@ from rich.table import Table
 from dlbench.cli_common import console, int_list, split_list, thread_list
 from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
 from dlbench.errors import UsageError
+from dlbench.interrupt import Interrupted, explain
 from dlbench.report.convergence import agreement
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
 from dlbench.report.summary import summary_dict, summary_rows, summary_scenarios
@@ -92,12 +94,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                       devices=split_list(args.device) or None, protocol=_protocol(args), seed=args.seed,
                       data=args.data, data_dir=args.data_dir, convergence=_convergence(args), db=args.db,
                       resume=args.resume, progress=progress, argv=sys.argv[1:], distributed=distributed_flags(args))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (dlbench.interrupt): the run is marked interrupted
         if progress:
             progress.stop()
-        print(f"dlbench: interrupted; finished cells are stored in {args.db}; "
-              "continue with: dlbench run --resume RUN_ID (see dlbench runs)", file=sys.stderr)
-        return 130
+        line, code = explain(exc)
+        if not (isinstance(exc, Interrupted) and exc.run_id):
+            line += f"; finished cells are stored in {args.db}; continue with: dlbench run --resume RUN_ID " \
+                    f"--db {shlex.quote(args.db)} (see dlbench runs)"
+        print(f"dlbench: {line}", file=sys.stderr)
+        return code
     finally:
         if progress:
             progress.stop()

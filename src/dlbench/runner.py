@@ -4,7 +4,9 @@ store each result the moment it exists.
 Order of work: validate all input (nothing is written before that) -> open the store and
 create the run -> capture the environment -> measure the machine's peak at each thread count ->
 the equivalence gate, one process per (framework, variant, device) -> the cells. Every step
-checks what the store already holds, which is how ``--resume`` skips finished work.
+checks what the store already holds, which is how ``--resume`` skips finished work. While it
+measures, the process holds the run's lease and a temporary directory of its own (dlbench.lease),
+and SIGTERM stops it as Ctrl-C does (dlbench.interrupt).
 """
 
 from __future__ import annotations
@@ -13,15 +15,17 @@ import json
 import os
 import platform
 import tempfile
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlbench import envs
+from dlbench import envs, lease
 from dlbench.data import DataError, adapt, list_datasets, load_dataset
 from dlbench.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, installed_version
+from dlbench.interrupt import Interrupted, signals_interrupt
 from dlbench.launch.ray import RayLauncher
 from dlbench.launch.subprocess import run_job
 from dlbench.measure import environment
@@ -238,35 +242,51 @@ def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = No
     store = Store(db)
     try:
         run_id = store.create_run(suite.name, resolved.model_dump(), argv)
-        progress("phase", text="environment")
-        store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
-        _run(store, run_id, resolved, cells, progress)
+        with _run(store, run_id, progress) as progress:
+            progress("phase", text="environment")
+            store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
+            execute(store, run_id, resolved, cells, progress)
     finally:
         store.close()
     return RunHandle(run_id, Path(db), len(cells))
 
 
 def resume(run_id: str, db: str | Path = DEFAULT_DB, progress: Progress = _quiet) -> RunHandle:
+    """Finish a stored run; refused (UsageError) while the driver measuring it lives."""
     store = Store(db, create=False)
     try:
         run = store.get_run(run_id)
         suite = Suite.model_validate(run["suite"])
         frameworks, cells = plan_cells(suite)
-        if not store.environment(run_id):
-            store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
-        _run(store, run_id, suite, cells, progress)
+        with _run(store, run_id, progress) as progress:
+            if not store.environment(run_id):
+                store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
+            execute(store, run_id, suite, cells, progress)
     finally:
         store.close()
     return RunHandle(run_id, Path(db), len(cells))
 
 
-def _run(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress: Progress) -> None:
-    try:
-        execute(store, run_id, suite, cells, progress)
-    except BaseException:
-        store.finish_run(run_id, "interrupted")
-        raise
-    store.finish_run(run_id, "complete")
+@contextmanager
+def _run(store: Store, run_id: str, progress: Progress) -> Iterator[Progress]:
+    """This process measures ``run_id`` while inside: SIGTERM and SIGINT raise Interrupted (told the
+    run's id, for the resume command), it holds the run's lease (refused if a live driver does) and
+    a temporary directory of its own, and the run ends marked complete or interrupted. Yields the
+    progress callback, renewing the lease's heartbeat as each cell finishes."""
+    with signals_interrupt(), lease.hold(store, run_id) as beat, lease.scratch():
+        def beating(event: str, **kw: Any) -> None:
+            if event == "cell_done":
+                beat()
+            progress(event, **kw)
+
+        try:
+            yield beating
+        except BaseException as exc:
+            store.finish_run(run_id, "interrupted")
+            if isinstance(exc, Interrupted):
+                exc.run_id, exc.db = run_id, store.path
+            raise
+        store.finish_run(run_id, "complete")
 
 
 def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = None,

@@ -3,7 +3,7 @@
 The only module that speaks SQL. WAL mode, one transaction per finished cell, so a run killed
 at any moment keeps every cell it finished. The schema version is stored and checked: a
 database written by a newer dlbench, or a file that is not a dlbench database, is refused
-with a one-line error rather than touched.
+with a one-line error rather than touched; an older one is migrated in place (additively).
 """
 
 from __future__ import annotations
@@ -12,14 +12,15 @@ import json
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dlbench.errors import UsageError
+from dlbench.lease import judge
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APP = "dlbench"
 DEFAULT_DB = Path("dlbench-results") / "results.db"
 
@@ -47,6 +48,14 @@ CREATE TABLE IF NOT EXISTS samples (
     phase TEXT NOT NULL, value_ns REAL NOT NULL, loop_k INTEGER NOT NULL DEFAULT 1);
 CREATE INDEX IF NOT EXISTS samples_by_cell ON samples(cell_id);
 """
+
+#: the driver measuring a run (see dlbench.lease): one row while a process holds the run
+LEASES = """CREATE TABLE IF NOT EXISTS leases (
+    run_id TEXT PRIMARY KEY REFERENCES runs(id), pid INTEGER NOT NULL, host TEXT NOT NULL, token TEXT NOT NULL,
+    heartbeat REAL NOT NULL)"""
+
+#: what takes a database from version v to v + 1, one statement each (version 1 had no leases)
+MIGRATIONS = {1: [LEASES]}
 
 CELL_STATUSES = ("ok", "failed", "unsupported", "timeout", "not_equivalent")
 
@@ -123,7 +132,7 @@ class Store:
         if not tables:
             try:
                 with conn:
-                    conn.executescript(SCHEMA)
+                    conn.executescript(SCHEMA + LEASES + ";")
                     conn.executemany("INSERT INTO meta VALUES (?, ?)",
                                      [("app", APP), ("schema_version", str(SCHEMA_VERSION))])
             except sqlite3.OperationalError as exc:
@@ -138,8 +147,25 @@ class Store:
         if version > SCHEMA_VERSION:
             raise UsageError(f"{self.path} has schema version {version}, newer than this dlbench understands "
                              f"({SCHEMA_VERSION}); upgrade dlbench")
-        if version < SCHEMA_VERSION:  # pragma: no cover - no older schema exists yet
+        if version < SCHEMA_VERSION:
+            self._migrate(conn, version)
+
+    def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
+        """Bring a database of an older dlbench to SCHEMA_VERSION in one transaction; additive only, so
+        what it holds reads the same afterwards."""
+        if any(v not in MIGRATIONS for v in range(version, SCHEMA_VERSION)):
             raise UsageError(f"{self.path} has old schema version {version}; no migration known")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for v in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[v]:
+                    conn.execute(statement)
+            conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+            conn.commit()
+        except sqlite3.Error as exc:
+            conn.rollback()
+            raise UsageError(f"cannot upgrade {self.path} from schema version {version} to {SCHEMA_VERSION}: "
+                             f"{exc}") from None
 
     def close(self) -> None:
         self.conn.close()
@@ -161,8 +187,9 @@ class Store:
                                 "WHERE id=?", (run_id,)).fetchone()
         if row is None:
             raise UsageError(f"no run {run_id!r} in {self.path}")
-        return {"id": row[0], "started_at": row[1], "finished_at": row[2], "status": row[3], "suite_name": row[4],
-                "suite": json.loads(row[5]), "argv": json.loads(row[6] or "[]")}
+        lease = self.lease(run_id)
+        return {"id": row[0], "started_at": row[1], "finished_at": row[2], "status": judge(row[3], lease),
+                "suite_name": row[4], "suite": json.loads(row[5]), "argv": json.loads(row[6] or "[]"), "lease": lease}
 
     def latest_run_id(self) -> str:
         row = self.conn.execute("SELECT id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1").fetchone()
@@ -175,8 +202,42 @@ class Store:
             SELECT r.id, r.started_at, r.finished_at, r.status, r.suite_name,
                    SUM(c.status = 'ok'), SUM(c.status IS NOT NULL AND c.status != 'ok')
             FROM runs r LEFT JOIN cells c ON c.run_id = r.id GROUP BY r.id ORDER BY r.started_at""").fetchall()
-        return [{"id": r[0], "started_at": r[1], "finished_at": r[2], "status": r[3], "suite": r[4],
-                 "cells_ok": r[5] or 0, "cells_failed": r[6] or 0} for r in rows]
+        return [{"id": r[0], "started_at": r[1], "finished_at": r[2], "status": judge(r[3], self.lease(r[0])),
+                 "suite": r[4], "cells_ok": r[5] or 0, "cells_failed": r[6] or 0} for r in rows]
+
+    # --- leases (dlbench.lease decides who is alive; this only reads and writes the rows) ---------------
+    def lease(self, run_id: str) -> dict[str, Any] | None:
+        row = self.conn.execute("SELECT pid, host, token, heartbeat FROM leases WHERE run_id=?", (run_id,)).fetchone()
+        return None if row is None else {"pid": row[0], "host": row[1], "token": row[2], "heartbeat": row[3]}
+
+    def claim_lease(self, run_id: str, holder: dict[str, Any], live: Callable[[dict[str, Any]], bool]) -> dict | None:
+        """Take ``run_id``'s lease for ``holder`` (pid, host, token, heartbeat) and mark the run running,
+        unless a live driver holds it: that lease is returned then and nothing is written. One
+        transaction (BEGIN IMMEDIATE), so two drivers resuming one run cannot both get it."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            held = self.lease(run_id)
+            if held is not None and live(held):
+                self.conn.rollback()
+                return held
+            self.conn.execute("INSERT OR REPLACE INTO leases VALUES (?,?,?,?,?)",
+                              (run_id, holder["pid"], holder["host"], holder["token"], holder["heartbeat"]))
+            self.conn.execute("UPDATE runs SET status='running', finished_at=NULL WHERE id=?", (run_id,))
+            self.conn.commit()
+        except BaseException:
+            self.conn.rollback()
+            raise
+        return None
+
+    def beat_lease(self, run_id: str, holder: dict[str, Any], now: float) -> None:
+        with self.conn:
+            self.conn.execute("UPDATE leases SET heartbeat=? WHERE run_id=? AND pid=? AND host=? AND token=?",
+                              (now, run_id, holder["pid"], holder["host"], holder["token"]))
+
+    def release_lease(self, run_id: str, holder: dict[str, Any]) -> None:
+        with self.conn:
+            self.conn.execute("DELETE FROM leases WHERE run_id=? AND pid=? AND host=? AND token=?",
+                              (run_id, holder["pid"], holder["host"], holder["token"]))
 
     # --- environment, peaks, verifications ------------------------------------------------------
     def save_environment(self, run_id: str, env: dict) -> None:

@@ -67,6 +67,9 @@ JOBS = {"scenario": run_scenario, "verify": run_verify, "peak": run_peak, "surve
 
 
 def main(argv: list[str]) -> int:
+    from dlbench.launch.subprocess import exit_with_driver
+
+    exit_with_driver()
     job_path, result_path = argv[1], argv[2]
     with open(job_path) as f:
         job = json.load(f)

@@ -3,7 +3,8 @@ where the run says (loopback, network namespaces, several machines, a Ray cluste
 job's per-rank timings into the store's samples and metrics.
 
 A :class:`Session` spans the run: it brings a namespace cluster up for ``--cluster`` when none is
-up (and takes it down at the end, on error and on Ctrl-C too), or records the loopback fallback
+up (and takes it down at the end, on error and on Ctrl-C or SIGTERM too: the runner turns both
+into KeyboardInterrupt for every run, see dlbench.interrupt), or records the loopback fallback
 when namespaces cannot be made here; with ``--launcher ray`` it hands each cell to the run's Ray
 launcher.
 
@@ -18,10 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,10 +75,6 @@ class Network:
         return d
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 class Session:
     """Run-scoped resources of the scaling scenario (a context manager)."""
 
@@ -87,13 +82,9 @@ class Session:
         self.suite, self.cells, self.ray, self.progress = suite, cells, ray, progress
         self.network = Network()
         self.owned_cluster = False
-        self._sigterm = None
 
     def __enter__(self) -> Session:
         scaling = [c for c in self.cells if c.scenario == "scaling"]
-        if scaling and threading.current_thread() is threading.main_thread():
-            # a `kill` of the run cleans up like Ctrl-C does (namespaces down, job processes ended)
-            self._sigterm = signal.signal(signal.SIGTERM, _interrupt)
         try:
             if any(c.cluster == "netns" for c in scaling):
                 self._cluster(max(c.workers for c in scaling))
@@ -124,9 +115,6 @@ class Session:
         self.network = Network("netns", state)
 
     def __exit__(self, *exc) -> None:
-        if self._sigterm is not None:
-            signal.signal(signal.SIGTERM, self._sigterm)
-            self._sigterm = None
         if self.owned_cluster:
             netns.down()
             self.owned_cluster = False

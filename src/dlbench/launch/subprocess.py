@@ -3,7 +3,8 @@
 The job is a JSON file the worker (:mod:`dlbench.worker`) reads; its result is a JSON file it
 writes. Frameworks print freely to stdout and stderr, so neither carries the result; their tail
 becomes the reason when the process dies. A process killed by SIGKILL without our timeout is
-reported as a likely out-of-memory kill.
+reported as a likely out-of-memory kill. A worker dies with the driver that started it
+(:func:`exit_with_driver`), so even a SIGKILLed driver leaves no worker measuring on.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from typing import Any
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+#: the pid of the driver that started a worker (see exit_with_driver)
+DRIVER_ENV = "DLBENCH_DRIVER_PID"
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -75,6 +79,7 @@ def run_job(job: dict[str, Any], timeout_s: float, threads: int | None = None, p
             env.update(worker_env(python))
         if extra_env:
             env.update(extra_env)
+        env[DRIVER_ENV] = str(os.getpid())
         cmd = [python or sys.executable, "-m", "dlbench.worker", str(job_path), str(result_path)]
         started = time.perf_counter()
         with open(log_path, "wb") as log:
@@ -115,3 +120,24 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:  # pragma: no cover
         pass
+
+
+def exit_with_driver() -> None:
+    """Called first in a worker: have the kernel SIGKILL it when its parent dies (Linux's
+    ``PR_SET_PDEATHSIG``). A driver ended by SIGKILL cannot stop its worker, which measured on,
+    orphaned, beside whatever ran next; a driver already gone before this call ends the worker here."""
+    driver = os.environ.get(DRIVER_ENV)
+    if not driver or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != int(driver) and not _running(int(driver)):  # it died before the call: we were re-parented
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
