@@ -1,6 +1,6 @@
 """The JAX and TensorFlow data-parallel workers end to end: two processes end a run with identical
 weights, and what they cannot build (the backend's variant, TensorFlow's xla step) makes the cell
-unsupported with the reason.
+unsupported with the reason; the JAX step runs the backend's LSTM under shard_map.
 (That their model is the backend's, and their gradient the whole batch's: tests/test_dp_equivalence.py.)"""
 
 import pytest
@@ -36,3 +36,39 @@ def test_what_the_worker_cannot_build_is_unsupported_with_its_reason(framework, 
     out = _measure(framework, variant=variant, workers=1)
     assert out.status == "unsupported"
     assert reason in out.reason
+
+
+@requires("jax")
+def test_jax_worker_step_runs_an_lstm_and_averages_its_gradient(monkeypatch):
+    """The JAX worker's step (jax_dp.Trainer) on the backend's LSTM, over a mesh of two devices of one
+    process: the step's gradient (lr 0, momentum 0: the momentum buffer holds it) is the whole batch's.
+    The LSTM's zero state used to be made from a shape, replicated, while the scan's output varies
+    over the processes: shard_map refused the scan (carry types differ)."""
+    from tests.conftest import run_in_framework
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    out = run_in_framework("jax", """
+        import json
+        import jax, numpy as np, optax
+        from jax.sharding import Mesh
+        from dlbench.data.synthetic import make_batch
+        from dlbench.distributed import common, jax_dp
+        from dlbench.frameworks.base import OptimizerSpec
+        from dlbench.frameworks.jax import JaxBackend
+
+        backend = JaxBackend()
+        job = {"model": "lstm-ptb", "small": True, "seed": 0}
+        spec, model = common.build_model(backend, job)
+        batch = make_batch(spec, 4, 0)
+        _, whole = backend.loss_and_grads(model, backend.place(batch, model))
+        spec, model = common.build_model(backend, job)
+        mesh = Mesh(np.array(jax.devices()), (jax_dp.AXIS,))
+        trainer = jax_dp.Trainer(model, OptimizerSpec(0.0, 0.0), mesh, backend.place(batch, model))
+        jax.block_until_ready(trainer.step())
+        trainer.into_model()
+        step = backend.grads_to_canonical(model, optax.tree_utils.tree_get(model.opt_state, "trace"))
+        rel = {k: float(np.linalg.norm(step[k] - whole[k]) / np.linalg.norm(whole[k])) for k in whole}
+        print(json.dumps({"devices": len(mesh.devices), "rel": rel}))
+    """, timeout=300)
+    assert out["devices"] == 2
+    assert max(out["rel"].values()) <= 1e-5, out["rel"]
