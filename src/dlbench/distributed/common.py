@@ -56,6 +56,23 @@ def shard(spec, global_batch: int, rank: int, world: int, seed: int):
     return Batch(full.x[cut], None if full.y is None else full.y[cut], None if full.mask is None else full.mask[cut])
 
 
+def variant(job: dict[str, Any]) -> str | None:
+    """The job's framework variant for the backend's ``build`` (None, the backend's first, for "default")."""
+    v = job.get("variant")
+    return None if v in (None, "", "default") else v
+
+
+def build_model(backend, job: dict[str, Any], device: str | None = None) -> tuple[Any, Any]:
+    """``(spec, model)``: the job's model built by the framework's dlbench backend (the one the
+    equivalence gate verifies) from the canonical weights of the run's seed. Every worker's model."""
+    from dlbench.models import get_model
+    from dlbench.weights import init_weights
+
+    spec = get_model(job["model"], small=bool(job.get("small")))
+    weights = init_weights(spec, int(job.get("seed", 0)))
+    return spec, backend.build(spec, weights, device or job.get("device", "cpu"), variant(job))
+
+
 def steps_to_time(warmup_ns: list[float], protocol: dict[str, Any]) -> int:
     """Steps for the measured phase, decided once (by rank 0) so every rank runs the same count:
     at least ``min_iters`` and ``min_time_s``, at most what fits in ``max_time_s``."""

@@ -3,19 +3,23 @@ with ``DLBENCH_RANK``, ``DLBENCH_WORLD`` and ``DLBENCH_ADDRS`` (every worker's h
 environment, from which it writes ``TF_CONFIG``.
 
 TensorFlow's own engine: ``tf.distribute.MultiWorkerMirroredStrategy`` (ring collectives, a
-collective timeout) with a custom training step (Keras ``fit`` is not used: it fails under this
-strategy with these hand-built variables): ``strategy.run`` computes the local gradients, averages
-them with the replica context's ``all_reduce(MEAN)``, and ``strategy.extended.update`` applies
-SGD with momentum to each mirrored variable.
+collective timeout) with a custom training step (Keras ``fit`` is not used).
 
-Standalone on purpose (the TensorFlow backend lives on another branch): the network is the spec
-run by a small interpreter in ``tf.nn`` over the canonical weights, converted once to TF's CPU
-layouts (NHWC activations, HWIO kernels; flatten goes back to NCHW order so dense weights keep
-their canonical meaning). Layers it does not cover raise UnsupportedError; its step-0 loss equals
-the NumPy reference's (a test checks it where TensorFlow is installed).
+The model is the TensorFlow backend's (:class:`dlbench.frameworks.tensorflow.TensorFlowBackend`,
+the one the equivalence gate checks): every process builds it with ``build`` under the strategy's
+scope (so its variables are mirrored) from the canonical weights, and the step is the backend's
+own training body (:meth:`~dlbench.frameworks.tensorflow.TensorFlowBackend.step_body`: its loss,
+``GradientTape`` gradient and fused SGD-momentum update) with one addition, its gradient hook set
+to :func:`exchange` (the replica context's ``all_reduce(MEAN)``), run by ``strategy.run`` inside
+one ``tf.function``. Every worker applies the same averaged gradient to its own copy of each
+variable. Batch-norm moving statistics are updated from each worker's own batch and stay local.
 
-Timed like the JAX worker: ``measure`` = the synchronous step; ``compute`` = the same step on
-local (non-mirrored) copies without the exchange; ``comm`` = the gradient all-reduce alone.
+The ``xla`` variant is unsupported here (:data:`NO_XLA`): a ``jit_compile`` step would have to
+compile the all-reduce. Without it the cell would time the ``function`` variant under xla's name.
+
+Timed like the JAX worker: ``measure`` = the synchronous step; ``compute`` = the backend's own
+``train_step`` on a second, local (non-mirrored) copy of the model, without the exchange;
+``comm`` = the gradient all-reduce alone.
 """
 
 from __future__ import annotations
@@ -30,104 +34,50 @@ from typing import Any
 import numpy as np
 
 from dlbench.distributed import common
-from dlbench.distributed.jax_dp import UnsupportedLayer, _check
+
+#: why the ``xla`` variant has no data-parallel cell (TensorFlow 2.21's errors when the step is jit-compiled)
+NO_XLA = ("TensorFlow cannot compile the step's all-reduce with XLA: only NCCL collectives compile (this worker's "
+          "are RING), and none on the CPU ('Collectives are not yet implemented for CPU devices when compiling "
+          "with XLA')")
 
 
-def to_tf(name: str, value: np.ndarray) -> np.ndarray:
-    """Canonical layout -> this worker's: conv kernels OIHW -> HWIO, the rest unchanged."""
-    return np.transpose(value, (2, 3, 1, 0)) if value.ndim == 4 else value
-
-
-def from_tf(name: str, value: np.ndarray) -> np.ndarray:
-    return np.transpose(value, (3, 2, 0, 1)) if value.ndim == 4 else value
-
-
-def forward_fn(spec):
-    """``f(params, x_nhwc) -> (output, marks)``, training-mode batch norm."""
+def exchange(grads: list) -> list:
+    """The data-parallel part of the step: each gradient averaged over the workers (inside ``strategy.run``)."""
     import tensorflow as tf
 
-    from dlbench.models import layers as L
-    from dlbench.models.layers import _pool_out
-
-    _check(spec, UnsupportedLayer)
-    for layer in L.walk(spec.layers):
-        if isinstance(layer, L.Conv2d) and layer.groups != 1:
-            raise UnsupportedLayer("the standalone TensorFlow worker has no grouped convolution on the CPU")
-
-    def pool(x, layer):
-        _, h, w, _ = x.shape
-        k, s, p = layer.kernel, layer.stride, layer.padding
-        oh, ow = (_pool_out(d, k, s, p, layer.ceil_mode) for d in (h, w))
-        eh, ew = max(0, (oh - 1) * s + k - (h + 2 * p)), max(0, (ow - 1) * s + k - (w + 2 * p))
-        pads = [[0, 0], [p, p + eh], [p, p + ew], [0, 0]]
-        if layer.op == "max":
-            out = tf.nn.max_pool2d(tf.pad(x, pads, constant_values=-np.inf), k, s, "VALID")
-        else:
-            total = tf.nn.avg_pool2d(tf.pad(x, pads), k, s, "VALID")
-            inside = tf.pad(tf.ones((1, h + 2 * p, w + 2 * p, 1), x.dtype), [[0, 0], [0, eh], [0, ew], [0, 0]])
-            out = total / tf.nn.avg_pool2d(inside, k, s, "VALID")
-        return out[:, :oh, :ow, :]
-
-    acts = {"relu": tf.nn.relu, "tanh": tf.tanh, "sigmoid": lambda v: 0.5 * (1 + tf.tanh(0.5 * v))}
-
-    def run(layers, x, p, marks):
-        for layer in layers:
-            if isinstance(layer, L.Conv2d):
-                pad = layer.padding
-                x = tf.nn.conv2d(x, p[f"{layer.name}.weight"], layer.stride, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
-                if layer.bias:
-                    x = x + p[f"{layer.name}.bias"]
-            elif isinstance(layer, L.Pool2d):
-                x = pool(x, layer)
-            elif isinstance(layer, L.GlobalAvgPool):
-                x = tf.reduce_mean(x, axis=[1, 2])
-            elif isinstance(layer, L.BatchNorm):
-                axes = [0, 1, 2] if len(x.shape) == 4 else [0]
-                mean, var = tf.nn.moments(x, axes)
-                x = tf.nn.batch_normalization(x, mean, var, p[f"{layer.name}.beta"], p[f"{layer.name}.gamma"], layer.eps)
-            elif isinstance(layer, L.Dense):
-                x = tf.matmul(x, p[f"{layer.name}.weight"]) + (p[f"{layer.name}.bias"] if layer.bias else 0.0)
-            elif isinstance(layer, L.TiedDense):
-                x = tf.matmul(x, p[f"{layer.tied_to}.weight"], transpose_b=True) + p[f"{layer.name}.bias"]
-            elif isinstance(layer, L.Activation):
-                x = acts[layer.fn](x)
-            elif isinstance(layer, L.Mark):
-                marks[layer.name] = x
-            elif isinstance(layer, L.Flatten):
-                if len(x.shape) == 4:
-                    x = tf.transpose(x, [0, 3, 1, 2])  # canonical (C, H, W) order
-                x = tf.reshape(x, [tf.shape(x)[0], -1])
-            elif isinstance(layer, L.ZeroPadShortcut):
-                x = x[:, ::layer.stride, ::layer.stride, :]
-                x = tf.pad(x, [[0, 0], [0, 0], [0, 0], [0, layer.out_channels - x.shape[-1]]])
-            elif isinstance(layer, L.Residual):
-                x = run(layer.body, x, p, marks) + run(layer.shortcut, x, p, marks)
-                if layer.post == "relu":
-                    x = tf.nn.relu(x)
-        return x
-
-    def f(params, x):
-        marks: dict = {}
-        return run(spec.layers, x, params, marks), marks
-    return f
+    return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, grads)
 
 
-def loss_fn(spec):
+def strategy_for(job: dict[str, Any], rank: int, addrs: list[str]) -> Any:
+    """``TF_CONFIG`` for this worker, thread pools, and the strategy (before any other TensorFlow op)."""
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": addrs}, "task": {"type": "worker", "index": rank}})
     import tensorflow as tf
 
-    fwd = forward_fn(spec)
-
-    def loss(params, x, y):
-        out, marks = fwd(params, x)
-        if spec.loss.kind == "mse":
-            target = marks.get(spec.loss.target, x)
-            return tf.reduce_mean(tf.square(out - target))
-        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out))
-    return loss
+    if job.get("threads"):
+        tf.config.threading.set_intra_op_parallelism_threads(int(job["threads"]))
+        tf.config.threading.set_inter_op_parallelism_threads(int(job["threads"]))
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+        timeout_seconds=float(job.get("collective_timeout_s", 120)))
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
-def to_input(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(np.transpose(x, (0, 2, 3, 1))) if x.ndim == 4 else x
+class Trainer:
+    """This worker's part of data-parallel training of a TensorFlow backend model built under
+    ``strategy.scope()``: the backend's step body with :func:`exchange`, run by ``strategy.run``
+    in one ``tf.function``. ``placed`` is this worker's shard of the batch, placed by the backend."""
+
+    def __init__(self, backend, strategy, model, opt, placed: dict[str, Any]):
+        import tensorflow as tf
+
+        with strategy.scope():
+            body, self.accums = backend.step_body(model, opt, reduce_grads=exchange)
+        self.strategy, self.inputs, self.y = strategy, placed["inputs"], placed["y"]
+        self.fn = tf.function(lambda inputs, y: strategy.run(body, args=(inputs, y)), autograph=False)
+
+    def step(self) -> Any:
+        """One synchronous step; returns this worker's loss."""
+        return self.strategy.experimental_local_results(self.fn(self.inputs, self.y))[0]
 
 
 def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
@@ -135,75 +85,35 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
     addrs = os.environ["DLBENCH_ADDRS"].split(",")
     (out_dir / f"pid.{rank}").write_text(str(os.getpid()))
     cores = common.pin_cores(int(os.environ.get("DLBENCH_CORE_OFFSET", rank)), job.get("threads"))
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": addrs}, "task": {"type": "worker", "index": rank}})
     if job.get("threads"):
         os.environ["TF_NUM_INTRAOP_THREADS"] = os.environ["TF_NUM_INTEROP_THREADS"] = str(job["threads"])
 
+    strategy = strategy_for(job, rank, addrs)
     import tensorflow as tf
 
-    from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.frameworks.base import OptimizerSpec, UnsupportedError
+    from dlbench.frameworks.tensorflow import TensorFlowBackend
 
-    spec = get_model(job["model"], small=bool(job.get("small")))
+    backend = TensorFlowBackend()
     try:
-        loss = loss_fn(spec)
-    except UnsupportedLayer as exc:
+        if common.variant(job) == "xla":
+            raise UnsupportedError(NO_XLA)
+        with strategy.scope():
+            spec, model = common.build_model(backend, job)
+        _, local = common.build_model(backend, job)  # compute alone: a plain copy, no exchange
+    except UnsupportedError as exc:
         if rank == 0:
             common.write_json(out_dir / "result.json", {"unsupported": str(exc)})
         return None
-    if job.get("threads"):
-        tf.config.threading.set_intra_op_parallelism_threads(int(job["threads"]))
-        tf.config.threading.set_inter_op_parallelism_threads(int(job["threads"]))
-    comm = tf.distribute.experimental.CommunicationImplementation.RING
-    options = tf.distribute.experimental.CommunicationOptions(
-        implementation=comm, timeout_seconds=float(job.get("collective_timeout_s", 120)))
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    seed = int(job.get("seed", 0))
-    weights = init_weights(spec, seed)
-    trainable = spec.trainable_names()
-    data = common.shard(spec, int(job["global_batch"]), rank, world, seed)
-    x, y = tf.constant(to_input(data.x)), tf.constant(data.y)
-    lr, momentum = spec.learning_rate, 0.9
-    frozen = {k: tf.constant(to_tf(k, v)) for k, v in weights.params.items() if k not in trainable}
-    with strategy.scope():
-        params = {k: tf.Variable(to_tf(k, weights.params[k]), name=k.replace(".", "_")) for k in trainable}
-        mom = {k: tf.Variable(tf.zeros_like(v)) for k, v in params.items()}
-    local_p = {k: tf.Variable(to_tf(k, weights.params[k])) for k in trainable}
-    local_m = {k: tf.Variable(tf.zeros_like(v)) for k, v in local_p.items()}
-    names = sorted(trainable)
-
-    def grads_of(p, xs, ys):
-        with tf.GradientTape() as tape:
-            value = loss({**p, **frozen}, xs, ys)
-        return value, tape.gradient(value, [p[k] for k in names])
-
-    def sgd(var, m, g):
-        m.assign(momentum * m + g)
-        var.assign_sub(lr * m)
+    data = common.shard(spec, int(job["global_batch"]), rank, world, int(job.get("seed", 0)))
+    opt = OptimizerSpec(spec.learning_rate, 0.9)
+    trainer = Trainer(backend, strategy, model, opt, backend.place(data, model))
+    alone = backend.train_step(local, backend.place(data, local), opt)
+    gtree = [tf.ones(v.shape, v.dtype) for v in local.trainable]
 
     @tf.function
-    def step(xs, ys):
-        def replica(xr, yr):
-            value, grads = grads_of(params, xr, yr)
-            return value, tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, grads)
-        value, grads = strategy.run(replica, args=(xs, ys))
-        for k, g in zip(names, grads, strict=True):
-            strategy.extended.update(mom[k], lambda m, gg: m.assign(momentum * m + gg), args=(g,), group=False)
-            strategy.extended.update(params[k], lambda v, m: v.assign_sub(lr * m), args=(mom[k],), group=False)
-        return value
-
-    @tf.function
-    def alone(xs, ys):
-        value, grads = grads_of(local_p, xs, ys)
-        for k, g in zip(names, grads, strict=True):
-            sgd(local_p[k], local_m[k], g)
-        return value
-
-    gtree = [tf.ones_like(local_p[k]) for k in names]
-
-    @tf.function
-    def exchange():
-        return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, gtree))
+    def exchange_alone():
+        return strategy.run(lambda: exchange(gtree))
 
     @tf.function
     def gather(v):
@@ -219,28 +129,30 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
         return float(time.perf_counter_ns() - t0)
 
     protocol = job.get("protocol", {})
-    warmup_ns = [timed(lambda: local_value(step(x, y))) for _ in range(max(1, int(protocol.get("warmup", 3))))]
+    warmup_ns = [timed(trainer.step) for _ in range(max(1, int(protocol.get("warmup", 3))))]
     mine = np.float64(common.steps_to_time(warmup_ns, protocol))
     steps = int(local_value(gather(tf.constant([mine])))[:, 0].numpy().max())
-    timed(lambda: alone(x, y))
-    compute_ns = [timed(lambda: alone(x, y)) for _ in range(steps)]
-    timed(lambda: local_value(exchange()))
-    comm_ns = [timed(lambda: local_value(exchange())[0]) for _ in range(steps)]
+    timed(alone)
+    compute_ns = [timed(alone) for _ in range(steps)]
+    timed(lambda: local_value(exchange_alone()))
+    comm_ns = [timed(lambda: local_value(exchange_alone())[0]) for _ in range(steps)]
+
     def barrier():  # an all-gather of one number (the shape the step count used: no retrace)
         return local_value(gather(tf.constant([np.float64(0)]))).numpy()
 
     step_ns = []
     with common.WireWindow(os.environ.get("DLBENCH_IFACE"), barrier) as wire:
         for i in range(steps):
-            step_ns.append(timed(lambda: local_value(step(x, y))))
+            step_ns.append(timed(trainer.step))
             if common.fault_due(job, rank, len(warmup_ns) + i):
                 os.kill(os.getpid(), 9)
-    dig = common.digest({k: from_tf(k, local_value(params[k]).numpy()) for k in names})
+    dig = common.digest(backend.get_params(model))
     moved = -1 if wire.moved is None else wire.moved
     row = np.concatenate([warmup_ns, step_ns, comm_ns, compute_ns, np.frombuffer(bytes.fromhex(dig), np.uint8),
                           [moved]]).astype(np.float64)
     rows = local_value(gather(tf.constant(row))).numpy().reshape(world, -1)
     nw = len(warmup_ns)
+    grad_bytes = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in local.trainable)
     per_rank = []
     for r in range(world):
         v = rows[r]
@@ -249,14 +161,13 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
                          "comm_ns": parts[2].tolist(), "compute_ns": parts[3].tolist(),
                          "digest": bytes(parts[4].astype(np.uint8)).hex(),
                          "iface_bytes": None if parts[5][0] < 0 else int(parts[5][0]), "steps": steps,
-                         "payload_bytes": [sum(weights.params[k].nbytes for k in names)] * steps,
-                         "cores": cores if r == rank else None})
+                         "payload_bytes": [grad_bytes] * steps, "cores": cores if r == rank else None})
     result = {"per_rank": per_rank, "world": world, "local_world": 1, "nnodes": world,
-              "grad_bytes": sum(weights.params[k].nbytes for k in names), "param_count": spec.param_count,
+              "grad_bytes": grad_bytes, "param_count": spec.param_count,
               "dist_backend": "MultiWorkerMirroredStrategy (RING collectives)",
-              "versions": common.versions(("tensorflow", "tensorflow-cpu")),
+              "versions": common.versions(("tensorflow", "tensorflow-cpu", "keras")),
               "comm_method": "all_reduce(MEAN) of a gradient-shaped list across workers, timed alone",
-              "compute_method": "the same step on local variables without the exchange"}
+              "compute_method": "the TensorFlow backend's own train_step on a local copy, without the exchange"}
     if rank == 0:
         common.write_json(out_dir / "result.json", result)
     return result

@@ -65,6 +65,25 @@ class CommTimer:
         return common.union_ns(iv), nbytes, len(iv)
 
 
+def wrap(model, dist, world: int, local_rank: int) -> tuple[Any, CommTimer, Any]:
+    """The torch backend's model in DDP, with the timing hook: ``(ddp, timer, loss_fn)``, the loss
+    function the backend's own (``_loss_fn``) over the DDP module; a backward through it leaves the
+    gradients averaged over the ranks in the model's parameters."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dlbench.frameworks.torch import _loss_fn
+
+    model.net.train()
+    ddp = DDP(model.net, device_ids=[local_rank] if model.device.type == "cuda" else None, broadcast_buffers=False)
+    timer = CommTimer(dist, world)
+    ddp.register_comm_hook(None, timer.hook)
+    loss_fn = _loss_fn(model.spec, ddp)
+    if model.variant == "compile":
+        loss_fn = torch.compile(loss_fn)
+    return ddp, timer, loss_fn
+
+
 def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
@@ -74,11 +93,8 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
 
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from dlbench.frameworks.torch import TorchBackend, _loss_fn
-    from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.frameworks.torch import TorchBackend
 
     device = job.get("device", "cpu")
     if device.startswith("cuda"):
@@ -89,20 +105,12 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
     try:
         backend = TorchBackend()
         readback = backend.set_threads(job["threads"]) if job.get("threads") else {}
-        spec = get_model(job["model"], small=bool(job.get("small")))
-        seed = int(job.get("seed", 0))
-        model = backend.build(spec, init_weights(spec, seed), device, job.get("variant") or "eager")
-        data = common.shard(spec, int(job["global_batch"]), rank, world, seed)
+        spec, model = common.build_model(backend, job, device)
+        data = common.shard(spec, int(job["global_batch"]), rank, world, int(job.get("seed", 0)))
         placed = backend.place(data, model)
         x, y, mask = placed["x"], placed["y"], placed["mask"]
 
-        model.net.train()
-        ddp = DDP(model.net, device_ids=[local_rank] if device.startswith("cuda") else None, broadcast_buffers=False)
-        timer = CommTimer(dist, world)
-        ddp.register_comm_hook(None, timer.hook)
-        loss_fn = _loss_fn(spec, ddp)
-        if model.variant == "compile":
-            loss_fn = torch.compile(loss_fn)
+        ddp, timer, loss_fn = wrap(model, dist, world, local_rank)
         opt = torch.optim.SGD(model.trainable, lr=spec.learning_rate, momentum=0.9, fused=True)
 
         def sync() -> None:

@@ -53,9 +53,10 @@ Differences a reader should know:
   running-statistics update costs time linear in the program (quadratic overall; about 40% of
   ResNet-56's first training trace; jax-ml/jax PR 40041). Not worked around: it is what a user of
   these versions pays, and it shows only in the first call (the ``compile`` scenario).
-* devices: ``cpu``, and ``cuda``/``gpu`` when a CUDA jaxlib is installed; the GPU path (device
-  placement, TF32 off, allocator peak from ``memory_stats()``) is written the standard way but
-  untested here.
+* devices: ``cpu:N`` is this process's N-th CPU device (``jax.local_devices``: in a multi-process
+  run, such as the data-parallel worker's, ``jax.devices()`` lists the other processes' too), and
+  ``cuda``/``gpu`` when a CUDA jaxlib is installed; the GPU path (device placement, TF32 off,
+  allocator peak from ``memory_stats()``) is written the standard way but untested here.
 """
 
 from __future__ import annotations
@@ -237,7 +238,9 @@ class LSTMLayer(Op):
         self.rnn = nnx.RNN(cell, rngs=False)
 
     def __call__(self, x, ctx):
-        zeros = jnp.zeros((x.shape[0], self.units), x.dtype)
+        # made like x: under the data-parallel worker's shard_map it then varies over the processes as
+        # x does, and the scan's carry keeps one type (zeros made from a shape would be replicated)
+        zeros = jnp.zeros_like(x, shape=(x.shape[0], self.units))
         return self.rnn(x, initial_carry=(zeros, zeros))  # carry is (c, h)
 
 
@@ -484,15 +487,36 @@ def _make_functions(spec: ModelSpec, graphdef: nnx.GraphDef) -> tuple[Callable, 
     return forward_fn, grad_fn
 
 
-def _make_train_fn(spec: ModelSpec, graphdef: nnx.GraphDef, tx: optax.GradientTransformation) -> Callable:
-    loss_fn = _training_loss(spec, graphdef)
+def optimizer(opt: OptimizerSpec) -> optax.GradientTransformation:
+    """The optax transformation of ``opt``: SGD with (PyTorch-form) momentum."""
+    return optax.sgd(opt.lr, momentum=opt.momentum)
+
+
+def train_update(spec: ModelSpec, graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
+                 reduce_loss: Callable[[jax.Array], jax.Array] | None = None) -> Callable:
+    """The training step as a pure function, not jitted: ``(params, opt_state, stats, step, frozen,
+    rest, x, y, mask, key) -> (params, opt_state, stats, step, loss)``. ``train_step`` jits it as it
+    is. The JAX data-parallel worker (:mod:`dlbench.distributed.jax_dp`) runs it under ``shard_map``
+    with ``reduce_loss`` = the mean over its processes, applied to the loss before it is
+    differentiated (a data-parallel loss as JAX's shard_map guide writes it): the gradient with
+    respect to the replicated parameters is then the mean of the processes' gradients, JAX's
+    autodiff summing them over the processes. So the worker's model is this backend's."""
+    local_loss = _training_loss(spec, graphdef)
+
+    def loss_fn(*args):
+        loss, new_stats = local_loss(*args)
+        return (loss if reduce_loss is None else reduce_loss(loss)), new_stats
 
     def train_fn(params, opt_state, stats, step, frozen, rest, x, y, mask, key):
         (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             params, frozen, stats, rest, x, y, mask, jax.random.fold_in(key, step))
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, new_stats, step + 1, loss
-    return jax.jit(train_fn, donate_argnums=(0, 1, 2, 3))
+    return train_fn
+
+
+def _make_train_fn(spec: ModelSpec, graphdef: nnx.GraphDef, tx: optax.GradientTransformation) -> Callable:
+    return jax.jit(train_update(spec, graphdef, tx), donate_argnums=(0, 1, 2, 3))
 
 
 @partial(jax.jit, static_argnums=2)
@@ -521,8 +545,8 @@ def _device(device: str) -> jax.Device:
     platform = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu"}.get(kind)
     if platform is None:
         raise UnsupportedError(f"jax backend knows devices cpu, cuda/gpu; got {device!r}")
-    try:
-        devices = jax.devices(platform)
+    try:  # this process's own devices (in a multi-process JAX run jax.devices() lists every process's)
+        devices = jax.local_devices(backend=platform)
     except RuntimeError as exc:
         raise UnsupportedError(f"no {platform} device in this jaxlib: {exc}") from None
     i = int(index or 0)
@@ -555,7 +579,7 @@ class JaxBackend(Backend):
         if dev.platform == "gpu":
             jax.config.update("jax_default_matmul_precision", "highest")
         builder = self.builder_class(weights)
-        with jax.default_device(jax.devices("cpu")[0]):  # built on the host, then placed as a whole
+        with jax.default_device(jax.local_devices(backend="cpu")[0]):  # built on the host, then placed as a whole
             net, _ = builder.sequence(spec.layers, spec.input.shape)
         return JaxModel(spec, net, builder, dev, variant)
 
@@ -588,7 +612,7 @@ class JaxBackend(Backend):
     def _train_fn(self, model: JaxModel, opt: OptimizerSpec) -> Callable:
         """The model's one jitted SGD-momentum step for ``opt`` (made once, shared by ``train_step``
         and ``trainer``), with a fresh momentum buffer put on the model."""
-        tx = optax.sgd(opt.lr, momentum=opt.momentum)
+        tx = optimizer(opt)
         if opt not in model.train_fns:
             model.train_fns[opt] = _make_train_fn(model.spec, model.graphdef, tx)
         model.opt_state = jax.device_put(tx.init(model.params), model.device)
@@ -660,9 +684,14 @@ class JaxBackend(Backend):
         flat = dict(nnx.to_flat_state(model.stats))
         return {name: np.array(flat[path][...], np.float32) for name, path in model.state_paths.items()}
 
+    def grads_to_canonical(self, model: JaxModel, grads: nnx.State) -> dict[str, np.ndarray]:
+        """A gradient pytree shaped like ``model.params`` (e.g. the data-parallel worker's averaged
+        gradient) as canonical arrays under the trainable parameters' names."""
+        return self._canonical(model, {"params": grads}, model.spec.trainable_names())
+
     def loss_and_grads(self, model: JaxModel, batch) -> tuple[float, dict[str, np.ndarray]]:
         loss, grads = self.gradient(model, batch)()
-        return float(loss), self._canonical(model, {"params": grads}, model.spec.trainable_names())
+        return float(loss), self.grads_to_canonical(model, grads)
 
     def peak_device_memory(self, device: str) -> dict[str, int]:
         if device.startswith(("cuda", "gpu")):

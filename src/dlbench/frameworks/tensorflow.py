@@ -130,9 +130,15 @@ class TensorFlowBackend(Backend):
         return lambda: fn(inputs, y)
 
     @staticmethod
-    def _step_fn(model: TFModel, opt: OptimizerSpec, reduce_retracing: bool = False):
-        """One ``tf.function``: GradientTape gradient + fused SGD momentum; the momentum buffers
-        are fresh (zero) variables owned by this function."""
+    def step_body(model: TFModel, opt: OptimizerSpec,
+                  reduce_grads: Callable[[list], list] | None = None) -> tuple[Callable[[Any, Any], Any], list]:
+        """The training step as a plain function ``(inputs, y) -> loss`` (GradientTape gradient +
+        fused SGD momentum), and its momentum buffers: fresh (zero) variables, one per trainable
+        variable. ``train_step`` and ``trainer`` wrap it in one ``tf.function``. The TensorFlow
+        data-parallel worker (:mod:`dlbench.distributed.tf_dp`) makes model and body under its
+        strategy's scope (so variables and buffers are mirrored), passes ``reduce_grads`` (the
+        replica context's all-reduce mean, applied between the gradient and the update) and runs
+        the body with ``strategy.run``: its model is this backend's, not a second one."""
         trainable, loss_of, dev = model.trainable, model.loss_of, model.device
         with tf.device(dev):
             accums = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in trainable]
@@ -143,11 +149,19 @@ class TensorFlowBackend(Backend):
                 with tf.GradientTape() as tape:
                     loss = loss_of(inputs, y)
                 grads = tape.gradient(loss, trainable)
+                if reduce_grads is not None:
+                    grads = reduce_grads(grads)
                 for var, accum, grad in zip(trainable, accums, grads, strict=True):
                     tf.raw_ops.ResourceApplyMomentum(var=var.handle, accum=accum.handle, lr=lr,
                                                      grad=tf.convert_to_tensor(grad), momentum=momentum)
                 return loss
 
+        return step, accums
+
+    @classmethod
+    def _step_fn(cls, model: TFModel, opt: OptimizerSpec, reduce_retracing: bool = False):
+        """:meth:`step_body` as one ``tf.function``; the momentum buffers are owned by it."""
+        step, _ = cls.step_body(model, opt)
         return tf.function(step, jit_compile=model.jit, autograph=False, reduce_retracing=reduce_retracing)
 
     def train_step(self, model: TFModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:

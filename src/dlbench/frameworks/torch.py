@@ -379,15 +379,20 @@ class TorchBackend(Backend):
     def get_params(self, model: TorchModel) -> dict[str, np.ndarray]:
         return {n: from_torch(t.detach().cpu().numpy()).copy() for n, (t, _, from_torch) in model.bindings.items()}
 
-    def loss_and_grads(self, model: TorchModel, batch) -> tuple[float, dict[str, np.ndarray]]:
-        loss = self.gradient(model, batch)()
+    def grads_to_canonical(self, model: TorchModel) -> dict[str, np.ndarray]:
+        """The trainable parameters' ``.grad`` (after a backward pass: this backend's ``gradient``, or
+        the DDP worker's step, whose gradients are then the average over its ranks) in canonical layout."""
         grads = {}
         for name in model.spec.trainable_names():
             tensor, _, from_torch = model.bindings[name]
             g = tensor.grad
             grads[name] = np.zeros(tensor.shape[::-1] if from_torch is _t else tensor.shape, np.float32) \
                 if g is None else from_torch(g.detach().cpu().numpy())
-        return float(loss.detach().cpu()), grads
+        return grads
+
+    def loss_and_grads(self, model: TorchModel, batch) -> tuple[float, dict[str, np.ndarray]]:
+        loss = self.gradient(model, batch)()
+        return float(loss.detach().cpu()), self.grads_to_canonical(model)
 
     def peak_device_memory(self, device: str) -> dict[str, int]:
         if device.startswith("cuda") and torch.cuda.is_available():
