@@ -115,7 +115,7 @@ def hold(store: Store, run_id: str) -> Iterator[Callable[[], None]]:
     if held is not None:
         raise UsageError(refusal(run_id, held))
     stop = threading.Event()
-    thread = threading.Thread(target=_beat_until, args=(store.path, run_id, me, stop), name="dlbench-heartbeat",
+    thread = threading.Thread(target=_beat_until, args=(store.reopen, run_id, me, stop), name="dlbench-heartbeat",
                               daemon=True)
     thread.start()
     try:
@@ -126,15 +126,14 @@ def hold(store: Store, run_id: str) -> Iterator[Callable[[], None]]:
         store.release_lease(run_id, me)
 
 
-def _beat_until(path: Path, run_id: str, me: dict[str, Any], stop: threading.Event) -> None:
-    from dlbench.store import Store
-
+def _beat_until(reopen: Callable[[], Store], run_id: str, me: dict[str, Any], stop: threading.Event) -> None:
+    """The heartbeat thread: its own connection (SQLite's are not shared between threads)."""
     store = None
     try:
         while not stop.wait(HEARTBEAT_S):
             try:
                 if store is None:
-                    store = Store(path, create=False)
+                    store = reopen()
                 store.beat_lease(run_id, me, time.time())
             except (sqlite3.Error, UsageError):  # busy, a full disk, a moved file: the next beat tries again
                 pass

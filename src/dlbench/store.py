@@ -167,6 +167,10 @@ class Store:
             raise UsageError(f"cannot upgrade {self.path} from schema version {version} to {SCHEMA_VERSION}: "
                              f"{exc}") from None
 
+    def reopen(self) -> Store:
+        """Another connection to this database (for another thread)."""
+        return Store(self.path, create=False)
+
     def close(self) -> None:
         self.conn.close()
 
