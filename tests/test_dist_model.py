@@ -9,6 +9,7 @@ from dlbench.distributed import common
 from dlbench.distributed import model as sm
 from dlbench.distributed.ps import ShardCore, assign_shards, staleness
 from dlbench.plan import Cell, expand, suite_from_dict
+from dlbench.scenarios import registry
 
 
 def test_ring_allreduce_formula():
@@ -66,7 +67,8 @@ def test_expand_scaling_cells_weak_and_strong():
     suite = suite_from_dict({"models": ["lenet"], "scenarios": ["forward", "scaling"], "batch_sizes": [6],
                              "threads": [1], "distributed": {"workers": [1, 2, 4], "scaling": "strong",
                                                              "exchange": ["allreduce", "ps-async"]}})
-    cells = expand(suite, ["torch"], lambda fw, req: ["eager"], lambda m: 64, cores=2)
+    cells = expand(suite, ["torch"], lambda fw, req: ["eager"], lambda m: 64, cores=2,
+                   cells_of=lambda c: registry.get(c.scenario).cells(c, suite))
     forward = [c for c in cells if c.scenario == "forward"]
     scaling = [c for c in cells if c.scenario == "scaling"]
     assert len(forward) == 1 and forward[0].workers == 1
