@@ -390,7 +390,7 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
                 outcome = measure_timed(cell, suite, jobs)
             store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
                             outcome.seconds, outcome.warnings, outcome.metrics, outcome.samples)
-            progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason)
+            progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples)
 
 
 def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = None,
