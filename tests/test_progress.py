@@ -127,12 +127,13 @@ def test_a_suite_says_which_installed_frameworks_it_leaves_out(tmp_path, capsys,
 
     load_plugins()
     path = tmp_path / "s.yaml"
-    path.write_text("name: mine\nframeworks: installed\ninstalled_except: [fakefw]\nmodels: [lenet]\n")
+    path.write_text("name: mine\ndescription: mine for a test\nframeworks: installed\ninstalled_except: [fakefw]\n"
+                    "models: [lenet]\n")
     try:
         assert main(["run", "--suite", str(path), "--dry-run", "--db", str(tmp_path / "r.db")]) == 0
         out = capsys.readouterr().out
         line = next(line for line in out.splitlines() if "leaves out" in line)
-        assert line.startswith("the mine suite leaves out installed fakefw (see its description); to include them, "
+        assert line.startswith("the mine suite (mine for a test) leaves out installed fakefw; to include them, "
                                f"name every framework: dlbench run --suite {path} --framework ")
         assert line.split("--framework ")[1].split(",")[-1] == "fakefw" and "torch" in line
         assert "fakefw/" not in out.replace(line, "")

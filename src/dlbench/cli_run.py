@@ -239,7 +239,8 @@ def _left_out(suite: Suite, name: str) -> str:
     if not out:
         return ""
     every = ",".join(runner.resolve_suite_frameworks(suite) + out)
-    return (f"the {suite.name} suite leaves out installed {', '.join(out)} (see its description); to include them, "
+    what = f" ({suite.description.strip()})" if suite.description.strip() else ""
+    return (f"the {suite.name} suite{what} leaves out installed {', '.join(out)}; to include them, "
             f"name every framework: dlbench run --suite {name} --framework {every}")
 
 
