@@ -5,7 +5,11 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import shlex
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def machine() -> str:
@@ -18,9 +22,27 @@ def machine() -> str:
     return f"{cpu}, {len(os.sched_getaffinity(0))} usable cores, {platform.system()} {platform.release()}"
 
 
+def command(argv: list[str] | None = None) -> str:
+    """The command that ran, as typed from the repository root: the script, and any argument that is
+    an absolute path inside the repository, relative to it (a header must not carry the path of the
+    checkout it was measured in)."""
+    argv = sys.argv if argv is None else argv
+
+    def rel(arg: str, script: bool = False) -> str:
+        path = Path(arg)
+        if not (script or path.is_absolute()):
+            return arg
+        try:
+            return str(path.resolve().relative_to(ROOT))
+        except ValueError:
+            return arg
+
+    return shlex.join(["python", rel(argv[0], script=True), *map(rel, argv[1:])])
+
+
 def header(title: str) -> str:
     today = datetime.date.today().isoformat()
-    cmd = "python " + " ".join(sys.argv)
+    cmd = command()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return (f"### {title}\n\n- machine: {machine()}\n- date: {today}\n- command: `{cmd}`\n"
             f"- load average when it started (1, 5, 15 min): {load}\n")

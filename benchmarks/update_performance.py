@@ -56,7 +56,10 @@ def run(name: str, extra: list[str]) -> None:
     if not script.exists():
         raise SystemExit(f"no benchmark {script}")
     print(f"running {name} ...", file=sys.stderr)
-    out = subprocess.run([sys.executable, str(script), *extra], cwd=HERE, capture_output=True, text=True)
+    # from the repository root, by its relative path: the header quotes the command as run
+    root = HERE.parent
+    out = subprocess.run([sys.executable, str(script.relative_to(root)), *extra], cwd=root, capture_output=True,
+                         text=True)
     if out.returncode:
         sys.stderr.write(out.stderr[-3000:])
         raise SystemExit(f"{name} failed with exit code {out.returncode}")

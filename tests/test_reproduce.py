@@ -38,7 +38,7 @@ def test_transcriptions_are_well_formed():
         paper = rep.paper_of(name)
         assert paper["hardware"]["summary"] and paper["cite"] and t["section"] and t["caption"]
         for r in t["rows"]:
-            assert r["framework"] in rep.SUCCESSORS, r
+            assert r["framework"] in rep.lineages(), r
             if t.get("printed", True):
                 assert len(r["values"]) == len(t["columns"]), (name, r)
                 for v in r["values"]:
@@ -68,10 +68,42 @@ def test_spot_check_transcription(target, row, column, printed):
 
 
 def test_successors():
-    assert rep.SUCCESSORS["Torch"].framework == "torch" and rep.SUCCESSORS["Caffe"].framework == "torch"
-    assert rep.SUCCESSORS["Theano"].framework == "pytensor"
-    assert rep.SUCCESSORS["TensorFlow"].framework == "tensorflow"
-    assert rep.SUCCESSORS["Neon"].framework is None and rep.SUCCESSORS["CNTK"].framework is None
+    backends = {"torch": "2.13.0", "tensorflow": "2.20.0", "pytensor": "3.0.7", "chainer": None, "mxnet": None}
+    m = {name: rep.map_framework(name, backends) for name in rep.lineages()}
+    assert (m["Torch"].ours, m["Torch"].relation) == ("torch", "successor") and m["Caffe"].ours == "torch"
+    assert (m["Theano"].ours, m["Theano"].relation) == ("pytensor", "successor")
+    assert (m["TensorFlow"].ours, m["TensorFlow"].relation) == ("tensorflow", "itself")
+    assert m["Neon"].ours is None and m["CNTK"].ours is None and m["Neon"].text == "Neon->none"
+    # MXNet has no successor: itself, skipped with how to install it
+    assert (m["MXNet"].ours, m["MXNet"].relation) == ("mxnet", "itself")
+    skip = next(s.skip for s in rep.plan("shi2016-table7", rep.Environment(2, False, backends))
+                if s.paper_framework == "MXNet")
+    assert "mxnet is not installed (dlbench envs create mxnet)" in skip
+
+
+def test_chainer_is_itself_where_it_runs_here():
+    """Issue 15: Liu et al.'s Chainer mapped to torch although Chainer runs here in its own environment."""
+    with_env = {"torch": "2.13.0", "chainer": "7.8.1"}
+    m = rep.map_framework("Chainer", with_env)
+    assert (m.ours, m.relation, m.text) == ("chainer", "itself", "Chainer->chainer (itself)")
+    settings = [s for s in rep.plan("liu2018-fig3", rep.Environment(2, False, with_env)) if s.paper_framework == "Chainer"]
+    assert settings and {(s.framework, s.relation) for s in settings} == {("chainer", "itself")}
+    lines = rep.compare_lines(settings, None)
+    assert {line.mapping for line in lines} == {"Chainer -> chainer/default (itself)"}
+    # without its environment: its successor, saying why
+    m = rep.map_framework("Chainer", {"torch": "2.13.0", "chainer": None})
+    assert (m.ours, m.relation) == ("torch", "successor") and "dlbench envs create chainer" in m.why
+
+
+def test_list_says_itself_or_successor(monkeypatch, capsys):
+    monkeypatch.setattr(rep, "installed_backends", lambda: {"torch": "2.13.0", "chainer": "7.8.1", "tensorflow": None})
+    assert main(["reproduce", "--list", "--json"]) == 0
+    listed = {t["target"]: t["frameworks"] for t in json.loads(capsys.readouterr().out)}
+    assert {"paper": "Chainer", "ours": "chainer", "relation": "itself"} in listed["liu2018-fig3"]
+    assert {"paper": "Caffe2", "ours": "torch", "relation": "successor"} in listed["liu2018-fig3"]
+    assert main(["reproduce", "--list"]) == 0
+    text = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert "Chainer->chainer (itself)" in text and "Caffe2->torch (successor)" in text
 
 
 def test_plan_maps_frameworks_threads_and_devices():

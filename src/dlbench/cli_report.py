@@ -118,21 +118,24 @@ def _list_targets(as_json: bool) -> int:
     from dlbench.report import reproduce as rep
 
     rows = []
+    backends = rep.installed_backends()
     for name, t in rep.targets().items():
         rows.append({"target": name, "paper": rep.paper_of(name)["cite"], "table": t["table"],
                      "section": t.get("section"), "caption": t.get("caption"),
                      "values_printed": t.get("printed", True),
-                     "frameworks": [{"paper": p, "ours": o} for p, o, _ in rep.mapping_of(name)]})
+                     "frameworks": [{"paper": m.paper, "ours": m.ours or "none", "relation": m.relation}
+                                    for m in rep.mapping_of(name, backends)]})
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
     table = Table(title="reproducible tables (dlbench reproduce TARGET)", title_justify="left")
-    for col in ("target", "table", "what", "frameworks (paper -> today)"):
+    for col in ("target", "table", "what", "frameworks (paper -> measured here: itself, else its successor)"):
         table.add_column(col)
     for r in rows:
         what = r["caption"] + ("" if r["values_printed"] else " [values not printed]")
-        table.add_row(*map(Text, (r["target"], f"{r['table']} ({r['section']})", what,
-                                  ", ".join(f"{f['paper']}->{f['ours']}" for f in r["frameworks"]))))
+        frameworks = ", ".join(f"{f['paper']}->{f['ours']}" + ("" if f["relation"] == "none" else f" ({f['relation']})")
+                               for f in r["frameworks"])
+        table.add_row(*map(Text, (r["target"], f"{r['table']} ({r['section']})", what, frameworks)))
     console.print(table)
     return 0
 
@@ -146,9 +149,10 @@ def _print_reproduction(r) -> None:
     console.print(f"paper's machine: {r.paper['hardware']['summary']}", highlight=False, markup=False)
     console.print(f"paper's software: {r.paper['hardware'].get('software', '')}", highlight=False, markup=False)
     console.print(f"our machine:     {r.ours_hardware}", highlight=False, markup=False)
-    console.print("frameworks, paper -> today:", highlight=False)
-    for paper, ours, why in r.mapping:
-        console.print(f"  {paper} -> {ours}: {why}", highlight=False, markup=False)
+    console.print("frameworks, paper -> measured here (itself where it runs here, else its successor):", highlight=False)
+    for m in r.mapping:
+        relation = "" if m.relation == "none" else f" ({m.relation})"
+        console.print(f"  {m.paper} -> {m.ours or 'none'}{relation}: {m.why}", highlight=False, markup=False)
     if t.get("not_printed"):
         console.print(f"[yellow]values not printed:[/] {t['not_printed']}", highlight=False)
     for note in t.get("notes", []):

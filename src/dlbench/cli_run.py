@@ -7,50 +7,140 @@ import io
 import json
 import shlex
 import sys
+import time
 from datetime import datetime
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from dlbench.cli_common import console, int_list, split_list, thread_list
 from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
 from dlbench.errors import UsageError
+from dlbench.estimate import Estimate, format_duration, setup_seconds
 from dlbench.interrupt import Interrupted, explain
+from dlbench.measure.stats import summarize
+from dlbench.plan import Cell, Suite
 from dlbench.report.convergence import agreement
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
 from dlbench.report.summary import summary_dict, summary_rows, summary_scenarios
+from dlbench.report.tables import fmt_num
 from dlbench.results import RunResults
 from dlbench.scenarios import registry
-from dlbench.store import DEFAULT_DB, Store
+from dlbench.store import DEFAULT_DB, Sample, Store
 
 
 class RichProgress:
-    """Progress bar: cells done / total, elapsed, ETA, and the cell now running."""
+    """Progress of a run. On a terminal: a bar (cells done / total, elapsed, the estimated time left,
+    the cell now running). Otherwise (CI logs, ``| tee``): one plain line per phase and per finished
+    cell (status, median and CI, the time left), so a log shows the run moving. The time left comes
+    from ``estimate`` (:mod:`dlbench.estimate`: the protocol, then the cells measured); without one,
+    from the mean time of the cells finished so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, estimate: Estimate | None = None, terminal: bool | None = None) -> None:
+        self.terminal = console.is_terminal if terminal is None else terminal
+        self.estimate = estimate
+        self.left: list[Cell] = list(estimate.cells) if estimate else []  # not finished yet
+        self.total = self.done = 0
+        self.finished_s: list[float] = []  # wall time of the cells finished in this process
+        self.current: Cell | None = None
+        self.current_since = self.started = time.monotonic()
         self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
-                            transient=False, disable=not sys.stderr.isatty() and not sys.stdout.isatty())
+                            TimeElapsedColumn(), TextColumn("eta"), _TimeLeft(self), console=console,
+                            transient=False, disable=not self.terminal)
         self.task = None
 
     def __call__(self, event: str, **kw) -> None:
         if event == "start":
-            self.bar.start()
-            self.task = self.bar.add_task("starting", total=kw["total"], completed=kw["done"])
-        elif self.task is None:
-            return
+            self.total, self.done = kw["total"], kw["done"]
+            if self.terminal:
+                self.bar.start()
+                self.task = self.bar.add_task("starting", total=kw["total"], completed=kw["done"])
+            else:
+                left = self.seconds_left()
+                stored = f", {self.done} stored already" if self.done else ""
+                guess = f"; about {format_duration(left)} (rough, from the protocol)" if left is not None else ""
+                self._line(f"dlbench: {self.total - self.done} cell(s) to measure{stored}{guess}")
         elif event == "phase":
-            self.bar.update(self.task, description=_fit(kw["text"]))
+            if self.task is not None:
+                self.bar.update(self.task, description=escape(_fit(kw["text"])))
+            elif not self.terminal:
+                self._line(f"  {kw['text']}")
         elif event == "cell_start":
-            self.bar.update(self.task, description=_fit(kw["cell"].key))
+            self.current, self.current_since = kw["cell"], time.monotonic()
+            if self.task is not None:
+                self.bar.update(self.task, description=escape(_fit(kw["cell"].key)))
         elif event == "cell_done":
-            self.bar.advance(self.task)
-            if kw["status"] != "ok":
-                self.bar.console.print(f"  {kw['cell'].key}: [yellow]{kw['status']}[/] {kw['reason'][:200]}",
+            self._cell_done(kw["cell"], kw["status"], kw["reason"], kw.get("samples", []))
+
+    def _cell_done(self, cell: Cell, status: str, reason: str, samples: list[Sample]) -> None:
+        seconds = time.monotonic() - self.current_since
+        self.current = None
+        self.done += 1
+        self.finished_s.append(seconds)
+        if self.estimate is not None:
+            self.estimate.record(cell, seconds, status)
+        if cell in self.left:
+            self.left.remove(cell)
+        if self.terminal:
+            if self.task is not None:
+                self.bar.advance(self.task)
+            if status != "ok":
+                self.bar.console.print(f"  {escape(cell.key)}: [yellow]{escape(status)}[/] {escape(reason[:200])}",
                                        highlight=False)
+            return
+        median = _median_text(samples) if status == "ok" else ""
+        what = f" {median}" if median else "" if status == "ok" else f": {reason[:200]}"
+        left = self.seconds_left()
+        eta = f"; about {format_duration(left)} left" if left is not None and self.done < self.total else ""
+        self._line(f"[{self.done}/{self.total}] {cell.key}: {status}{what} ({format_duration(seconds)}{eta})")
+
+    def seconds_left(self) -> float | None:
+        """The estimated seconds until the last cell is done (None: nothing to go on yet)."""
+        now = time.monotonic()
+        if self.estimate is None:
+            if not self.finished_s:
+                return None
+            mean = sum(self.finished_s) / len(self.finished_s)
+            running = min(now - self.current_since, mean) if self.current is not None else 0.0
+            return max(0.0, mean * (self.total - self.done) - running)
+        left = self.estimate.remaining([c for c in self.left if c != self.current])
+        if self.current is not None:
+            left += max(0.0, self.estimate.predict(self.current) - (now - self.current_since))
+        elif self.done == 0 and not self.finished_s:  # the peak and the gate run before the first cell
+            left += max(0.0, setup_seconds(self.estimate.cells) - (now - self.started))
+        return left
+
+    @staticmethod
+    def _line(text: str) -> None:
+        print(text, flush=True)
 
     def stop(self) -> None:
         self.bar.stop()
+
+
+class _TimeLeft(ProgressColumn):
+    """The bar's estimate of the time left, recomputed at every refresh (so it counts down during a
+    long cell)."""
+
+    def __init__(self, progress: RichProgress) -> None:
+        super().__init__()
+        self.progress = progress
+
+    def render(self, task) -> Text:
+        left = self.progress.seconds_left()
+        return Text("–" if left is None else format_duration(left), style="progress.remaining")
+
+
+def _median_text(samples: list[Sample]) -> str:
+    """``1.23 ms [1.20, 1.27]``: the median per call of a cell's measured samples and its 95% CI."""
+    measured = [s for s in samples if s.phase == "measure"]
+    if not measured:
+        return ""
+    summary = summarize([s.value_ns / 1e6 for s in measured], groups=[s.repeat for s in measured])
+    ci = f" [{fmt_num(summary.ci_low)}, {fmt_num(summary.ci_high)}]" if summary.n > 1 else ""
+    return f"{fmt_num(summary.median)} ms{ci}"
 
 
 def _fit(text: str) -> str:
@@ -85,15 +175,19 @@ def _protocol(args: argparse.Namespace) -> dict:
 def cmd_run(args: argparse.Namespace) -> int:
     from dlbench import api
 
-    progress = None if args.json else RichProgress()
+    suite, todo, stored = _plan(args)
+    left_out = _left_out(suite, args.suite or "quick")
+    estimate = Estimate(suite, todo, _epoch_samples(suite, todo))
+    if args.dry_run:
+        return _print_plan(suite, todo, stored, estimate, left_out, args.json)
+    if left_out:
+        print(left_out, file=sys.stderr if args.json else sys.stdout, flush=True)
+    progress = None if args.json else RichProgress(estimate)
     try:
-        res = api.run(args.suite, models=split_list(args.model) or None, frameworks=split_list(args.framework) or None,
-                      variants=split_list(args.variant) or None, scenarios=split_list(args.scenario) or None,
-                      batches=int_list(args.batch, "batch sizes") or None,
-                      threads=thread_list(args.threads) or None,
-                      devices=split_list(args.device) or None, protocol=_protocol(args), seed=args.seed,
-                      data=args.data, data_dir=args.data_dir, convergence=_convergence(args), db=args.db,
-                      resume=args.resume, progress=progress, argv=sys.argv[1:], distributed=distributed_flags(args))
+        if args.resume:
+            res = api.run(resume=args.resume, db=args.db, progress=progress)
+        else:
+            res = api.run(suite, db=args.db, progress=progress, argv=sys.argv[1:])
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (dlbench.interrupt): the run is marked interrupted
         if progress:
             progress.stop()
@@ -107,6 +201,94 @@ def cmd_run(args: argparse.Namespace) -> int:
         if progress:
             progress.stop()
     return print_summary(res, args.json, args.db)
+
+
+def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
+    """The suite the flags (or the run to resume) describe, its cells still to measure, and how many
+    are stored already. Validates everything; writes nothing."""
+    from dlbench import runner
+
+    if args.resume:
+        store = Store(args.db, create=False)
+        try:
+            suite = Suite.model_validate(store.get_run(args.resume)["suite"])
+            done = store.done_keys(args.resume)
+        finally:
+            store.close()
+    else:
+        suite = runner.build_suite(args.suite, models=split_list(args.model) or None,
+                                   frameworks=split_list(args.framework) or None,
+                                   variants=split_list(args.variant) or None,
+                                   scenarios=split_list(args.scenario) or None,
+                                   batches=int_list(args.batch, "batch sizes") or None,
+                                   threads=thread_list(args.threads) or None, devices=split_list(args.device) or None,
+                                   protocol=_protocol(args), seed=args.seed, data=args.data, data_dir=args.data_dir,
+                                   convergence=_convergence(args), distributed=distributed_flags(args))
+        done = set()
+    _, cells = runner.plan_cells(suite)
+    todo = [c for c in cells if c.key not in done]
+    return suite, todo, len(cells) - len(todo)
+
+
+def _left_out(suite: Suite, name: str) -> str:
+    """A line naming the installed frameworks a suite of ``frameworks: installed`` leaves out
+    (``installed_except``) and how to include them in suite ``name`` (as given to --suite); empty
+    when it leaves none out."""
+    from dlbench import runner
+    from dlbench.api import resolve_frameworks
+
+    if suite.frameworks != "installed":
+        return ""
+    installed = resolve_frameworks(None)
+    out = [f for f in installed if f in suite.installed_except]
+    if not out:
+        return ""
+    every = ",".join(runner.resolve_suite_frameworks(suite) + out)
+    what = f" ({suite.description.strip()})" if suite.description.strip() else ""
+    return (f"the {suite.name} suite{what} leaves out installed {', '.join(out)}; to include them, "
+            f"name every framework: dlbench run --suite {name} --framework {every}")
+
+
+def _epoch_samples(suite: Suite, cells: list[Cell]) -> dict[str, int]:
+    """Training samples of each real data set the cells use (what a training epoch costs, for the estimate)."""
+    from dlbench.data import DataError, load_dataset
+
+    out = {}
+    for data in {c.data for c in cells if c.data != "synthetic"}:
+        try:
+            out[data] = len(load_dataset(data, suite.data_dir, "train"))
+        except DataError:
+            pass  # plan_cells has checked it; a guess stands in
+    return out
+
+
+def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate, left_out: str, as_json: bool) -> int:
+    """``--dry-run``: the cells and the estimate; nothing measured, nothing stored, no run created."""
+    from dlbench.estimate import runs_a_process
+
+    setup = setup_seconds(cells)
+    total = setup + estimate.remaining(cells)
+    if as_json:
+        print(json.dumps({"suite": suite.name, "cells": [{**c.to_dict(), "key": c.key, "runs_a_process": runs_a_process(c),
+                                                          "estimate_s": estimate.predict(c)} for c in cells],
+                          "stored": stored, "setup_s": setup, "estimate_s": total, "left_out": left_out}, indent=2))
+        return 0
+    table = Table(title=f"{suite.name}: {len(cells)} cell(s) to measure" + (f" ({stored} stored)" if stored else ""),
+                  title_justify="left")
+    for col in ("cell", "estimate"):
+        table.add_column(col, justify="left" if col == "cell" else "right")
+    for c in cells:
+        table.add_row(Text(c.key), format_duration(estimate.predict(c)) if runs_a_process(c)
+                      else "unsupported: no process")
+    console.print(table)
+    p = suite.protocol
+    print(f"estimate: about {format_duration(total)} (rough, from the protocol: {p.repeats} process(es) per cell, "
+          f"{p.warmup} warm-up + at least {p.min_iters} iterations and {p.min_time_s:g} s each; "
+          f"{format_duration(setup)} of machine peak and equivalence gate)")
+    if left_out:
+        print(left_out)
+    print("dry run: nothing measured, nothing stored, no run created")
+    return 0
 
 
 def print_summary(res: RunResults, as_json: bool, db) -> int:
@@ -246,6 +428,8 @@ def register(sub) -> None:
                                   "instead of synthetic samples")
     p.add_argument("--data-dir", dest="data_dir", help="where the data set's files are (see docs/data.md)")
     p.add_argument("--resume", metavar="RUN_ID", help="finish a stored run: only missing cells are measured")
+    p.add_argument("--dry-run", action="store_true", dest="dry_run",
+                   help="list the cells and an estimate of the time they take; measure and store nothing")
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.add_argument("--json", action="store_true")
     add_run_flags(p)

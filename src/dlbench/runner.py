@@ -217,7 +217,7 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
             outcome = measure_cell(cell, ctx, verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"}))
             store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
                             outcome.seconds, outcome.warnings, outcome.metrics, outcome.samples)
-            progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason)
+            progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples)
 
 
 def measure_cell(cell: Cell, ctx: Context, verdict: dict[str, Any]) -> CellOutcome:

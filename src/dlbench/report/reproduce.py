@@ -2,7 +2,8 @@
 
 A target (``bahrampour2016-table3``...) is a table of ``data/papers.yaml``: its rows and columns name
 the paper's framework, model, scenario, batch size, thread count and device, and the value the paper
-printed. Each paper framework maps to its successor today (:data:`SUCCESSORS`); thread counts are
+printed. Each paper framework maps to itself where dlbench can run it here (its own environment
+included), else to its successor (:func:`map_framework`, from the ``frameworks`` of the data file); thread counts are
 clipped to the cores present (the paper's 12 threads are all cores of a 2-core machine; on a larger
 machine they stay 12). The distinct cells are run as one suite through the ordinary runner (so they
 are stored, reportable and comparable), then each published value is printed beside ours, with
@@ -27,26 +28,6 @@ QUICK = {"warmup": 1, "min_iters": 3, "min_time_s": 0.0, "repeats": 1, "timeout_
 FULL = {"warmup": 10, "min_iters": 20, "min_time_s": 2.0, "repeats": 3, "timeout_s": 3600.0}
 
 
-@dataclass(frozen=True)
-class Successor:
-    framework: str | None  # a dlbench framework name, or None: nothing continues it
-    why: str
-
-
-#: the paper's framework -> what continues it today
-SUCCESSORS: dict[str, Successor] = {
-    "Torch": Successor("torch", "Torch7 (Lua) continues as PyTorch, the same nn design in Python"),
-    "Caffe": Successor("torch", "Caffe's successor Caffe2 was merged into PyTorch in 2018"),
-    "Caffe2": Successor("torch", "Caffe2 was merged into PyTorch in 2018"),
-    "Chainer": Successor("torch", "Preferred Networks moved from Chainer to PyTorch in 2019 (Chainer: maintenance only)"),
-    "Theano": Successor("pytensor", "PyTensor is the maintained fork of Theano (via Aesara)"),
-    "TensorFlow": Successor("tensorflow", "TensorFlow 0.x/1.x continues as TensorFlow 2"),
-    "MXNet": Successor("mxnet", "Apache MXNet itself (retired to the Apache Attic in 2023)"),
-    "Neon": Successor(None, "Intel discontinued Nervana neon; nothing continues it"),
-    "CNTK": Successor(None, "Microsoft ended CNTK with 2.7 (2019); nothing continues it"),
-}
-
-
 @functools.cache
 def load_papers() -> dict[str, Any]:
     text = resources.files("dlbench.report").joinpath("data", "papers.yaml").read_text(encoding="utf-8")
@@ -55,6 +36,62 @@ def load_papers() -> dict[str, Any]:
 
 def targets() -> dict[str, dict[str, Any]]:
     return load_papers()["tables"]
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """A paper framework today: ``itself`` (the dlbench framework that is the same project) and its
+    ``successor`` (what continues it), either None where there is none."""
+
+    itself: str | None
+    successor: str | None
+    why: str
+
+
+@dataclass(frozen=True)
+class FrameworkMap:
+    """What a paper framework is measured as here, and whether that is the framework itself."""
+
+    paper: str
+    ours: str | None
+    relation: str  # "itself", "successor" or "none"
+    why: str
+
+    @property
+    def text(self) -> str:
+        """``Chainer->chainer (itself)``, ``Caffe->torch (successor)``, ``Neon->none``."""
+        return f"{self.paper}->{self.ours} ({self.relation})" if self.ours else f"{self.paper}->none"
+
+
+def lineages() -> dict[str, Lineage]:
+    """The data file's ``frameworks``: every framework a transcribed table names."""
+    return {name: Lineage(d.get("itself"), d.get("successor"), d["why"])
+            for name, d in load_papers()["frameworks"].items()}
+
+
+def map_framework(paper_fw: str, backends: dict[str, str | None]) -> FrameworkMap:
+    """Itself wherever dlbench can run it here (``backends``: dlbench framework -> installed version,
+    a framework environment counting as installed), else its successor; where neither runs, the one
+    that would (itself first), so the reason it is skipped names it."""
+    lin = lineages().get(paper_fw)
+    if lin is None:
+        return FrameworkMap(paper_fw, None, "none", "unknown to dlbench")
+    if lin.itself and backends.get(lin.itself):
+        return FrameworkMap(paper_fw, lin.itself, "itself", lin.why)
+    if lin.successor and (backends.get(lin.successor) or not lin.itself):
+        why = lin.why
+        if lin.itself:
+            why += f"; {lin.itself} itself is not installed here ({_install_hint(lin.itself)})"
+        return FrameworkMap(paper_fw, lin.successor, "successor", why)
+    if lin.itself:
+        return FrameworkMap(paper_fw, lin.itself, "itself", lin.why)
+    return FrameworkMap(paper_fw, None, "none", lin.why)
+
+
+def _install_hint(framework: str) -> str:
+    from dlbench import envs
+
+    return f"dlbench envs create {framework}" if framework in envs.recipes() else f"pip install 'dlbench[{framework}]'"
 
 
 def paper_of(target: str) -> dict[str, Any]:
@@ -95,6 +132,7 @@ class Setting:
     device: str  # ours
     hardware: str
     published: str | None  # as printed; None: not printed
+    relation: str = "successor"  # what ``framework`` is to ``paper_framework``: itself, successor or none
     sum_of: list[int] = field(default_factory=list)  # indexes of the settings this one adds up
     skip: str = ""  # why it is not run here
 
@@ -128,16 +166,14 @@ def _expand_rows(t: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _unavailable(paper_fw: str, env: Environment) -> tuple[str | None, str]:
-    succ = SUCCESSORS.get(paper_fw)
-    if succ is None:
-        return None, f"{paper_fw}: no successor known to dlbench"
-    if succ.framework is None:
-        return None, f"{paper_fw}: {succ.why}"
-    fw = succ.framework
+    m = map_framework(paper_fw, env.backends)
+    if m.ours is None:
+        return None, f"{paper_fw}: {m.why}"
+    fw = m.ours
     if fw not in env.backends:
         return fw, f"{paper_fw} -> {fw}: dlbench has no {fw} backend"
     if env.backends[fw] is None:
-        return fw, f"{paper_fw} -> {fw}: {fw} is not installed"
+        return fw, f"{paper_fw} -> {fw}: {fw} is not installed ({_install_hint(fw)})"
     if env.only and fw not in env.only:
         return fw, f"{fw} not selected (--framework {','.join(env.only)})"
     return fw, ""
@@ -150,6 +186,7 @@ def plan(name: str, env: Environment) -> list[Setting]:
     settings: list[Setting] = []
     for r in _expand_rows(t):
         fw, why = _unavailable(r["framework"], env)
+        relation = map_framework(r["framework"], env.backends).relation
         first = len(settings)
         for j, col in enumerate(t["columns"]):
             cfg = {**defaults, **col, **{k: v for k, v in r.items() if k not in ("values", "setting")}}
@@ -165,7 +202,8 @@ def plan(name: str, env: Environment) -> list[Setting]:
                         framework=fw, model=model, scenario=cfg.get("scenario"), batch=batch,
                         metric=cfg.get("metric", "time"), unit=cfg.get("unit", "ms"),
                         paper_threads=cfg.get("threads") if paper_device == "cpu" else None, threads=None,
-                        paper_device=paper_device, device="cpu", hardware=hardware, published=published, skip=why)
+                        paper_device=paper_device, device="cpu", hardware=hardware, published=published,
+                        relation=relation, skip=why)
             if "sum_of" in col:
                 ids = [c["id"] for c in t["columns"]]
                 s.sum_of = [first + ids.index(c) for c in col["sum_of"]]
@@ -226,7 +264,7 @@ def suite_for(name: str, settings: list[Setting], protocol: dict[str, Any]):
 class Line:
     row: str
     column: str
-    mapping: str  # "Caffe -> torch/eager"
+    mapping: str  # "Caffe -> torch/eager (successor)"
     threads: str  # "12 -> 2"
     device: str  # "gpu -> cuda"
     hardware: str
@@ -268,6 +306,8 @@ def compare_lines(settings: list[Setting], res: RunResults | None) -> list[Line]
     for s in settings:
         variant = FRAMEWORKS[s.framework].variants[0] if s.framework in FRAMEWORKS else ""
         mapping = f"{s.paper_framework} -> {s.framework + '/' + variant if variant else s.framework or 'none'}"
+        if s.framework:
+            mapping += f" ({s.relation})"
         if s.skip:
             v: tuple = (None, None, None, f"not reproduced: {s.skip}")
         elif s.sum_of:
@@ -322,7 +362,7 @@ class Reproduction:
     target: str
     table: dict[str, Any]
     paper: dict[str, Any]
-    mapping: list[tuple[str, str, str]]  # (paper framework, ours, why)
+    mapping: list[FrameworkMap]
     lines: list[Line]
     run_id: str | None
     ours_hardware: str
@@ -333,7 +373,7 @@ class Reproduction:
                 "section": self.table.get("section"), "caption": self.table.get("caption"),
                 "notes": self.table.get("notes", []), "not_printed": self.table.get("not_printed"),
                 "paper_hardware": self.paper["hardware"], "ours_hardware": self.ours_hardware,
-                "mapping": [{"paper": p, "ours": o, "why": w} for p, o, w in self.mapping],
+                "mapping": [{**asdict(m), "ours": m.ours or "none"} for m in self.mapping],
                 "run_id": self.run_id, "protocol": self.protocol, "lines": [asdict(line) for line in self.lines]}
 
 
@@ -345,20 +385,26 @@ def machine_summary(env: dict[str, Any]) -> str:
         f"{cpu}; {gpus}"
 
 
-def mapping_of(name: str) -> list[tuple[str, str, str]]:
+def mapping_of(name: str, backends: dict[str, str | None]) -> list[FrameworkMap]:
+    """Each framework the table names, as :func:`map_framework` maps it with ``backends``."""
     seen = dict.fromkeys(r["framework"] for r in targets()[name]["rows"])
-    return [(fw, SUCCESSORS[fw].framework or "none", SUCCESSORS[fw].why) if fw in SUCCESSORS
-            else (fw, "none", "unknown to dlbench") for fw in seen]
+    return [map_framework(fw, backends) for fw in seen]
+
+
+def installed_backends() -> dict[str, str | None]:
+    """Every dlbench framework -> its installed version here (None: not installed)."""
+    from dlbench.frameworks import FRAMEWORKS, installed_version
+
+    return {f: installed_version(f) for f in FRAMEWORKS}
 
 
 def current_environment(gpu_device: str = "cuda", only: tuple[str, ...] = ()) -> Environment:
     import os
 
-    from dlbench.frameworks import FRAMEWORKS, installed_version
     from dlbench.measure.environment import gpu_info
 
     return Environment(cores=len(os.sched_getaffinity(0)), has_gpu=bool(gpu_info()),
-                       backends={f: installed_version(f) for f in FRAMEWORKS}, gpu_device=gpu_device, only=only)
+                       backends=installed_backends(), gpu_device=gpu_device, only=only)
 
 
 def reproduce(name: str, env: Environment | None = None, protocol: dict[str, Any] | None = None,
@@ -377,5 +423,5 @@ def reproduce(name: str, env: Environment | None = None, protocol: dict[str, Any
     if suite is not None:
         res = api.run(suite, db=db or DEFAULT_DB, progress=progress, argv=["reproduce", name])
     machine = machine_summary(res.environment if res else capture())
-    return Reproduction(name, targets()[name], paper_of(name), mapping_of(name), compare_lines(settings, res),
+    return Reproduction(name, targets()[name], paper_of(name), mapping_of(name, env.backends), compare_lines(settings, res),
                         res.run_id if res else None, machine, protocol)

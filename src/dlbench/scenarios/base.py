@@ -131,6 +131,15 @@ class Scenario(ABC):
                 "convergence": suite.convergence.model_dump(),
                 "protocol": {k: v for k, v in suite.protocol.model_dump().items() if k != "timeout_s"}}
 
+    def estimate(self, cell: Cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
+        """A rough guess at the cell's wall time before anything is measured (``dlbench run --dry-run``
+        and the progress's time left): ``repeats`` processes, each a start-up of ``start_s``, the
+        warm-up and the sampling of calls of ``step_s``."""
+        p = suite.protocol
+        warmup = min(p.warmup * step_s, p.max_time_s / 4)
+        sampling = min(max(p.min_iters * step_s, p.min_time_s), p.max_time_s)
+        return p.repeats * (start_s + warmup + sampling)
+
     # --- the measuring process's side -----------------------------------------------------------
     def work(self, job: dict[str, Any]) -> dict[str, Any]:
         """What a fresh worker interpreter does for one job of this scenario."""

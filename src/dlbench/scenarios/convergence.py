@@ -175,6 +175,11 @@ class Convergence(Scenario):
         out.metrics = {"convergence": repeats, "target_accuracy": suite.convergence.target_accuracy}
         return out
 
+    def estimate(self, cell, suite, step_s: float, start_s: float, epoch_samples: int) -> float:
+        """``epochs`` passes over the training split per process (evaluation not counted)."""
+        steps = suite.convergence.epochs * -(-epoch_samples // cell.batch)
+        return suite.protocol.repeats * (start_s + steps * step_s)
+
     def work(self, job: dict[str, Any]) -> dict[str, Any]:
         """Train on the real data set for the configured epochs; curves measured by dlbench itself."""
         backend = get_backend(job["framework"])

@@ -34,6 +34,10 @@ class Scaling(Scenario):
     def session(self, suite, cells, ray: Any, progress: Progress) -> AbstractContextManager[Session]:
         return Session(suite, cells, ray, progress)
 
+    def estimate(self, cell, suite, step_s: float, start_s: float, epoch_samples: int) -> float:
+        """As a timed cell, with one process start per worker."""
+        return super().estimate(cell, suite, step_s, start_s * cell.workers, epoch_samples)
+
     def measure(self, cell, ctx: Context) -> CellOutcome:
         return ctx.sessions[self.name].measure(cell)
 

@@ -1,0 +1,86 @@
+"""dlbench.estimate: the time a run will take, from the protocol and then from the cells measured."""
+
+import pytest
+
+from dlbench import estimate as est
+from dlbench.estimate import Estimate, format_duration, prior_seconds, runs_a_process, setup_seconds
+from dlbench.plan import Cell, suite_from_dict
+
+
+def suite(**protocol):
+    return suite_from_dict({"models": ["lenet"], "protocol": {"warmup": 3, "min_iters": 10, "min_time_s": 0.3,
+                                                              "repeats": 1, **protocol}})
+
+
+def cell(fw="torch", scenario="forward", threads=1, model="lenet", batch=64, variant="eager"):
+    return Cell(fw, variant, model, scenario, batch, threads)
+
+
+def test_a_cell_its_framework_cannot_run_costs_nothing():
+    assert not runs_a_process(cell("onnxruntime", "gradient", variant="default"))
+    assert prior_seconds(cell("onnxruntime", "gradient", variant="default"), suite()) == 0.0
+    assert runs_a_process(cell("h2o", "epoch", variant="default")) and not runs_a_process(cell("h2o", "forward"))
+    assert not runs_a_process(cell("onnxruntime", "convergence", variant="default"))
+    assert runs_a_process(cell("onnxruntime", "compile", variant="default"))  # its forward's first call
+
+
+def test_prior_follows_the_protocol():
+    s1, s3 = suite(), suite(repeats=3)
+    c = cell()
+    # a small model's steps are far under min_time_s: a start-up and min_time_s per process
+    assert prior_seconds(c, s1) == pytest.approx(est.START_S + 3 * est.step_seconds(c) + 0.3)
+    assert prior_seconds(c, s3) == pytest.approx(3 * prior_seconds(c, s1))
+    assert prior_seconds(c, suite(min_time_s=5.0)) > prior_seconds(c, s1) + 4
+    # a big model: its steps dominate, fewer threads take longer
+    big1, big2 = cell(model="resnet-50", batch=16), cell(model="resnet-50", batch=16, threads=2)
+    assert prior_seconds(big1, s1) > prior_seconds(big2, s1) > prior_seconds(c, s1)
+    # a step never counts beyond the timer's caps (warm-up max_time_s/4, sampling max_time_s)
+    capped = suite(max_time_s=8.0)
+    assert prior_seconds(cell(model="resnet-50", batch=512), capped) <= est.START_S + 2 + 8 + 1e-9
+    # compile: a cold and a warm process per closure the framework has
+    assert prior_seconds(cell(scenario="compile"), s1) == pytest.approx(3 * 2 * (est.START_S + est.step_seconds(
+        cell(scenario="compile"))))
+
+
+def test_setup_counts_peaks_per_thread_count_and_the_gate_per_group():
+    cells = [cell(threads=1), cell(threads=2), cell("jax", threads=2, variant="jit"),
+             cell("jax", threads=2, variant="jit", model="lstm-imdb")]
+    assert setup_seconds(cells) == pytest.approx(2 * est.PEAK_S + 2 * est.START_S + 3 * est.VERIFY_MODEL_S)
+
+
+def test_measured_cells_replace_the_guess():
+    torch_fwd, torch_train = cell(), cell(scenario="train_step")
+    jax_fwd, jax_train = cell("jax", variant="jit"), cell("jax", "train_step", variant="jit")
+    onnx_grad = cell("onnxruntime", "gradient", variant="default")
+    e = Estimate(suite(), [torch_fwd, torch_train, jax_fwd, jax_train, onnx_grad])
+    assert e.remaining(e.cells) == pytest.approx(sum(prior_seconds(c, e.suite) for c in e.cells))
+    # the same framework, variant and scenario: its mean; another framework: the scenario's mean
+    e.record(torch_fwd, 10.0, "ok")
+    assert e.predict(cell(threads=2)) == 10.0 and e.predict(jax_fwd) == 10.0
+    # a scenario not measured yet: its guess, scaled by how far the guesses were off so far
+    ratio = 10.0 / prior_seconds(torch_fwd, e.suite)
+    assert e.predict(jax_train) == pytest.approx(prior_seconds(jax_train, e.suite) * ratio)
+    e.record(jax_fwd, 20.0, "ok")
+    assert e.predict(jax_fwd) == 20.0 and e.predict(cell(threads=2)) == 10.0
+    assert e.predict(cell("tensorflow", variant="function")) == 15.0
+    # failures and cells without a process say nothing; those cost nothing
+    e.record(torch_train, 500.0, "failed")
+    e.record(onnx_grad, 3.0, "unsupported")
+    assert e.measured == 2 and e.predict(onnx_grad) == 0.0
+    assert e.remaining([torch_train, onnx_grad]) == pytest.approx(prior_seconds(torch_train, e.suite) * (30 / (
+        prior_seconds(torch_fwd, e.suite) + prior_seconds(jax_fwd, e.suite))))
+
+
+def test_convergence_counts_epochs_of_the_data_set():
+    s = suite_from_dict({"models": ["lenet"], "scenarios": ["convergence"], "data": {"default": "digits"},
+                         "convergence": {"epochs": 4}, "protocol": {"repeats": 1}})
+    c = Cell("torch", "eager", "lenet", "convergence", 100, 1, data="digits")
+    small = Estimate(s, [c], {"digits": 1000}).predict(c)
+    assert small == pytest.approx(est.START_S + 4 * 10 * est.step_seconds(c))
+    assert Estimate(s, [c], {"digits": 2000}).predict(c) > small
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "0 s"), (44.6, "45 s"), (60, "1 min 00 s"), (272, "4 min 32 s"),
+                                           (750, "12 min"), (3600 + 5 * 60, "1 h 05 min")])
+def test_format_duration(seconds, text):
+    assert format_duration(seconds) == text
