@@ -55,9 +55,10 @@ def _stop_nodes(nodes: list[subprocess.Popen], temp: str) -> None:
     stop every Ray on the machine)."""
     for node in nodes:
         os.killpg(node.pid, signal.SIGTERM)
+    deadline = time.time() + 5  # ray start --block was seen to ignore SIGTERM for 30 s
     for node in nodes:
         try:
-            node.wait(timeout=5)  # ray start --block was seen to ignore SIGTERM for 30 s
+            node.wait(timeout=max(0.0, deadline - time.time()))
         except subprocess.TimeoutExpired:
             os.killpg(node.pid, signal.SIGKILL)
     deadline = time.time() + 30
