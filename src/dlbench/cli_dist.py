@@ -27,6 +27,9 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--node-rank", type=int, dest="node_rank", help="this machine's rank (with --launcher torchrun)")
     g.add_argument("--rdzv-endpoint", dest="rdzv_endpoint", help="HOST:PORT of the c10d rendezvous (node 0)")
     g.add_argument("--address", help="Ray cluster address HOST:PORT (with --launcher ray)")
+    g.add_argument("--mixed-nodes", action="store_true", dest="mixed_nodes",
+                   help="with --launcher ray: spread cells over nodes even if they differ in CPU model, SIMD flags "
+                        "or GPUs (each such cell carries a warning; refused otherwise)")
     g.add_argument("--cluster", action="store_true",
                    help="one worker per network namespace (the cluster that is up, or one made for the run)")
     g.add_argument("--bandwidth", help="link rate when --cluster makes the namespaces (default 1gbit)")
@@ -66,6 +69,10 @@ def distributed_flags(args: argparse.Namespace) -> dict | None:
         if args.launcher != "ray":
             raise UsageError("--address goes with --launcher ray")
         out["ray_address"] = args.address
+    if args.mixed_nodes:
+        if args.launcher != "ray":
+            raise UsageError("--mixed-nodes goes with --launcher ray")
+        out["mixed_nodes"] = True
     if args.cluster:
         out["cluster"] = "netns"
         if args.launcher in ("torchrun", "ray"):

@@ -64,6 +64,8 @@ class DistributedModel(BaseModel):
     rdzv_endpoint: str = ""
     #: Ray cluster address for ``launcher: ray`` ("" starts a local one)
     ray_address: str = ""
+    #: fan-out over Ray nodes that differ in CPU model, SIMD flags or GPUs (refused unless set; each cell warns)
+    mixed_nodes: bool = False
 
     @field_validator("workers")
     @classmethod

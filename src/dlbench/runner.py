@@ -15,8 +15,8 @@ import json
 import os
 import platform
 import tempfile
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,7 +204,7 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
     with ExitStack() as stack:
         ray = None
         if suite.distributed.launcher == "ray":  # every job of the run becomes a task on the cluster
-            ray = stack.enter_context(RayLauncher(suite.distributed.ray_address))
+            ray = stack.enter_context(RayLauncher(suite.distributed.ray_address, suite.distributed.mixed_nodes))
         ctx = Context(suite, ray.run_job if ray is not None else run_job, ray=ray)
         for name in dict.fromkeys(c.scenario for c in todo):  # run-scoped resources, in scenario order
             cells = [c for c in todo if c.scenario == name]
@@ -212,26 +212,43 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
         _peaks(store, run_id, todo, progress, ctx.run_job)
         _verify_groups(store, run_id, todo, suite, progress, ctx.run_job)
         verdicts = store.verifications(run_id)
-        for cell in todo:
-            progress("cell_start", cell=cell)
-            outcome = measure_cell(cell, ctx, verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"}))
+
+        def verdict(cell: Cell) -> dict[str, Any]:
+            return verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"})
+
+        # cells in turn here (job by job on a Ray cluster), or whole cells fanned out over its nodes
+        measured = (ray.measure_cells(todo, suite, lambda c: gate(c, verdict(c)), progress) if ray is not None
+                    and ray.fans_out else _in_turn(todo, ctx, verdict, progress))
+        for cell, outcome in stack.enter_context(closing(measured)):  # closed (tasks cancelled) before Ray is
             store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
                             outcome.seconds, outcome.warnings, outcome.metrics, outcome.samples)
             progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples)
 
 
-def measure_cell(cell: Cell, ctx: Context, verdict: dict[str, Any]) -> CellOutcome:
-    """One cell: what its framework cannot run or the gate refused is stored with the reason; the
-    rest is its scenario's measurement."""
-    scenario = registry.get(cell.scenario)
-    why = scenario.unsupported(FRAMEWORKS[cell.framework])
+def _in_turn(todo: list[Cell], ctx: Context, verdict: Callable[[Cell], dict[str, Any]],
+             progress: Progress) -> Iterator[tuple[Cell, CellOutcome]]:
+    for cell in todo:
+        progress("cell_start", cell=cell)
+        yield cell, measure_cell(cell, ctx, verdict(cell))
+
+
+def gate(cell: Cell, verdict: dict[str, Any]) -> CellOutcome | None:
+    """What its framework cannot run or the gate refused, as the cell's stored outcome (None: measure it)."""
+    why = registry.get(cell.scenario).unsupported(FRAMEWORKS[cell.framework])
     if why is not None:
         return CellOutcome("unsupported", why)
     if verdict["verdict"] == "fail":
         return CellOutcome("not_equivalent", f"failed the equivalence gate: {verdict['reason']}")
     if verdict["verdict"] == "unsupported":
         return CellOutcome("unsupported", verdict["reason"])
-    return scenario.measure(cell, ctx)
+    return None
+
+
+def measure_cell(cell: Cell, ctx: Context, verdict: dict[str, Any]) -> CellOutcome:
+    """One cell: what its framework cannot run or the gate refused is stored with the reason; the
+    rest is its scenario's measurement."""
+    outcome = gate(cell, verdict)
+    return outcome if outcome is not None else registry.get(cell.scenario).measure(cell, ctx)
 
 
 def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = None,
