@@ -55,11 +55,12 @@ def test_missing_suite_file():
 
 def test_quick_suite_leaves_keras_out_unless_named(monkeypatch):
     """`installed_except` drops an installed framework from `frameworks: installed` only."""
-    from dlbench import api, runner
+    from dlbench import resolve, runner
 
-    monkeypatch.setattr(api, "resolve_frameworks", lambda names: names or ["torch", "keras", "jax"])
-    assert runner.resolve_suite_frameworks(runner.build_suite("quick")) == ["torch", "jax"]
-    assert runner.resolve_suite_frameworks(runner.build_suite("quick", frameworks=["keras"])) == ["keras"]
+    monkeypatch.setattr(resolve, "installed", lambda: ["torch", "keras", "jax"])
+    monkeypatch.setattr(resolve, "check_frameworks", lambda names: None)
+    assert resolve.suite_frameworks(runner.build_suite("quick")) == ["torch", "jax"]
+    assert resolve.suite_frameworks(runner.build_suite("quick", frameworks=["keras"])) == ["keras"]
 
 
 def test_convergence_from_flags_runs_on_all_cores_once_unless_threads_are_given():

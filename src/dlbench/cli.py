@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -29,6 +30,17 @@ def split_list(text: str | None) -> list[str]:
     return [t.strip() for t in (text or "").split(",") if t.strip()]
 
 
+def names(text: str | None, flag: str) -> list[str] | None:
+    """A comma-separated flag: None when it is not given (the default applies); one naming nothing
+    (``--model ,``, ``--model ""``) is refused rather than read as the default."""
+    if text is None:
+        return None
+    out = split_list(text)
+    if not out:
+        raise UsageError(f"{flag} names nothing (got {text!r}); leave it out for the default")
+    return out
+
+
 def int_list(text: str | None, what: str) -> list[int]:
     out = []
     for item in split_list(text):
@@ -42,15 +54,11 @@ def int_list(text: str | None, what: str) -> list[int]:
     return out
 
 
-def thread_list(text: str | None) -> list[int | str]:
-    """``--threads``: positive integers, or ``all`` / ``half`` of this machine's cores (as in a suite file)."""
-    out: list[int | str] = []
-    for item in split_list(text):
-        if item in ("all", "half"):
-            out.append(item)
-        else:
-            out += int_list(item, "thread counts (or 'all', 'half')")
-    return out
+def counts(text: str | None, flag: str) -> list[int | str] | None:
+    """``--batch``, ``--threads``: integers where they parse as such, words (``all``, ``half``,
+    ``default``) as given; :mod:`dlbench.resolve` checks them by the suite file's rule."""
+    items = names(text, flag)
+    return None if items is None else [int(i) if re.fullmatch(r"[+-]?[0-9]+", i) else i for i in items]
 
 
 # --- list -------------------------------------------------------------------------------
@@ -82,12 +90,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     table = Table(title="frameworks")
-    for col in ("name", "installed", "version", "variants", "description"):
+    for col in ("name", "installed", "version", "variants", "devices", "description"):
         table.add_column(col)
     for r in rows:
         where = "yes (env)" if r.get("python") else "yes"
         table.add_row(r["name"], where if r["installed"] else "no", r["version"] or "-", ",".join(r["variants"]),
-                      r["description"])
+                      ",".join(r["devices"]), r["description"])
     console.print(table)
     return 0
 
@@ -96,9 +104,12 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from dlbench.api import verify
 
-    results = verify(models=split_list(args.model) or None, frameworks=split_list(args.framework) or None,
-                     variants=split_list(args.variant) or None, device=args.device, threads=args.threads,
-                     timeout_s=args.timeout)
+    threads = counts(args.threads, "--threads")
+    if threads is not None and len(threads) != 1:
+        raise UsageError(f"--threads: verify takes one thread count, got {args.threads!r}")
+    results = verify(models=names(args.model, "--model"), frameworks=names(args.framework, "--framework"),
+                     variants=names(args.variant, "--variant"), device=args.device,
+                     threads=None if threads is None else threads[0], timeout_s=args.timeout)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:
@@ -138,8 +149,8 @@ def build_parser() -> Parser:
     p.add_argument("--model", help="comma-separated models (default: all)")
     p.add_argument("--framework", help="comma-separated frameworks (default: all installed)")
     p.add_argument("--variant", help="comma-separated variants, or 'all' (default: each framework's first)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N where the framework has it")
+    p.add_argument("--threads", help="one thread count, 'all' or 'half' of the cores (default: the framework's)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per framework")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 import dlbench.cli_run  # noqa: F401  (run/runs/show/export register first: they lead in --help)
-from dlbench.cli import EXTRA_COMMANDS, console, split_list
+from dlbench.cli import EXTRA_COMMANDS, console, names
 from dlbench.errors import UsageError
 from dlbench.store import DEFAULT_DB
 
@@ -99,7 +99,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise UsageError("reproduce: give a PAPER-TABLE (see dlbench reproduce --list)")
     rep.get_target(args.target)
     protocol = {**(rep.QUICK if args.quick else {}), **dlbench.cli_run._protocol(args)}
-    env = rep.current_environment(args.gpu_device, tuple(split_list(args.framework)))
+    env = rep.current_environment(args.gpu_device, tuple(names(args.framework, "--framework") or ()))
     progress = None if args.json or args.dry_run else dlbench.cli_run.RichProgress()
     try:
         result = rep.reproduce(args.target, env, protocol, args.db, progress, dry_run=args.dry_run)

@@ -11,7 +11,8 @@ from datetime import datetime
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from dlbench.cli import EXTRA_COMMANDS, console, int_list, split_list, thread_list
+from dlbench import resolve
+from dlbench.cli import EXTRA_COMMANDS, console, counts, names
 from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
 from dlbench.errors import UsageError
 from dlbench.report.convergence import agreement
@@ -74,23 +75,38 @@ def _protocol(args: argparse.Namespace) -> dict:
                       ("repeats", "repeats"), ("timeout", "timeout_s")):
         value = getattr(args, flag)
         if value is not None:
-            if value < 0 or (value == 0 and key in ("min_iters", "repeats", "timeout_s")):
+            if key == "timeout_s":
+                value = resolve.timeout(value)
+            elif value < 0 or (value == 0 and key in ("min_iters", "repeats")):
                 raise UsageError(f"--{flag.replace('_', '-')} must be positive, got {value}")
             out[key] = value
     return out
 
 
+#: ``dlbench run`` flags that are not settings of what is measured
+NOT_MEASURING = ("resume", "db", "json", "func", "command")
+
+
+def _refuse_flags_with_resume(args: argparse.Namespace) -> None:
+    """A resumed run is measured as it was stored: a setting given beside --resume would be ignored."""
+    given = [f"--{k.replace('_', '-')}" for k, v in vars(args).items()
+             if k not in NOT_MEASURING and v is not None and v is not False]
+    if given:
+        raise UsageError(f"--resume measures run {args.resume} as it was stored; it takes no {', '.join(given)}")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from dlbench import api
 
+    if args.resume:
+        _refuse_flags_with_resume(args)
     progress = None if args.json else RichProgress()
     try:
-        res = api.run(args.suite, models=split_list(args.model) or None, frameworks=split_list(args.framework) or None,
-                      variants=split_list(args.variant) or None, scenarios=split_list(args.scenario) or None,
-                      batches=int_list(args.batch, "batch sizes") or None,
-                      threads=thread_list(args.threads) or None,
-                      devices=split_list(args.device) or None, protocol=_protocol(args), seed=args.seed,
-                      data=args.data, data_dir=args.data_dir, convergence=_convergence(args), db=args.db,
+        res = api.run(args.suite, models=names(args.model, "--model"), frameworks=names(args.framework, "--framework"),
+                      variants=names(args.variant, "--variant"), scenarios=names(args.scenario, "--scenario"),
+                      batches=counts(args.batch, "--batch"), threads=counts(args.threads, "--threads"),
+                      devices=names(args.device, "--device"), protocol=_protocol(args) or None, seed=args.seed,
+                      data=args.data, data_dir=args.data_dir, convergence=_convergence(args) or None, db=args.db,
                       resume=args.resume, progress=progress, argv=sys.argv[1:], distributed=distributed_flags(args))
     except KeyboardInterrupt:
         if progress:

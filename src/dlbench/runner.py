@@ -20,14 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from dlbench import envs
+from dlbench import envs, resolve
 from dlbench.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, installed_version
 from dlbench.launch.subprocess import run_job
 from dlbench.measure import environment
 from dlbench.measure.stats import summarize
 from dlbench.models import get_model
-from dlbench.plan import Cell, Suite, expand, load_suite
+from dlbench.plan import Cell, Suite, expand, load_suite, suite_from_dict
 from dlbench.scenarios import TIMED
 from dlbench.store import DEFAULT_DB, Sample, Store
 
@@ -46,19 +46,6 @@ class CellOutcome:
     metrics: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
-
-
-def variants_of(framework: str, requested: list[str] | str | None) -> list[str]:
-    known = FRAMEWORKS[framework].variants
-    if requested in (None, "default", []):
-        return [known[0]]
-    if requested == "all":
-        return list(known)
-    requested = [requested] if isinstance(requested, str) else requested
-    bad = [v for v in requested if v not in known]
-    if bad:
-        raise UsageError(f"{framework} has no variant {', '.join(bad)} (variants: {', '.join(known)})")
-    return list(requested)
 
 
 def scenarios_of(framework: str, scenarios: list[str]) -> list[str]:
@@ -86,25 +73,13 @@ def _default_batch(model: str, scenario: str, data: str, data_dir: str | None = 
     return spec.default_batch
 
 
-def resolve_suite_frameworks(suite: Suite) -> list[str]:
-    from dlbench.api import resolve_frameworks
-
-    if suite.frameworks == "installed":
-        found = [f for f in resolve_frameworks(None) if f not in suite.installed_except]
-        if not found:
-            raise UsageError(f"no installed framework left after installed_except {suite.installed_except}")
-        return found
-    names = [suite.frameworks] if isinstance(suite.frameworks, str) else suite.frameworks
-    return resolve_frameworks(names)
-
-
 def plan_cells(suite: Suite) -> tuple[list[str], list[Cell]]:
     """Validate a suite against the registries and expand it (raises UsageError)."""
-    from dlbench.api import resolve_models
-
-    resolve_models(suite.models)
-    frameworks = resolve_suite_frameworks(suite)
-    cells = expand(suite, frameworks, variants_of,
+    resolve.models(suite.models)
+    frameworks = resolve.suite_frameworks(suite)
+    resolve.devices(frameworks, suite.devices)
+    resolve.cluster_tools(suite)
+    cells = expand(suite, frameworks, resolve.variants,
                    lambda m, s, d: _default_batch(m, s, d, suite.data_dir), scenarios_of=scenarios_of)
     if not cells:
         raise UsageError("the suite selects no cells (check its exclusions)")
@@ -413,7 +388,7 @@ def resume(run_id: str, db: str | Path = DEFAULT_DB, progress: Progress = _quiet
     store = Store(db, create=False)
     try:
         run = store.get_run(run_id)
-        suite = Suite.model_validate(run["suite"])
+        suite = suite_from_dict(run["suite"], f"run {run_id}")
         frameworks, cells = plan_cells(suite)
         if not store.environment(run_id):
             store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
@@ -434,15 +409,24 @@ def _run(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress: P
 
 def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = None,
                 frameworks: list[str] | None = None, variants: list[str] | None = None,
-                scenarios: list[str] | None = None, batches: list[int] | None = None,
-                threads: list[int] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
-                seed: int | None = None, data: str | None = None, data_dir: str | None = None,
-                convergence: dict | None = None, distributed: dict | None = None) -> Suite:
+                scenarios: list[str] | None = None, batches: list[int | str] | None = None,
+                threads: list[int | str] | None = None, devices: list[str] | None = None,
+                protocol: dict | None = None, seed: int | None = None, data: str | None = None,
+                data_dir: str | None = None, convergence: dict | None = None,
+                distributed: dict | None = None) -> Suite:
     """A suite from a name, a file or a built :class:`Suite`, and flag overrides (flags alone build one
-    on the spot)."""
-    from dlbench.plan import suite_from_dict
-
-    flags_given = any(x for x in (models, frameworks, scenarios, batches, threads))
+    on the spot). None leaves an axis as the suite has it; an empty list is refused."""
+    if models is not None:
+        resolve.models(models)
+    if frameworks is not None:
+        resolve.frameworks(frameworks)
+    resolve.not_empty(scenarios, "scenarios")
+    resolve.not_empty(devices, "devices")
+    if batches is not None:
+        resolve.batches(batches)
+    if threads is not None:
+        resolve.threads(threads)
+    flags_given = any(x is not None for x in (models, frameworks, scenarios, batches, threads))
     base: dict[str, Any]
     if isinstance(suite, Suite):  # built by a caller (e.g. dlbench reproduce)
         base = suite.model_dump()
@@ -450,32 +434,23 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
         base = {"name": "custom", "models": models or ["lenet"]}
     else:
         base = load_suite(suite or "quick").model_dump()
-    if models:
+    if models is not None:
         base["models"] = models
         if isinstance(base.get("batch_sizes"), dict):
             base["batch_sizes"] = ["default"]
-    if frameworks:
+    if frameworks is not None:
         base["frameworks"] = frameworks
-    if variants:
-        fws = frameworks or (base["frameworks"] if isinstance(base["frameworks"], list) else list(FRAMEWORKS))
-        base["variants"] = {f: [v for v in variants if v in FRAMEWORKS[f].variants] or "default"
-                            for f in fws if f in FRAMEWORKS}
-        unknown = [v for v in variants if not any(v in FRAMEWORKS[f].variants for f in fws if f in FRAMEWORKS)]
-        if unknown and variants != ["all"]:
-            raise UsageError(f"unknown variant(s) {', '.join(unknown)}")
-        if variants == ["all"]:
-            base["variants"] = {f: "all" for f in fws if f in FRAMEWORKS}
-    if scenarios:
+    if scenarios is not None:
         base["scenarios"] = scenarios
-    if batches:
+    if batches is not None:
         base["batch_sizes"] = batches
-    if threads:
+    if threads is not None:
         base["threads"] = threads
     elif suite is None and flags_given and base.get("scenarios") == ["convergence"]:
         # accuracy curves do not depend on the thread count: measure training to accuracy once, on
         # every core, unless --threads asks for more (1 and all cores doubled the run's time)
         base["threads"] = ["all"]
-    if devices:
+    if devices is not None:
         base["devices"] = devices
     if protocol:
         base["protocol"] = {**base.get("protocol", {}), **protocol}
@@ -485,9 +460,14 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
         base["data"] = {"default": data}
     if data_dir:
         base["data_dir"] = data_dir
+    if base.get("data_dir") and all(d == "synthetic" for d in base.get("data", {}).values()):
+        raise UsageError("a data directory (--data-dir, data_dir) is given but no data set reads from it "
+                         "(--data NAME, data:)")
     if convergence:
         base["convergence"] = {**base.get("convergence", {}), **convergence}
     if distributed:
         base["distributed"] = {**base.get("distributed", {}), **distributed}
+    if variants is not None:
+        base["variants"] = resolve.variant_map(resolve.suite_frameworks(suite_from_dict(base, "command line")),
+                                               variants)
     return suite_from_dict(base, "command line")
-
