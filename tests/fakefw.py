@@ -16,7 +16,8 @@ import time
 from dlbench.frameworks import FrameworkInfo
 
 FRAMEWORK_INFO = FrameworkInfo("fakefw", __file__, "torch", "torch",
-                               ("ok", "crash", "hang", "oom", "broken", "slow", "lr", "held"), "test double (torch)")
+                               ("ok", "crash", "hang", "oom", "broken", "slow", "lr", "held"), "test double (torch)",
+                               devices=("cpu", "cuda"))
 
 
 def _backend():

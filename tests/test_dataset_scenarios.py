@@ -3,7 +3,7 @@ and the gate compares a probabilities-only API against the reference's softmax."
 
 import pytest
 
-from dlbench import runner
+from dlbench import resolve, runner
 from dlbench.frameworks import FRAMEWORKS, FrameworkInfo
 from dlbench.plan import expand, suite_from_dict
 from dlbench.scenarios import registry
@@ -29,7 +29,7 @@ def test_a_framework_measures_its_stand_ins(standin):
     assert runner.scenarios_of("standin", ["epoch", "train_step"]) == ["epoch"]
     assert runner.scenarios_of("torch", ["forward", "train_step"]) == ["forward", "train_step"]
     suite = suite_from_dict({"models": ["sae"], "scenarios": ["forward", "train_step"], "threads": [1]})
-    cells = expand(suite, ["standin", "torch"], runner.variants_of, lambda m, s, d: 64, cores=1,
+    cells = expand(suite, ["standin", "torch"], resolve.variants, lambda m, s, d: 64, cores=1,
                    scenarios_of=runner.scenarios_of)
     assert [(c.framework, c.scenario) for c in cells] == [("standin", "predict"), ("standin", "epoch"),
                                                           ("torch", "forward"), ("torch", "train_step")]

@@ -286,7 +286,7 @@ def test_two_drivers_on_one_database(tmp_path):
 
 # --- leases and temporary directories, without measuring ------------------------------------------
 def _run_with_lease(db: Path, pid: int, host: str, token: str, heartbeat: float) -> str:
-    from dlbench.runner import build_suite
+    from dlbench.flags import build_suite
 
     suite = build_suite(models=["lenet"], frameworks=["fakefw"], variants=["ok"], scenarios=["forward"], batches=[2],
                         threads=[1])

@@ -56,16 +56,17 @@ def test_missing_suite_file():
 def test_quick_suite_leaves_keras_and_h2o_out_unless_named(monkeypatch):
     """`installed_except` drops an installed framework from `frameworks: installed` only. H2O, which
     can run nothing of the quick suite (multilayer perceptrons only), joined it with 24 unsupported cells."""
-    from dlbench import api, runner
+    from dlbench import flags, resolve
 
-    monkeypatch.setattr(api, "resolve_frameworks", lambda names: names or ["torch", "keras", "jax", "mxnet", "h2o"])
-    assert runner.resolve_suite_frameworks(runner.build_suite("quick")) == ["torch", "jax", "mxnet"]
-    assert runner.resolve_suite_frameworks(runner.build_suite("quick", frameworks=["keras"])) == ["keras"]
-    assert runner.resolve_suite_frameworks(runner.build_suite("quick", frameworks=["h2o"])) == ["h2o"]
+    monkeypatch.setattr(resolve, "installed", lambda: ["torch", "keras", "jax", "mxnet", "h2o"])
+    monkeypatch.setattr(resolve, "check_frameworks", lambda names: None)
+    assert resolve.suite_frameworks(flags.build_suite("quick")) == ["torch", "jax", "mxnet"]
+    assert resolve.suite_frameworks(flags.build_suite("quick", frameworks=["keras"])) == ["keras"]
+    assert resolve.suite_frameworks(flags.build_suite("quick", frameworks=["h2o"])) == ["h2o"]
 
 
 def test_convergence_from_flags_runs_on_all_cores_once_unless_threads_are_given():
-    from dlbench.runner import build_suite
+    from dlbench.flags import build_suite
 
     assert build_suite(models=["lenet"], scenarios=["convergence"]).threads == ["all"]
     assert build_suite(models=["lenet"], scenarios=["convergence"], threads=[1, 2]).threads == [1, 2]

@@ -4,62 +4,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dlbench import envs
+from dlbench import envs, flags, resolve, runner
 from dlbench.errors import UsageError
-from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, installed_version
+from dlbench.frameworks import FRAMEWORKS
 from dlbench.launch.subprocess import run_job
-from dlbench.models import UnknownModelError, list_models, parse_model_ref
 from dlbench.plan import Suite
 from dlbench.results import RunResults, load_run
 from dlbench.store import DEFAULT_DB, Store
 from dlbench.verify import VerifyResult
 
 
-def resolve_models(models: list[str] | None) -> list[str]:
-    models = models or list_models()
-    try:
-        for m in models:
-            parse_model_ref(m)
-    except UnknownModelError as exc:
-        raise UsageError(str(exc)) from None
-    return models
-
-
-def resolve_frameworks(frameworks: list[str] | None) -> list[str]:
-    if not frameworks:
-        found = [n for n in FRAMEWORKS if installed_version(n) is not None]
-        if not found:
-            raise UsageError("no supported framework is installed (pip install 'dlbench[torch]')")
-        return found
-    try:
-        check_frameworks(frameworks)
-    except UnknownFrameworkError as exc:
-        raise UsageError(str(exc)) from None
-    return frameworks
-
-
-def resolve_variants(framework: str, variants: list[str] | None) -> list[str]:
-    known = FRAMEWORKS[framework].variants
-    if not variants:
-        return [known[0]]
-    if variants == ["all"]:
-        return list(known)
-    return [v for v in variants if v in known]
-
-
 def verify(models: list[str] | None = None, frameworks: list[str] | None = None, variants: list[str] | None = None,
-           device: str = "cpu", threads: int | None = None, timeout_s: float = 1800.0) -> list[VerifyResult]:
+           device: str = "cpu", threads: int | str | None = None, timeout_s: float = 1800.0) -> list[VerifyResult]:
     """Run the equivalence gate, one fresh process per (framework, variant), in the framework's
-    environment's interpreter when it has one (``dlbench envs``)."""
-    models = resolve_models(models)
-    frameworks = resolve_frameworks(frameworks)
-    if variants and variants != ["all"]:
-        unknown = [v for v in variants if not any(v in FRAMEWORKS[f].variants for f in frameworks)]
-        if unknown:
-            raise UsageError(f"unknown variant(s) {', '.join(unknown)} for {', '.join(frameworks)}")
+    environment's interpreter when it has one (``dlbench envs``). Input is resolved as :func:`run`
+    resolves it (:mod:`dlbench.resolve`); ``threads`` is one count, ``all`` or ``half``."""
+    models = resolve.models(models)
+    frameworks = resolve.frameworks(frameworks)
+    chosen = resolve.variant_map(frameworks, variants) if variants is not None else {}
+    resolve.devices(frameworks, [device])
+    threads = resolve.thread_count(threads)
+    timeout_s = resolve.timeout(timeout_s)
     results: list[VerifyResult] = []
     for fw in frameworks:
-        for variant in resolve_variants(fw, variants):
+        for variant in resolve.variants(fw, chosen.get(fw)):
             job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
                    "threads": threads}
             outcome = run_job(job, timeout_s=timeout_s, threads=threads, python=envs.python_for(fw),
@@ -73,7 +41,7 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
 
 
 def run(suite: str | Suite | None = None, *, models: list[str] | None = None, frameworks: list[str] | None = None,
-        variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int] | None = None,
+        variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int | str] | None = None,
         threads: list[int | str] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
         seed: int | None = None, data: str | None = None, data_dir: str | None = None, convergence: dict | None = None,
         db: str | Path = DEFAULT_DB, resume: str | None = None, progress=None, argv: list[str] | None = None,
@@ -82,14 +50,20 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
 
     Mirrors ``dlbench run``: ``suite`` is a name, a YAML file or a :class:`~dlbench.plan.Suite`; flags
     override the suite's axes; ``resume`` finishes a stored run; ``distributed`` sets the scaling
-    scenario's options (workers, scaling, exchange, launcher, cluster)."""
-    from dlbench import runner
-
+    scenario's options (workers, scaling, exchange, launcher, cluster). A resumed run is measured as
+    it was stored: any other setting given with ``resume`` is refused."""
     kwargs = {"progress": progress} if progress else {}
     if resume:
+        settings = {"suite": suite, "models": models, "frameworks": frameworks, "variants": variants,
+                    "scenarios": scenarios, "batches": batches, "threads": threads, "devices": devices,
+                    "protocol": protocol, "seed": seed, "data": data, "data_dir": data_dir,
+                    "convergence": convergence, "distributed": distributed}
+        given = [name for name, value in settings.items() if value is not None]
+        if given:
+            raise UsageError(f"resume measures run {resume} as it was stored; it takes no {', '.join(given)}")
         handle = runner.resume(resume, db, **kwargs)
     else:
-        s = runner.build_suite(suite, models=models, frameworks=frameworks, variants=variants, scenarios=scenarios,
+        s = flags.build_suite(suite, models=models, frameworks=frameworks, variants=variants, scenarios=scenarios,
                                batches=batches, threads=threads, devices=devices, protocol=protocol, seed=seed,
                                data=data, data_dir=data_dir, convergence=convergence, distributed=distributed)
         handle = runner.start(s, db, argv, **kwargs)

@@ -12,7 +12,7 @@ import sys
 from rich.table import Table
 
 from dlbench import cli_dist, cli_envs, cli_report, cli_run, cli_survey
-from dlbench.cli_common import Parser, console, split_list
+from dlbench.cli_common import Parser, console, counts, names
 from dlbench.errors import UsageError
 
 
@@ -45,12 +45,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     table = Table(title="frameworks")
-    for col in ("name", "installed", "version", "variants", "description"):
+    for col in ("name", "installed", "version", "variants", "devices", "description"):
         table.add_column(col)
     for r in rows:
         where = "yes (env)" if r.get("python") else "yes"
         table.add_row(r["name"], where if r["installed"] else "no", r["version"] or "-", ",".join(r["variants"]),
-                      r["description"])
+                      ",".join(r["devices"]), r["description"])
     console.print(table)
     return 0
 
@@ -59,9 +59,12 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from dlbench.api import verify
 
-    results = verify(models=split_list(args.model) or None, frameworks=split_list(args.framework) or None,
-                     variants=split_list(args.variant) or None, device=args.device, threads=args.threads,
-                     timeout_s=args.timeout)
+    threads = counts(args.threads, "--threads")
+    if threads is not None and len(threads) != 1:
+        raise UsageError(f"--threads: verify takes one thread count, got {args.threads!r}")
+    results = verify(models=names(args.model, "--model"), frameworks=names(args.framework, "--framework"),
+                     variants=names(args.variant, "--variant"), device=args.device,
+                     threads=None if threads is None else threads[0], timeout_s=args.timeout)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:
@@ -101,8 +104,8 @@ def build_parser() -> Parser:
     p.add_argument("--model", help="comma-separated models (default: all)")
     p.add_argument("--framework", help="comma-separated frameworks (default: all installed)")
     p.add_argument("--variant", help="comma-separated variants, or 'all' (default: each framework's first)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N where the framework has it")
+    p.add_argument("--threads", help="one thread count, 'all' or 'half' of the cores (default: the framework's)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per framework")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)

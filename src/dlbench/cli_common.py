@@ -4,6 +4,7 @@ one line and exit 2, and the parsers of comma-separated flag values."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from rich.console import Console
@@ -46,3 +47,21 @@ def thread_list(text: str | None) -> list[int | str]:
         else:
             out += int_list(item, "thread counts (or 'all', 'half')")
     return out
+
+
+def names(text: str | None, flag: str) -> list[str] | None:
+    """A comma-separated flag: None when it is not given (the default applies); one naming nothing
+    (``--model ,``, ``--model ""``) is refused rather than read as the default."""
+    if text is None:
+        return None
+    out = split_list(text)
+    if not out:
+        raise UsageError(f"{flag} names nothing (got {text!r}); leave it out for the default")
+    return out
+
+
+def counts(text: str | None, flag: str) -> list[int | str] | None:
+    """``--batch``, ``--threads``: integers where they parse as such, words (``all``, ``half``,
+    ``default``) as given; :mod:`dlbench.resolve` checks them by the suite file's rule."""
+    items = names(text, flag)
+    return None if items is None else [int(i) if re.fullmatch(r"[+-]?[0-9]+", i) else i for i in items]

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlbench import cli_run
-from dlbench.cli_common import console, split_list
+from dlbench.cli_common import console, names
 from dlbench.errors import UsageError
 from dlbench.store import DEFAULT_DB
 
@@ -99,7 +99,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise UsageError("reproduce: give a PAPER-TABLE (see dlbench reproduce --list)")
     rep.get_target(args.target)
     protocol = {**(rep.QUICK if args.quick else {}), **cli_run._protocol(args)}
-    env = rep.current_environment(args.gpu_device, tuple(split_list(args.framework)))
+    env = rep.current_environment(args.gpu_device, tuple(names(args.framework, "--framework") or ()))
     progress = None if args.json or args.dry_run else cli_run.RichProgress()
     try:
         result = rep.reproduce(args.target, env, protocol, args.db, progress, dry_run=args.dry_run)

@@ -15,7 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Table
 from rich.text import Text
 
-from dlbench.cli_common import console, int_list, split_list, thread_list
+from dlbench import flags, resolve
+from dlbench.cli_common import console, counts, names
 from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
 from dlbench.errors import UsageError
 from dlbench.estimate import Estimate, format_duration, setup_seconds
@@ -166,15 +167,31 @@ def _protocol(args: argparse.Namespace) -> dict:
                       ("repeats", "repeats"), ("timeout", "timeout_s")):
         value = getattr(args, flag)
         if value is not None:
-            if value < 0 or (value == 0 and key in ("min_iters", "repeats", "timeout_s")):
+            if key == "timeout_s":
+                value = resolve.timeout(value)
+            elif value < 0 or (value == 0 and key in ("min_iters", "repeats")):
                 raise UsageError(f"--{flag.replace('_', '-')} must be positive, got {value}")
             out[key] = value
     return out
 
 
+#: ``dlbench run`` flags that are not settings of what is measured
+NOT_MEASURING = ("resume", "db", "json", "dry_run", "func", "command")
+
+
+def _refuse_flags_with_resume(args: argparse.Namespace) -> None:
+    """A resumed run is measured as it was stored: a setting given beside --resume would be ignored."""
+    given = [f"--{k.replace('_', '-')}" for k, v in vars(args).items()
+             if k not in NOT_MEASURING and v is not None and v is not False]
+    if given:
+        raise UsageError(f"--resume measures run {args.resume} as it was stored; it takes no {', '.join(given)}")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from dlbench import api
 
+    if args.resume:
+        _refuse_flags_with_resume(args)
     suite, todo, stored = _plan(args)
     left_out = _left_out(suite, args.suite or "quick")
     estimate = Estimate(suite, todo, _epoch_samples(suite, todo))
@@ -216,14 +233,13 @@ def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
         finally:
             store.close()
     else:
-        suite = runner.build_suite(args.suite, models=split_list(args.model) or None,
-                                   frameworks=split_list(args.framework) or None,
-                                   variants=split_list(args.variant) or None,
-                                   scenarios=split_list(args.scenario) or None,
-                                   batches=int_list(args.batch, "batch sizes") or None,
-                                   threads=thread_list(args.threads) or None, devices=split_list(args.device) or None,
-                                   protocol=_protocol(args), seed=args.seed, data=args.data, data_dir=args.data_dir,
-                                   convergence=_convergence(args), distributed=distributed_flags(args))
+        suite = flags.build_suite(args.suite, models=names(args.model, "--model"),
+                                   frameworks=names(args.framework, "--framework"),
+                                   variants=names(args.variant, "--variant"), scenarios=names(args.scenario, "--scenario"),
+                                   batches=counts(args.batch, "--batch"), threads=counts(args.threads, "--threads"),
+                                   devices=names(args.device, "--device"), protocol=_protocol(args) or None,
+                                   seed=args.seed, data=args.data, data_dir=args.data_dir,
+                                   convergence=_convergence(args) or None, distributed=distributed_flags(args))
         done = set()
     _, cells = runner.plan_cells(suite)
     todo = [c for c in cells if c.key not in done]
@@ -234,16 +250,13 @@ def _left_out(suite: Suite, name: str) -> str:
     """A line naming the installed frameworks a suite of ``frameworks: installed`` leaves out
     (``installed_except``) and how to include them in suite ``name`` (as given to --suite); empty
     when it leaves none out."""
-    from dlbench import runner
-    from dlbench.api import resolve_frameworks
-
     if suite.frameworks != "installed":
         return ""
-    installed = resolve_frameworks(None)
+    installed = resolve.installed()
     out = [f for f in installed if f in suite.installed_except]
     if not out:
         return ""
-    every = ",".join(runner.resolve_suite_frameworks(suite) + out)
+    every = ",".join(resolve.suite_frameworks(suite) + out)
     what = f" ({suite.description.strip()})" if suite.description.strip() else ""
     return (f"the {suite.name} suite{what} leaves out installed {', '.join(out)}; to include them, "
             f"name every framework: dlbench run --suite {name} --framework {every}")

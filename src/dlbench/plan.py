@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dlbench.cell import Cell
+from dlbench.distributed.cluster import ClusterError, parse_latency, parse_rate
 from dlbench.errors import UsageError
 from dlbench.measure.timer import Protocol
 from dlbench.scenarios import registry
@@ -74,6 +75,43 @@ class DistributedModel(BaseModel):
             raise ValueError(f"workers must be positive integers, got {v}")
         return v
 
+    @field_validator("exchange")
+    @classmethod
+    def _exchange(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("the list names nothing")
+        return v
+
+    @model_validator(mode="after")
+    def _settings_fit_together(self) -> DistributedModel:
+        """Settings that only mean something beside another (each named with its ``dlbench run`` flag):
+        checked here so a suite file, the Python API and the command line refuse the same combinations."""
+        torchrun = self.nnodes != 1 or self.node_rank != 0 or self.rdzv_endpoint
+        if torchrun and self.launcher != "torchrun":
+            raise ValueError("nnodes, node_rank and rdzv_endpoint (--nnodes, --node-rank, --rdzv-endpoint) "
+                             "go with launcher torchrun")
+        if not self.node_rank < self.nnodes:
+            raise ValueError(f"node_rank (--node-rank) must be in [0, {self.nnodes}), got {self.node_rank}")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("launcher torchrun with nnodes > 1 needs rdzv_endpoint (--rdzv-endpoint HOST:PORT)")
+        if self.rdzv_endpoint and ":" not in self.rdzv_endpoint:
+            raise ValueError(f"rdzv_endpoint (--rdzv-endpoint) must be HOST:PORT, got {self.rdzv_endpoint!r}")
+        if self.ray_address and self.launcher != "ray":
+            raise ValueError("ray_address (--address) goes with launcher ray")
+        if self.cluster and self.launcher != "subprocess":
+            raise ValueError(f"cluster (--cluster) simulates nodes on this machine; it does not combine with "
+                             f"launcher {self.launcher}")
+        default_bandwidth = type(self).model_fields["bandwidth"].default
+        if (self.latency or self.bandwidth != default_bandwidth) and not self.cluster:
+            raise ValueError("bandwidth and latency (--bandwidth, --latency) shape the links of cluster (--cluster)")
+        try:
+            parse_rate(self.bandwidth)
+            if self.latency:
+                parse_latency(self.latency)
+        except ClusterError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
 
 class Suite(BaseModel):
     """A suite file. ``data`` maps a model (or ``default``) to a real data set whose samples fill the
@@ -103,6 +141,13 @@ class Suite(BaseModel):
     seed: int = 0
     distributed: DistributedModel = Field(default_factory=lambda: DistributedModel())
 
+    @field_validator("frameworks", "models", "scenarios", "devices")
+    @classmethod
+    def _not_empty(cls, v: list[str] | str) -> list[str] | str:
+        if not v:
+            raise ValueError("the list names nothing")
+        return v
+
     @field_validator("scenarios")
     @classmethod
     def _known_scenarios(cls, v: list[str]) -> list[str]:
@@ -114,20 +159,37 @@ class Suite(BaseModel):
     @field_validator("threads")
     @classmethod
     def _threads(cls, v: list[int | str]) -> list[int | str]:
-        for t in v:
-            if isinstance(t, int) and t <= 0 or isinstance(t, str) and t not in ("all", "half"):
-                raise ValueError(f"threads must be positive integers, 'all' or 'half', got {t!r}")
+        check_threads(v)
         return v
 
     @field_validator("batch_sizes")
     @classmethod
     def _batches(cls, v):
-        lists = v.values() if isinstance(v, dict) else [v]
-        for lst in lists:
-            for b in lst:
-                if isinstance(b, int) and b <= 0 or isinstance(b, str) and b != "default":
-                    raise ValueError(f"batch sizes must be positive integers or 'default', got {b!r}")
+        for lst in v.values() if isinstance(v, dict) else [v]:
+            check_batches(lst)
         return v
+
+
+def check_threads(threads: list[int | str]) -> None:
+    """The rule for thread counts, wherever they come from (suite, flag, API): at least one; each an
+    integer > 0, ``all`` or ``half``. Raises ValueError."""
+    _check_counts(threads, "thread counts", ("all", "half"))
+
+
+def check_batches(batches: list[int | str]) -> None:
+    """The rule for batch sizes: at least one; each an integer > 0 or ``default``. Raises ValueError."""
+    _check_counts(batches, "batch sizes", ("default",))
+
+
+def _check_counts(values: list[int | str], what: str, words: tuple[str, ...]) -> None:
+    if not values:
+        raise ValueError(f"{what}: the list names nothing")
+    alternatives = ", ".join(repr(w) for w in words)
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | str) or isinstance(v, str) and v not in words:
+            raise ValueError(f"{what} must be integers (or {alternatives}), got {v!r}")
+        if isinstance(v, int) and v <= 0:
+            raise ValueError(f"{what} must be > 0, got {v}")
 
 
 BUILTIN = ("quick", "bahrampour2016", "shi2016", "liu2018")
@@ -155,12 +217,18 @@ def load_suite(name_or_path: str) -> Suite:
 
 
 def suite_from_dict(data: dict, source: str = "suite") -> Suite:
+    """A validated suite; an invalid one is a :class:`UsageError` of one line (the first problem, and
+    how many more there are)."""
     try:
         return Suite.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise UsageError(f"{source}: invalid suite: {loc}: {err['msg']}") from None
+        errors = exc.errors()
+        err = errors[0]
+        loc = ".".join(str(p) if str(p).isprintable() else repr(p) for p in err["loc"]) or "suite"
+        msg = " ".join(str(err["msg"]).removeprefix("Value error, ").split())
+        others = len({e["loc"][:1] for e in errors} - {err["loc"][:1]})  # a union's alternatives share a field
+        more = f" (and problems in {others} more field{'s' if others > 1 else ''})" if others else ""
+        raise UsageError(f"{source}: invalid suite: {loc}: {msg}{more}") from None
 
 
 def resolve_threads(threads: list[int | str], cores: int | None = None) -> list[int]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlbench import envs, lease
+from dlbench import envs, lease, resolve
 from dlbench.data import DataError, adapt, list_datasets, load_dataset
 from dlbench.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, installed_version
@@ -30,7 +30,7 @@ from dlbench.launch.ray import RayLauncher
 from dlbench.launch.subprocess import run_job
 from dlbench.measure import environment
 from dlbench.models import get_model
-from dlbench.plan import Cell, Suite, expand, load_suite
+from dlbench.plan import Cell, Suite, expand, suite_from_dict
 from dlbench.scenarios import registry
 from dlbench.scenarios.base import CellOutcome, Context, JobRunner, Progress
 from dlbench.store import DEFAULT_DB, Store
@@ -40,17 +40,6 @@ def _quiet(event: str, **_: Any) -> None:
     pass
 
 
-def variants_of(framework: str, requested: list[str] | str | None) -> list[str]:
-    known = FRAMEWORKS[framework].variants
-    if requested in (None, "default", []):
-        return [known[0]]
-    if requested == "all":
-        return list(known)
-    requested = [requested] if isinstance(requested, str) else requested
-    bad = [v for v in requested if v not in known]
-    if bad:
-        raise UsageError(f"{framework} has no variant {', '.join(bad)} (variants: {', '.join(known)})")
-    return list(requested)
 
 
 def scenarios_of(framework: str, scenarios: list[str]) -> list[str]:
@@ -68,26 +57,14 @@ def _default_batch(model: str, scenario: str, data: str, data_dir: str | None = 
     return registry.get(scenario).default_batch(get_model(model), data, data_dir)
 
 
-def resolve_suite_frameworks(suite: Suite) -> list[str]:
-    from dlbench.api import resolve_frameworks
-
-    if suite.frameworks == "installed":
-        found = [f for f in resolve_frameworks(None) if f not in suite.installed_except]
-        if not found:
-            raise UsageError(f"no installed framework left after installed_except {suite.installed_except}")
-        return found
-    names = [suite.frameworks] if isinstance(suite.frameworks, str) else suite.frameworks
-    return resolve_frameworks(names)
-
-
 def plan_cells(suite: Suite) -> tuple[list[str], list[Cell]]:
     """Validate a suite against the registries and expand it (raises UsageError)."""
-    from dlbench.api import resolve_models
-
-    resolve_models(suite.models)
+    resolve.models(suite.models)
     scenarios = [registry.get(s) for s in suite.scenarios]
-    frameworks = resolve_suite_frameworks(suite)
-    cells = expand(suite, frameworks, variants_of,
+    frameworks = resolve.suite_frameworks(suite)
+    resolve.devices(frameworks, suite.devices)
+    resolve.cluster_tools(suite)
+    cells = expand(suite, frameworks, resolve.variants,
                    lambda m, s, d: _default_batch(m, s, d, suite.data_dir), scenarios_of=scenarios_of,
                    cells_of=lambda c: registry.get(c.scenario).cells(c, suite))
     if not cells:
@@ -273,7 +250,7 @@ def resume(run_id: str, db: str | Path = DEFAULT_DB, progress: Progress = _quiet
     store = Store(db, create=False)
     try:
         run = store.get_run(run_id)
-        suite = Suite.model_validate(run["suite"])
+        suite = suite_from_dict(run["suite"], f"run {run_id}")
         frameworks, cells = plan_cells(suite)
         with _run(store, run_id, progress) as progress:
             if not store.environment(run_id):
@@ -304,64 +281,3 @@ def _run(store: Store, run_id: str, progress: Progress) -> Iterator[Progress]:
                 exc.run_id, exc.db = run_id, store.path
             raise
         store.finish_run(run_id, "complete")
-
-
-def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = None,
-                frameworks: list[str] | None = None, variants: list[str] | None = None,
-                scenarios: list[str] | None = None, batches: list[int] | None = None,
-                threads: list[int] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
-                seed: int | None = None, data: str | None = None, data_dir: str | None = None,
-                convergence: dict | None = None, distributed: dict | None = None) -> Suite:
-    """A suite from a name, a file or a built :class:`Suite`, and flag overrides (flags alone build one
-    on the spot)."""
-    from dlbench.plan import suite_from_dict
-
-    flags_given = any(x for x in (models, frameworks, scenarios, batches, threads))
-    base: dict[str, Any]
-    if isinstance(suite, Suite):  # built by a caller (e.g. dlbench reproduce)
-        base = suite.model_dump()
-    elif suite is None and flags_given:
-        base = {"name": "custom", "models": models or ["lenet"]}
-    else:
-        base = load_suite(suite or "quick").model_dump()
-    if models:
-        base["models"] = models
-        if isinstance(base.get("batch_sizes"), dict):
-            base["batch_sizes"] = ["default"]
-    if frameworks:
-        base["frameworks"] = frameworks
-    if variants:
-        fws = frameworks or (base["frameworks"] if isinstance(base["frameworks"], list) else list(FRAMEWORKS))
-        base["variants"] = {f: [v for v in variants if v in FRAMEWORKS[f].variants] or "default"
-                            for f in fws if f in FRAMEWORKS}
-        unknown = [v for v in variants if not any(v in FRAMEWORKS[f].variants for f in fws if f in FRAMEWORKS)]
-        if unknown and variants != ["all"]:
-            raise UsageError(f"unknown variant(s) {', '.join(unknown)}")
-        if variants == ["all"]:
-            base["variants"] = {f: "all" for f in fws if f in FRAMEWORKS}
-    if scenarios:
-        base["scenarios"] = scenarios
-    if batches:
-        base["batch_sizes"] = batches
-    if threads:
-        base["threads"] = threads
-    elif suite is None and flags_given:  # a scenario may say what thread counts it needs by default
-        defaults = [registry.get(s).default_threads for s in base.get("scenarios", [])]
-        if defaults and defaults[0] is not None and all(d == defaults[0] for d in defaults):
-            base["threads"] = defaults[0]
-    if devices:
-        base["devices"] = devices
-    if protocol:
-        base["protocol"] = {**base.get("protocol", {}), **protocol}
-    if seed is not None:
-        base["seed"] = seed
-    if data:
-        base["data"] = {"default": data}
-    if data_dir:
-        base["data_dir"] = data_dir
-    if convergence:  # the convergence scenario's settings
-        base.update(convergence={**base.get("convergence", {}), **convergence})
-    if distributed:
-        base["distributed"] = {**base.get("distributed", {}), **distributed}
-    return suite_from_dict(base, "command line")
-

@@ -43,24 +43,30 @@ class FrameworkInfo:
     requires: tuple[str, ...] = ()
     #: per-batch scenario -> the whole-data-set scenario measured in its place (H2O: train_step -> epoch)
     stands_in: dict[str, str] = field(default_factory=dict)
+    #: devices the backend can build on (mirrors ``Backend.devices``, readable without the import);
+    #: ``cuda`` also admits ``cuda:N``
+    devices: tuple[str, ...] = ("cpu",)
 
 
 FRAMEWORKS: dict[str, FrameworkInfo] = {
     "torch": FrameworkInfo("torch", "dlbench.frameworks.torch", "torch", "torch", ("eager", "compile"),
-                           "PyTorch (torch.nn, torch.compile)"),
-    "jax": FrameworkInfo("jax", "dlbench.frameworks.jax", "jax", "jax", ("jit",), "JAX + Flax + Optax (jax.jit)"),
+                           "PyTorch (torch.nn, torch.compile)", devices=("cpu", "cuda")),
+    "jax": FrameworkInfo("jax", "dlbench.frameworks.jax", "jax", "jax", ("jit",), "JAX + Flax + Optax (jax.jit)",
+                         devices=("cpu", "cuda")),
     "onnxruntime": FrameworkInfo("onnxruntime", "dlbench.frameworks.onnxruntime", ("onnxruntime", "onnxruntime-gpu"),
                                  "onnxruntime", ("default",), "ONNX Runtime (exported from torch)",
-                                 scenarios=("forward",), requires=("torch", "onnx", "onnxscript")),
+                                 scenarios=("forward",), requires=("torch", "onnx", "onnxscript"),
+                                 devices=("cpu", "cuda")),
     "tensorflow": FrameworkInfo("tensorflow", "dlbench.frameworks.tensorflow", ("tensorflow-cpu", "tensorflow"),
                                 "tensorflow", ("function", "xla"), "TensorFlow 2 (Keras 3 layers, tf.function, XLA)",
-                                requires=("keras",)),
+                                requires=("keras",), devices=("cpu", "cuda")),
     "keras": FrameworkInfo("keras", "dlbench.frameworks.keras", "keras", "keras",
                            ("keras-jax", "keras-tensorflow", "keras-torch"),
                            "Keras 3 (one model on the JAX, TensorFlow and PyTorch backends; compile, train_on_batch)",
                            variant_env={"keras-jax": {"KERAS_BACKEND": "jax"},
                                         "keras-tensorflow": {"KERAS_BACKEND": "tensorflow"},
-                                        "keras-torch": {"KERAS_BACKEND": "torch"}}),
+                                        "keras-torch": {"KERAS_BACKEND": "torch"}},
+                           devices=("cpu", "cuda")),
     # The backends below usually live in a per-framework environment (dlbench envs create NAME),
     # because their pins clash with the main Python's (see dlbench.envs and docs/environments.md).
     "mxnet": FrameworkInfo("mxnet", "dlbench.frameworks.mxnet", "mxnet", "mxnet", ("imperative", "hybridize"),
@@ -138,7 +144,8 @@ def installed_version(name: str) -> str | None:
 
 def list_frameworks() -> list[dict]:
     return [{"name": n, "installed": (v := installed_version(n)) is not None, "version": v,
-             "variants": list(i.variants), "description": i.description, "python": envs.python_for(n)}
+             "variants": list(i.variants), "devices": list(i.devices), "description": i.description,
+             "python": envs.python_for(n)}
             for n, i in FRAMEWORKS.items()]
 
 

@@ -407,6 +407,20 @@ def current_environment(gpu_device: str = "cuda", only: tuple[str, ...] = ()) ->
                        backends=installed_backends(), gpu_device=gpu_device, only=only)
 
 
+def check_selection(name: str, only: tuple[str, ...]) -> None:
+    """``--framework`` must name installed frameworks that continue one of the table's: a selection
+    that could run nothing is refused, not reported as an empty success."""
+    if not only:
+        return
+    from dlbench import resolve
+
+    resolve.frameworks(list(only))
+    ours = list(dict.fromkeys(m.ours for m in mapping_of(name, installed_backends()) if m.ours))
+    stray = [f for f in only if f not in ours]
+    if stray:
+        raise UsageError(f"{name} has no setting for {', '.join(stray)} (its frameworks today: {', '.join(ours)})")
+
+
 def reproduce(name: str, env: Environment | None = None, protocol: dict[str, Any] | None = None,
               db: str | Path | None = None, progress=None, dry_run: bool = False) -> Reproduction:
     """Plan the table's settings, run the runnable ones as one suite, and line them up with the paper."""
@@ -416,6 +430,7 @@ def reproduce(name: str, env: Environment | None = None, protocol: dict[str, Any
 
     get_target(name)
     env = env or current_environment()
+    check_selection(name, env.only)
     protocol = {**FULL, **(protocol or {})}
     settings = plan(name, env)
     suite = None if dry_run else suite_for(name, settings, protocol)

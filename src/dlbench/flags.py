@@ -1,0 +1,78 @@
+"""A suite from a name, a file or a built :class:`~dlbench.plan.Suite`, with flag overrides: what
+``dlbench run``'s flags and :func:`dlbench.api.run`'s arguments mean, the same for both. Each value
+is checked by :mod:`dlbench.resolve`; the result is validated as a suite file is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlbench import resolve
+from dlbench.errors import UsageError
+from dlbench.plan import Suite, load_suite, suite_from_dict
+from dlbench.scenarios import registry
+
+
+def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = None,
+                frameworks: list[str] | None = None, variants: list[str] | None = None,
+                scenarios: list[str] | None = None, batches: list[int | str] | None = None,
+                threads: list[int | str] | None = None, devices: list[str] | None = None,
+                protocol: dict | None = None, seed: int | None = None, data: str | None = None,
+                data_dir: str | None = None, convergence: dict | None = None,
+                distributed: dict | None = None) -> Suite:
+    """A suite from a name, a file or a built :class:`Suite`, and flag overrides (flags alone build one
+    on the spot). None leaves an axis as the suite has it; an empty list is refused."""
+    if models is not None:
+        resolve.models(models)
+    if frameworks is not None:
+        resolve.frameworks(frameworks)
+    resolve.not_empty(scenarios, "scenarios")
+    resolve.not_empty(devices, "devices")
+    if batches is not None:
+        resolve.batches(batches)
+    if threads is not None:
+        resolve.threads(threads)
+    flags_given = any(x is not None for x in (models, frameworks, scenarios, batches, threads))
+    base: dict[str, Any]
+    if isinstance(suite, Suite):  # built by a caller (e.g. dlbench reproduce)
+        base = suite.model_dump()
+    elif suite is None and flags_given:
+        base = {"name": "custom", "models": models or ["lenet"]}
+    else:
+        base = load_suite(suite or "quick").model_dump()
+    if models is not None:
+        base["models"] = models
+        if isinstance(base.get("batch_sizes"), dict):
+            base["batch_sizes"] = ["default"]
+    if frameworks is not None:
+        base["frameworks"] = frameworks
+    if scenarios is not None:
+        base["scenarios"] = scenarios
+    if batches is not None:
+        base["batch_sizes"] = batches
+    if threads is not None:
+        base["threads"] = threads
+    elif suite is None and flags_given:  # a scenario may say what thread counts it needs by default
+        defaults = [registry.get(s).default_threads for s in base.get("scenarios", [])]
+        if defaults and defaults[0] is not None and all(d == defaults[0] for d in defaults):
+            base["threads"] = defaults[0]
+    if devices is not None:
+        base["devices"] = devices
+    if protocol:
+        base["protocol"] = {**base.get("protocol", {}), **protocol}
+    if seed is not None:
+        base["seed"] = seed
+    if data:
+        base["data"] = {"default": data}
+    if data_dir:
+        base["data_dir"] = data_dir
+    if base.get("data_dir") and all(d == "synthetic" for d in base.get("data", {}).values()):
+        raise UsageError("a data directory (--data-dir, data_dir) is given but no data set reads from it "
+                         "(--data NAME, data:)")
+    if convergence:
+        base["convergence"] = {**base.get("convergence", {}), **convergence}
+    if distributed:
+        base["distributed"] = {**base.get("distributed", {}), **distributed}
+    if variants is not None:
+        base["variants"] = resolve.variant_map(resolve.suite_frameworks(suite_from_dict(base, "command line")),
+                                               variants)
+    return suite_from_dict(base, "command line")

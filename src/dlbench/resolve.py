@@ -1,0 +1,166 @@
+"""What a user names, resolved against the registries: models, frameworks, variants, devices, thread
+counts, batch sizes and timeouts.
+
+One module, so the command line, the Python API, a suite file and a resumed run accept and refuse
+the same input. ``None`` always means "not given" (the default applies); an empty list names
+nothing and is refused. Every refusal is a :class:`~dlbench.errors.UsageError` (one line, exit 2).
+Nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+from dlbench.errors import UsageError
+from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, installed_version
+from dlbench.models import UnknownModelError, list_models, parse_model_ref
+from dlbench.plan import Suite, check_batches, check_threads, resolve_threads
+
+
+def not_empty(values: list | None, what: str) -> None:
+    """A list given (not None) must name something: an empty one is not "the default"."""
+    if values is not None and not values:
+        raise UsageError(f"{what}: the list names nothing (leave it out for the default)")
+
+
+def models(names: list[str] | None) -> list[str]:
+    """The models named (default: every model); an unknown model or option is refused."""
+    not_empty(names, "models")
+    if names is None:
+        return list_models()
+    try:
+        for m in names:
+            parse_model_ref(m)
+    except UnknownModelError as exc:
+        raise UsageError(str(exc)) from None
+    return names
+
+
+def installed() -> list[str]:
+    """Every framework dlbench can measure here (this Python's or its own environment's)."""
+    found = [n for n in FRAMEWORKS if installed_version(n) is not None]
+    if not found:
+        raise UsageError("no supported framework is installed (pip install 'dlbench[torch]')")
+    return found
+
+
+def frameworks(names: list[str] | None) -> list[str]:
+    """The frameworks named (default: every installed one); an unknown or missing one is refused."""
+    not_empty(names, "frameworks")
+    if names is None:
+        return installed()
+    try:
+        check_frameworks(names)
+    except UnknownFrameworkError as exc:
+        raise UsageError(str(exc)) from None
+    return names
+
+
+def suite_frameworks(suite: Suite) -> list[str]:
+    """A suite's frameworks: those it names, or (``installed``) every installed one but ``installed_except``."""
+    if suite.frameworks == "installed":
+        found = [f for f in installed() if f not in suite.installed_except]
+        if not found:
+            raise UsageError(f"no installed framework left after installed_except {suite.installed_except}")
+        return found
+    return frameworks([suite.frameworks] if isinstance(suite.frameworks, str) else suite.frameworks)
+
+
+def variants(framework: str, requested: list[str] | str | None) -> list[str]:
+    """One framework's variants from a suite's ``variants`` entry: none or ``default`` -> its first,
+    ``all`` -> every one; an unknown one is refused."""
+    known = FRAMEWORKS[framework].variants
+    if requested in (None, "default", []):
+        return [known[0]]
+    if requested == "all":
+        return list(known)
+    requested = [requested] if isinstance(requested, str) else requested
+    bad = [v for v in requested if v not in known]
+    if bad:
+        raise UsageError(f"{framework} has no variant {', '.join(bad)} (variants: {', '.join(known)})")
+    return list(requested)
+
+
+def variant_map(frameworks: list[str], names: list[str]) -> dict[str, list[str] | str]:
+    """Variants named across frameworks (``--variant``) as a suite's ``variants`` mapping: each framework
+    gets those of them it has (none: its default), ``all`` gives each all of its own. A variant none of
+    ``frameworks`` has is refused, so it cannot vanish from the run unnoticed."""
+    not_empty(names, "variants")
+    if "all" in names:
+        return {f: "all" for f in frameworks}
+    unknown = [v for v in names if not any(v in FRAMEWORKS[f].variants for f in frameworks)]
+    if unknown:
+        known = "; ".join(f"{f}: {', '.join(FRAMEWORKS[f].variants)}" for f in frameworks)
+        raise UsageError(f"unknown variant(s) {', '.join(unknown)} for {', '.join(frameworks)} ({known})")
+    return {f: [v for v in names if v in FRAMEWORKS[f].variants] or "default" for f in frameworks}
+
+
+def supports_device(framework: str, device: str) -> bool:
+    """Whether the backend declares the device: one of its ``devices``, or ``KIND:N`` (N a device index)
+    for an accelerator kind it declares."""
+    declared = FRAMEWORKS[framework].devices
+    kind, sep, index = device.partition(":")
+    return kind in declared and (not sep or kind != "cpu" and re.fullmatch(r"[0-9]+", index) is not None)
+
+
+def devices(frameworks: list[str], names: list[str]) -> list[str]:
+    """Devices a run names, each declared by at least one of its frameworks (a framework lacking one
+    stores its cells as ``unsupported``, with the backend's reason); a typo is refused, not measured."""
+    not_empty(names, "devices")
+    for d in names:
+        if not any(supports_device(f, d) for f in frameworks):
+            known = "; ".join(f"{f}: {', '.join(_device_forms(f))}" for f in frameworks)
+            raise UsageError(f"no framework of the run has device {d!r} ({known})")
+    return names
+
+
+def _device_forms(framework: str) -> list[str]:
+    declared = FRAMEWORKS[framework].devices
+    return [*declared, *(f"{d}:N" for d in declared if d != "cpu")]
+
+
+def threads(values: list[int | str]) -> list[int | str]:
+    """Thread counts as a suite holds them (integers, ``all``, ``half``), checked by the suite's rule."""
+    try:
+        check_threads(values)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return values
+
+
+def thread_count(value: int | str | None) -> int | None:
+    """One thread count (``dlbench verify``): the same rule as a run's, resolved to this machine's
+    cores; None leaves the framework's default."""
+    if value is None:
+        return None
+    return resolve_threads(threads([value]), len(os.sched_getaffinity(0)))[0]
+
+
+def batches(values: list[int | str]) -> list[int | str]:
+    """Batch sizes as a suite holds them (integers, ``default``), checked by the suite's rule."""
+    try:
+        check_batches(values)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return values
+
+
+def timeout(seconds: float) -> float:
+    """Seconds a measuring process may run: positive and finite."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) \
+            or seconds <= 0:
+        raise UsageError(f"timeout must be a positive number of seconds, got {seconds!r}")
+    return float(seconds)
+
+
+def cluster_tools(suite: Suite) -> None:
+    """What a suite's namespace cluster needs from this machine: link latency needs tc netem. (Where
+    namespaces cannot be made at all, the run falls back to loopback and says so.)"""
+    if not (suite.distributed.latency and "scaling" in suite.scenarios):
+        return
+    from dlbench.distributed import cluster as netns
+
+    if not netns.unavailable() and not netns.netem_available():
+        raise UsageError("latency (--latency) needs tc netem (sch_netem), which this kernel does not have")
