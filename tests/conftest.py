@@ -18,6 +18,18 @@ over_budget = pytest.mark.skipif(not os.environ.get("DLBENCH_SLOW_TESTS"),
                                  reason="over CI's time budget; set DLBENCH_SLOW_TESTS=1 to run")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``scripts/test.sh`` runs the tests in two processes), each test process gets
+    cores of its own: every measuring process a test starts inherits them, so two tests never time
+    on the same core, and a cell's "all cores" is its test process's share. Tests that need the
+    whole machine are marked ``serial`` and run alone afterwards."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    cores = sorted(os.sched_getaffinity(0))
+    if worker.startswith("gw") and 1 < count <= len(cores):
+        os.sched_setaffinity(0, cores[int(worker[2:])::count])
+
+
 @pytest.fixture(autouse=True, scope="session")
 def shared_peak_cache(tmp_path_factory):
     """One machine-peak measurement per thread count for the whole session (see runner._peak_cache):

@@ -20,7 +20,7 @@ from dlbench.launch.group import procs_naming
 from dlbench.launch.ray import check_nodes
 from tests.conftest import requires
 
-pytestmark = [requires("ray"), requires("torch")]
+pytestmark = [requires("ray"), requires("torch"), pytest.mark.serial]
 TINY = {"warmup": 2, "min_iters": 4, "min_time_s": 0.0, "repeats": 1, "timeout_s": 240}
 
 

@@ -5,10 +5,12 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from dlbench import api
 from tests.conftest import requires_framework, run_in_framework
 
-pytestmark = requires_framework("h2o")
+pytestmark = [requires_framework("h2o"), pytest.mark.serial]
 TINY = {"warmup": 0, "min_iters": 1, "min_time_s": 0.0, "repeats": 1, "timeout_s": 600}
 
 
