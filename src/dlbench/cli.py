@@ -1,5 +1,9 @@
 """The ``dlbench`` command line: parses, calls the library, prints. Exit 0 ok, 1 some checks or
-cells failed, 2 bad usage (one line on stderr, never a traceback)."""
+cells failed, 2 bad usage (one line on stderr, never a traceback).
+
+Text from data (framework, model and device names, run ids, reasons, paths) reaches the terminal
+through rich as :func:`escape`-d markup or as :class:`~rich.text.Text`: a ``[/]`` or ``[link=...]`` in
+a name is printed, never interpreted."""
 
 from __future__ import annotations
 
@@ -11,9 +15,12 @@ import sys
 from collections.abc import Callable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from dlbench.errors import UsageError
+from dlbench.store import check_output, explain
 
 console = Console(width=None if sys.stdout.isatty() else 200)
 
@@ -23,6 +30,21 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")
+
+
+def texts(*values: object) -> list[Text]:
+    """Table cells from data: printed as they are, never read as markup."""
+    return [v if isinstance(v, Text) else Text(str(v)) for v in values]
+
+
+def write_output(path: str, text: str, db: str | None = None) -> None:
+    """Write a command's output file: never over the database (:func:`~dlbench.store.check_output`);
+    a missing directory or a path that is a directory is bad input."""
+    out = check_output(path, db)
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def split_list(text: str | None) -> list[str]:
@@ -71,8 +93,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         for col in ("name", "params", "GFLOPs/sample", "input", "batch", "source"):
             table.add_column(col, justify="right" if col in ("params", "GFLOPs/sample", "batch") else "left")
         for r in rows:
-            table.add_row(r["name"], f"{r['params']:,}", f"{r['gflops_per_sample']:.4f}",
-                          "x".join(map(str, r["input_shape"])), str(r["default_batch"]), r["source"])
+            table.add_row(*texts(r["name"], f"{r['params']:,}", f"{r['gflops_per_sample']:.4f}",
+                                 "x".join(map(str, r["input_shape"])), r["default_batch"], r["source"]))
         console.print(table)
         return 0
     from dlbench.frameworks import list_frameworks
@@ -86,8 +108,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         table.add_column(col)
     for r in rows:
         where = "yes (env)" if r.get("python") else "yes"
-        table.add_row(r["name"], where if r["installed"] else "no", r["version"] or "-", ",".join(r["variants"]),
-                      r["description"])
+        table.add_row(*texts(r["name"], where if r["installed"] else "no", r["version"] or "-",
+                             ",".join(r["variants"]), r["description"]))
     console.print(table)
     return 0
 
@@ -109,13 +131,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for r in results:
             fw = "-" if r.framework_params is None else f"{r.framework_params:,}"
             extra = f" (+{r.params_extra:,} documented)" if r.params_extra else ""
-            verdict = {"pass": "[green]pass[/]", "unsupported": "[yellow]unsupported[/]"}.get(r.verdict, "[red]FAIL[/]")
-            table.add_row(r.model, r.framework, r.variant, f"{r.spec_params:,} / {fw}{extra}",
-                          _fmt_err(r.forward_error), _fmt_err(r.gradient_error), verdict)
+            verdict = {"pass": Text("pass", "green"), "unsupported": Text("unsupported", "yellow")}.get(
+                r.verdict, Text("FAIL", "red"))
+            table.add_row(*texts(r.model, r.framework, r.variant, f"{r.spec_params:,} / {fw}{extra}",
+                                 _fmt_err(r.forward_error), _fmt_err(r.gradient_error), verdict))
         console.print(table)
         for r in results:
             if r.reason:
-                console.print(f"[bold]{r.model} / {r.framework} / {r.variant}[/]: {r.reason}", markup=True,
+                console.print(f"[bold]{escape(f'{r.model} / {r.framework} / {r.variant}')}[/]: {escape(r.reason)}",
                               highlight=False)
     return 0 if all(r.verdict in ("pass", "unsupported") for r in results) else 1
 
@@ -161,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     import dlbench.cli_run  # noqa: F401  (registers run, runs, show, export)
     import dlbench.cli_survey  # noqa: F401  (registers survey)
 
+    args = None
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
@@ -171,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         print("dlbench: interrupted", file=sys.stderr)
         return 130
     except sqlite3.Error as exc:
-        print(f"dlbench: error: database: {exc} (was it written by another dlbench version?)", file=sys.stderr)
+        db = vars(args).get("db") if args is not None else None  # not every verb has --db
+        print(f"dlbench: error: database{f' {db}' if db else ''}: {explain(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:  # a bug of ours: one line, the traceback only on request
         if os.environ.get("DLBENCH_DEBUG"):

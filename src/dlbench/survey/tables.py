@@ -1,4 +1,8 @@
-"""The survey's data as Markdown, CSV and JSON tables (one file per table under ``--out``)."""
+"""The survey's data as Markdown, CSV and JSON tables (one file per table under ``--out``).
+
+Every string from the data (framework and plugin names, versions, reasons, a survey.json read back
+by ``dlbench report --survey``) is escaped with :func:`~dlbench.report.markdown.md` in Markdown: it
+renders as the text it is, never as HTML, a link or a table column."""
 
 from __future__ import annotations
 
@@ -8,6 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dlbench.errors import UsageError
+from dlbench.report.markdown import md
+from dlbench.store import check_output
 from dlbench.survey.api_coverage import CATEGORIES, LIU_COLUMNS
 
 MARK = {"verified": "✓", "declared": "(declared)", "failed": "✗ FAILED", "unknown": "?"}
@@ -15,8 +22,8 @@ MARK = {"verified": "✓", "declared": "(declared)", "failed": "✗ FAILED", "un
 
 def _md(headers: list[str], rows: list[list[Any]]) -> str:
     def cell(v: Any) -> str:
-        return "-" if v is None or v == "" else str(v).replace("|", "\\|").replace("\n", " ")
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        return "-" if v is None or v == "" else md(v)
+    lines = ["| " + " | ".join(md(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -103,7 +110,7 @@ def features_md(data: dict) -> str:
     checked = what_ran(data)
     if checked:
         out.append("\n### What ran\n\n")
-        out += [f"- **{where}** {verdict}: {what}\n" for where, verdict, what in checked]
+        out += [f"- **{md(where)}** {md(verdict)}: {md(what)}\n" for where, verdict, what in checked]
     return "".join(out)
 
 
@@ -192,7 +199,7 @@ def sections(data: dict) -> list[tuple[str, list[str], list[list]]]:
 
 
 def markdown(data: dict) -> str:
-    parts = [f"# dlbench survey ({data['date']})\n\n{data['machine']}\n\n"]
+    parts = [f"# dlbench survey ({md(data['date'])})\n\n{md(data['machine'])}\n\n"]
     for name in ("frameworks", "features", "api_coverage", "zoo", "setup", "popularity"):
         if name == "features":
             parts.append(features_md(data) + "\n")
@@ -202,14 +209,34 @@ def markdown(data: dict) -> str:
     return "".join(parts)
 
 
+FILES = ("survey.md", "survey.html", "survey.json", "api_coverage.json",
+         *(f"{name}.{ext}" for name in TABLES for ext in ("csv", "md")))
+
+
+def check_out(out: Path) -> None:
+    """``--out`` must be a directory (or not exist yet), and none of the files written there an SQLite
+    database (:func:`~dlbench.store.check_output`): checked before the survey runs."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"survey --out {out} is a file; give a directory")
+    for name in FILES:
+        check_output(out / name)
+
+
 def write(data: dict, out: Path) -> list[Path]:
     """survey.md (all tables), survey.json (everything), and per table .md/.csv; api_coverage.json
     holds every counted name."""
-    out.mkdir(parents=True, exist_ok=True)
+    check_out(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create survey directory {out}: {exc.strerror}") from None
     written = []
 
     def put(name: str, text: str) -> None:
-        (out / name).write_text(text)
+        try:
+            (out / name).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {out / name}: {exc.strerror}") from None
         written.append(out / name)
 
     put("survey.md", markdown(data))
