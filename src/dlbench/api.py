@@ -72,7 +72,7 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
 
 def results(run_id: str | None = None, db: str | Path = DEFAULT_DB) -> RunResults:
     """A stored run (the latest by default), analysed from its raw samples."""
-    store = Store(db, create=False)
+    store = Store(db, read_only=True)
     try:
         return load_run(store, run_id)
     finally:

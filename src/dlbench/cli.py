@@ -1,5 +1,9 @@
 """The ``dlbench`` command line: parses, calls the library, prints. Exit 0 ok, 1 some checks or
-cells failed, 2 bad usage (one line on stderr, never a traceback)."""
+cells failed, 2 bad usage (one line on stderr, never a traceback).
+
+Text from data (framework, model and device names, run ids, reasons, paths) reaches the terminal
+through rich as :func:`escape`-d markup or as :class:`~rich.text.Text`: a ``[/]`` or ``[link=...]`` in
+a name is printed, never interpreted."""
 
 from __future__ import annotations
 
@@ -9,11 +13,14 @@ import os
 import sqlite3
 import sys
 
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from dlbench import cli_dist, cli_envs, cli_report, cli_run, cli_survey
-from dlbench.cli_common import Parser, console, counts, names
+from dlbench import cli_dist, cli_envs, cli_report, cli_run, cli_survey, interrupt
+from dlbench.cli_common import Parser, console, counts, names, texts
 from dlbench.errors import UsageError
+from dlbench.store import explain
 
 
 # --- list -------------------------------------------------------------------------------
@@ -34,8 +41,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         for col in ("name", "params", "GFLOPs/sample", "input", "batch", "source"):
             table.add_column(col, justify="right" if col in ("params", "GFLOPs/sample", "batch") else "left")
         for r in rows:
-            table.add_row(r["name"], f"{r['params']:,}", f"{r['gflops_per_sample']:.4f}",
-                          "x".join(map(str, r["input_shape"])), str(r["default_batch"]), r["source"])
+            table.add_row(*texts(r["name"], f"{r['params']:,}", f"{r['gflops_per_sample']:.4f}",
+                                 "x".join(map(str, r["input_shape"])), r["default_batch"], r["source"]))
         console.print(table)
         return 0
     from dlbench.frameworks import list_frameworks
@@ -49,8 +56,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         table.add_column(col)
     for r in rows:
         where = "yes (env)" if r.get("python") else "yes"
-        table.add_row(r["name"], where if r["installed"] else "no", r["version"] or "-", ",".join(r["variants"]),
-                      ",".join(r["devices"]), r["description"])
+        table.add_row(*texts(r["name"], where if r["installed"] else "no", r["version"] or "-",
+                             ",".join(r["variants"]), ",".join(r["devices"]), r["description"]))
     console.print(table)
     return 0
 
@@ -75,13 +82,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for r in results:
             fw = "-" if r.framework_params is None else f"{r.framework_params:,}"
             extra = f" (+{r.params_extra:,} documented)" if r.params_extra else ""
-            verdict = {"pass": "[green]pass[/]", "unsupported": "[yellow]unsupported[/]"}.get(r.verdict, "[red]FAIL[/]")
-            table.add_row(r.model, r.framework, r.variant, f"{r.spec_params:,} / {fw}{extra}",
-                          _fmt_err(r.forward_error), _fmt_err(r.gradient_error), verdict)
+            verdict = {"pass": Text("pass", "green"), "unsupported": Text("unsupported", "yellow")}.get(
+                r.verdict, Text("FAIL", "red"))
+            table.add_row(*texts(r.model, r.framework, r.variant, f"{r.spec_params:,} / {fw}{extra}",
+                                 _fmt_err(r.forward_error), _fmt_err(r.gradient_error), verdict))
         console.print(table)
         for r in results:
             if r.reason:
-                console.print(f"[bold]{r.model} / {r.framework} / {r.variant}[/]: {r.reason}", markup=True,
+                console.print(f"[bold]{escape(f'{r.model} / {r.framework} / {r.variant}')}[/]: {escape(r.reason)}",
                               highlight=False)
     return 0 if all(r.verdict in ("pass", "unsupported") for r in results) else 1
 
@@ -120,6 +128,7 @@ COMMANDS = (cli_run.register, cli_dist.register, cli_report.register, cli_envs.r
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = None
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
@@ -127,13 +136,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dlbench: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM during a run (dlbench.interrupt)
-        from dlbench.interrupt import explain
-
-        line, code = explain(exc)
+        line, code = interrupt.explain(exc)
         print(f"dlbench: {line}", file=sys.stderr)
         return code
     except sqlite3.Error as exc:
-        print(f"dlbench: error: database: {exc} (was it written by another dlbench version?)", file=sys.stderr)
+        db = vars(args).get("db") if args is not None else None  # not every verb has --db
+        print(f"dlbench: error: database{f' {db}' if db else ''}: {explain(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:  # a bug of ours: one line, the traceback only on request
         if os.environ.get("DLBENCH_DEBUG"):

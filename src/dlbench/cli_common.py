@@ -8,8 +8,10 @@ import re
 import sys
 
 from rich.console import Console
+from rich.text import Text
 
 from dlbench.errors import UsageError
+from dlbench.store import check_output
 
 console = Console(width=None if sys.stdout.isatty() else 200)
 
@@ -65,3 +67,18 @@ def counts(text: str | None, flag: str) -> list[int | str] | None:
     ``default``) as given; :mod:`dlbench.resolve` checks them by the suite file's rule."""
     items = names(text, flag)
     return None if items is None else [int(i) if re.fullmatch(r"[+-]?[0-9]+", i) else i for i in items]
+
+
+def texts(*values: object) -> list[Text]:
+    """Table cells from data: printed as they are, never read as markup."""
+    return [v if isinstance(v, Text) else Text(str(v)) for v in values]
+
+
+def write_output(path: str, text: str, db: str | None = None) -> None:
+    """Write a command's output file: never over the database (:func:`~dlbench.store.check_output`);
+    a missing directory or a path that is a directory is bad input."""
+    out = check_output(path, db)
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None

@@ -7,9 +7,11 @@ import argparse
 import json
 import signal
 
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from dlbench.cli_common import console, int_list, names
+from dlbench.cli_common import console, int_list, names, texts
 from dlbench.errors import UsageError
 from dlbench.store import DEFAULT_DB, Store
 
@@ -72,7 +74,7 @@ def scaling_json(res, db) -> list[dict]:
         return []
     from dlbench.distributed.report import scaling_rows
 
-    store = Store(db, create=False)
+    store = Store(db, read_only=True)
     try:
         return scaling_rows(res, store)
     finally:
@@ -85,7 +87,7 @@ def print_scaling(res, db) -> None:
         return
     from dlbench.distributed.report import scaling_rows
 
-    store = Store(db, create=False)
+    store = Store(db, read_only=True)
     try:
         rows = scaling_rows(res, store)
     finally:
@@ -96,16 +98,17 @@ def print_scaling(res, db) -> None:
         table.add_column(col, justify="left" if col in ("model", "framework", "exchange", "scaling", "network") else "right")
     for r in rows:
         if r["status"] != "ok":
-            table.add_row(r["model"], r["framework"], r["exchange"], r["scaling"], r["network"], str(r["workers"]),
-                          str(r["per_worker_batch"]), f"– ({r['status']})", *[""] * 9)
+            table.add_row(*texts(r["model"], r["framework"], r["exchange"], r["scaling"], r["network"], r["workers"],
+                                 r["per_worker_batch"], f"– ({r['status']})", *[""] * 9))
             continue
         st = r.get("staleness") or {}
-        table.add_row(r["model"], r["framework"], r["exchange"], r["scaling"], r["network"], str(r["workers"]),
-                      str(r["per_worker_batch"]), _fmt(r["step_ms"]), _fmt(r.get("compute_ms")), _fmt(r.get("comm_ms")),
-                      _fmt(r.get("samples_per_s"), ",.0f"), _fmt(r.get("speedup"), ".2f"), _fmt(r.get("efficiency"), ".2f"),
-                      _mib(r.get("grad_bytes")), _mib(r.get("wire_bytes_per_step")),
-                      {True: "yes", False: "[red]NO[/]", None: "–"}[r.get("params_identical")],
-                      f"mean {st['mean']:.2f}, p95 {st['p95']:.0f}, max {st['max']}" if st else "–")
+        table.add_row(*texts(r["model"], r["framework"], r["exchange"], r["scaling"], r["network"], r["workers"],
+                             r["per_worker_batch"], _fmt(r["step_ms"]), _fmt(r.get("compute_ms")),
+                             _fmt(r.get("comm_ms")), _fmt(r.get("samples_per_s"), ",.0f"), _fmt(r.get("speedup"), ".2f"),
+                             _fmt(r.get("efficiency"), ".2f"), _mib(r.get("grad_bytes")),
+                             _mib(r.get("wire_bytes_per_step")),
+                             {True: "yes", False: Text("NO", "red"), None: "–"}[r.get("params_identical")],
+                             f"mean {st['mean']:.2f}, p95 {st['p95']:.0f}, max {st['max']}" if st else "–"))
     console.print(table)
 
 
@@ -116,7 +119,7 @@ def cmd_scaling_model(args: argparse.Namespace) -> int:
     from dlbench.distributed.report import extrapolation_rows, model_rows
 
     res = api.results(args.run_id, args.db)
-    store = Store(args.db, create=False)
+    store = Store(args.db, read_only=True)
     try:
         compared = model_rows(res, store)
         workers = tuple(int_list(args.workers, "worker counts")) if args.workers else (8, 16, 32, 64, 128, 256, 512, 1024)
@@ -131,23 +134,23 @@ def cmd_scaling_model(args: argparse.Namespace) -> int:
         print(json.dumps({"run_id": res.run_id, "measured_vs_predicted": compared, "extrapolation": extra,
                           "links": [vars(k) for k in LINKS]}, indent=2, default=str))
         return 0
-    t = Table(title=f"scaling model vs measurement, run {res.run_id} (step = compute(W=1) + exchange, no overlap)",
-              title_justify="left")
+    t = Table(title=escape(f"scaling model vs measurement, run {res.run_id} (step = compute(W=1) + exchange, "
+                         "no overlap)"), title_justify="left")
     for col in ("model", "exchange", "scaling", "network", "W", "algorithm", "link MB/s", "latency us", "compute(1) ms",
                 "exchange ms pred", "comm ms meas", "step ms pred", "step ms meas", "error %", "compute(W) ms",
                 "pred. on compute(W)", "error %"):
         t.add_column(col, justify="left" if col in ("model", "exchange", "scaling", "network", "algorithm") else "right")
     for r in compared:
-        t.add_row(r["model"], r["exchange"], r["scaling"], r["network"], str(r["workers"]), r["algorithm"],
-                  f"{r['bandwidth_Bps'] / 1e6:,.0f}", f"{r['latency_s'] * 1e6:.0f}", _fmt(r["compute_1_ms"]),
-                  _fmt(r["predicted_exchange_ms"]), _fmt(r["measured_comm_ms"]), _fmt(r["predicted_step_ms"]),
-                  _fmt(r["measured_step_ms"]), f"{r['error_pct']:+.0f}", _fmt(r.get("measured_compute_ms")),
-                  _fmt(r.get("predicted_own_compute_step_ms")),
-                  f"{r['error_own_compute_pct']:+.0f}" if "error_own_compute_pct" in r else "–")
+        t.add_row(*texts(r["model"], r["exchange"], r["scaling"], r["network"], r["workers"], r["algorithm"],
+                         f"{r['bandwidth_Bps'] / 1e6:,.0f}", f"{r['latency_s'] * 1e6:.0f}", _fmt(r["compute_1_ms"]),
+                         _fmt(r["predicted_exchange_ms"]), _fmt(r["measured_comm_ms"]), _fmt(r["predicted_step_ms"]),
+                         _fmt(r["measured_step_ms"]), f"{r['error_pct']:+.0f}", _fmt(r.get("measured_compute_ms")),
+                         _fmt(r.get("predicted_own_compute_step_ms")),
+                         f"{r['error_own_compute_pct']:+.0f}" if "error_own_compute_pct" in r else "–"))
     console.print(t)
     source = f"compute {args.compute_ms:g} ms per step (given)" if args.compute_ms else "measured W=1 compute"
     for link in LINKS:
-        t = Table(title=f"extrapolation on {link.name} ({link.note}); {source}", title_justify="left")
+        t = Table(title=escape(f"extrapolation on {link.name} ({link.note}); {source}"), title_justify="left")
         for col in ("model", "batch/worker", "algorithm", *[f"W={w}" for w in workers]):
             t.add_column(col, justify="left" if col in ("model", "algorithm") else "right")
         rows = [r for r in extra if r["link"] == link.name]
@@ -155,8 +158,8 @@ def cmd_scaling_model(args: argparse.Namespace) -> int:
         for r in rows:
             groups.setdefault((r["model"], r["batch_per_worker"], r["algorithm"].split(" ")[0]), {})[r["workers"]] = r
         for (m, b, algo), by_w in groups.items():
-            t.add_row(m, str(b), algo + (" (S=W/8)" if algo == "ps" else ""),
-                      *[f"{by_w[w]['efficiency']:.2f}" if w in by_w else "–" for w in workers])
+            t.add_row(*texts(m, b, algo + (" (S=W/8)" if algo == "ps" else ""),
+                             *[f"{by_w[w]['efficiency']:.2f}" if w in by_w else "–" for w in workers]))
         console.print(t)
     console.print(f"cells: parallel efficiency (speedup / W over one worker alone), {source}; "
                   "--json for step times and speedups", highlight=False)
@@ -169,7 +172,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
     if args.action == "down":
         removed = netns.down()
-        console.print(f"removed {', '.join(removed)}" if removed else "no dlbench cluster was up", highlight=False)
+        console.print(f"removed {', '.join(removed)}" if removed else "no dlbench cluster was up", highlight=False,
+                      markup=False)
         return 0
     if args.action == "status":
         state = netns.load_state()
@@ -179,9 +183,10 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(state.to_dict(), indent=2))
         else:
-            console.print(state.describe(), highlight=False)
+            console.print(state.describe(), highlight=False, markup=False)
             for n in state.nodes:
-                console.print(f"  {n.ns}: {n.addr} on {n.ns_if} (bridge side {n.host_if})", highlight=False)
+                console.print(f"  {n.ns}: {n.addr} on {n.ns_if} (bridge side {n.host_if})", highlight=False,
+                              markup=False)
         return 0
     if args.nodes is None:
         raise UsageError("cluster up needs --nodes N")
@@ -192,7 +197,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     finally:
         signal.signal(signal.SIGTERM, old)
-    console.print(f"up: {state.describe()}; nodes {', '.join(n.addr for n in state.nodes)}", highlight=False)
+    console.print(f"up: {state.describe()}; nodes {', '.join(n.addr for n in state.nodes)}", highlight=False,
+                  markup=False)
     return 0
 
 

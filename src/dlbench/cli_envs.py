@@ -6,10 +6,11 @@ import argparse
 import json
 import sys
 
+from rich.markup import escape
 from rich.table import Table
 
 from dlbench import envs
-from dlbench.cli_common import console, split_list
+from dlbench.cli_common import console, split_list, texts
 from dlbench.errors import UsageError
 from dlbench.frameworks import framework_info
 
@@ -23,17 +24,17 @@ def cmd_envs(args: argparse.Namespace) -> int:
             print(json.dumps({"dir": str(envs.envs_dir()), "recipes": envs.recipes(),
                               "envs": [r.to_dict() for r in records]}, indent=2))
             return 0
-        table = Table(title=f"framework environments in {envs.envs_dir()}")
+        table = Table(title=escape(f"framework environments in {envs.envs_dir()}"))
         for col in ("framework", "version", "python", "numpy", "created", "build s"):
             table.add_column(col)
         for r in records:
-            table.add_row(r.framework, r.framework_version or "-", f"{r.python_version} ({r.python})",
-                          r.versions.get("numpy", "-"), r.created, f"{r.create_seconds:.0f}")
+            table.add_row(*texts(r.framework, r.framework_version or "-", f"{r.python_version} ({r.python})",
+                                 r.versions.get("numpy", "-"), r.created, f"{r.create_seconds:.0f}"))
         console.print(table)
         missing = [n for n in envs.recipes() if n not in {r.framework for r in records}]
         if missing:
             console.print(f"recipes without an environment: {', '.join(missing)} (dlbench envs create NAME)",
-                          highlight=False)
+                          highlight=False, markup=False)
         return 0
 
     names = split_list(args.framework)
@@ -46,7 +47,8 @@ def cmd_envs(args: argparse.Namespace) -> int:
             raise UsageError(f"no environment recipe for {name!r}; recipes: {', '.join(envs.recipes())}")
     if args.action == "remove":
         for name in names:
-            console.print(f"{name}: {'removed' if envs.remove(name) else 'no environment'}", highlight=False)
+            console.print(f"{name}: {'removed' if envs.remove(name) else 'no environment'}", highlight=False,
+                          markup=False)
         return 0
     code = 0
     for name in names:

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from dlbench import cli_run
-from dlbench.cli_common import console, names
+from dlbench.cli_common import console, names, write_output
 from dlbench.errors import UsageError
-from dlbench.store import DEFAULT_DB
+from dlbench.store import DEFAULT_DB, check_output
 
 
 def _store_results(run_id: str | None, db: str):
@@ -28,18 +28,19 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     survey = load_survey(args.survey) if args.survey else None
     res = _store_results(args.run_id, args.db)
-    files = write_report(res, args.out, survey)
+    files = write_report(res, args.out, survey, db=args.db)
     if args.json:
         print(json.dumps({"run_id": res.run_id, "html": str(files.html), "markdown": str(files.markdown),
                           "csv": str(files.csv), "plots": [str(p) for p in files.plots],
                           "skipped_plots": [{"plot": s.title, "reason": s.reason} for s in files.skipped]}, indent=2))
         return 0
-    console.print(f"report of run [bold]{res.run_id}[/] written to {files.directory}/", highlight=False)
+    console.print(f"report of run [bold]{escape(res.run_id)}[/] written to {escape(str(files.directory))}/",
+                  highlight=False)
     for path in (files.html, files.markdown, files.csv):
         console.print(f"  {path}", highlight=False, markup=False)
     console.print(f"  {len(files.plots)} plot(s)", highlight=False)
     for s in files.skipped:
-        console.print(f"  [yellow]plot skipped[/] {s.title}: {s.reason}", highlight=False)
+        console.print(f"  [yellow]plot skipped[/] {escape(f'{s.title}: {s.reason}')}", highlight=False)
     return 0
 
 
@@ -49,20 +50,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if args.fail_above is not None and args.fail_above < 0:
         raise UsageError(f"--fail-above must be >= 0, got {args.fail_above}")
+    if args.html:
+        check_output(args.html, args.db)  # before reading: the refusal costs nothing
     cmp = compare_runs(_store_results(args.run_a, args.db), _store_results(args.run_b, args.db))
     failures = cmp.failures(args.fail_above) if args.fail_above is not None else []
     if args.html:
         from dlbench.report.html import render_compare
 
-        try:
-            Path(args.html).write_text(render_compare(cmp), encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot write {args.html}: {exc.strerror}") from None
+        write_output(args.html, render_compare(cmp), args.db)
     if args.json:
         print(json.dumps({**cmp.to_dict(), "fail_above": args.fail_above, "failures": failures}, indent=2))
         return 1 if failures else 0
     header, rows = compare_rows(cmp)
-    table = Table(title=f"{cmp.run_a} (A) -> {cmp.run_b} (B)", title_justify="left")
+    table = Table(title=escape(f"{cmp.run_a} (A) -> {cmp.run_b} (B)"), title_justify="left")
     for i, h in enumerate(header):
         table.add_column(h, justify="left" if i == 0 else "right")
     for row, m in zip(rows, cmp.matched, strict=True):
@@ -144,7 +144,7 @@ def _print_reproduction(r) -> None:
     from dlbench.report import reproduce as rep
 
     t = r.table
-    console.print(f"[bold]{r.target}[/]: {r.paper['cite']}", highlight=False)
+    console.print(f"[bold]{escape(r.target)}[/]: {escape(r.paper['cite'])}", highlight=False)
     console.print(f"{t['table']} ({t.get('section')}): {t.get('caption')}", highlight=False, markup=False)
     console.print(f"paper's machine: {r.paper['hardware']['summary']}", highlight=False, markup=False)
     console.print(f"paper's software: {r.paper['hardware'].get('software', '')}", highlight=False, markup=False)
@@ -154,12 +154,12 @@ def _print_reproduction(r) -> None:
         relation = "" if m.relation == "none" else f" ({m.relation})"
         console.print(f"  {m.paper} -> {m.ours or 'none'}{relation}: {m.why}", highlight=False, markup=False)
     if t.get("not_printed"):
-        console.print(f"[yellow]values not printed:[/] {t['not_printed']}", highlight=False)
+        console.print(f"[yellow]values not printed:[/] {escape(str(t['not_printed']))}", highlight=False)
     for note in t.get("notes", []):
         console.print(f"note: {note}", highlight=False, markup=False)
     header, rows = rep.wide(r.lines, [c["label"] for c in t["columns"]])
-    table = Table(title=f"{r.target}: per column, published / ours / ours÷published (run {r.run_id or 'none'}; "
-                        f"--json adds the 95% CIs)", title_justify="left", show_lines=True)
+    table = Table(title=escape(f"{r.target}: per column, published / ours / ours÷published (run {r.run_id or 'none'}; "
+                             f"--json adds the 95% CIs)"), title_justify="left", show_lines=True)
     for i, col in enumerate(header):
         table.add_column(col, justify="right" if 4 <= i < len(header) - 1 else "left")
     for row in rows:

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlbench import flags, resolve
-from dlbench.cli_common import console, counts, names
+from dlbench.cli_common import console, counts, names, texts, write_output
 from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
 from dlbench.errors import UsageError
 from dlbench.estimate import Estimate, format_duration, setup_seconds
@@ -29,7 +29,7 @@ from dlbench.report.summary import summary_dict, summary_rows, summary_scenarios
 from dlbench.report.tables import fmt_num
 from dlbench.results import RunResults
 from dlbench.scenarios import registry
-from dlbench.store import DEFAULT_DB, Sample, Store
+from dlbench.store import DEFAULT_DB, Sample, Store, check_output
 
 
 class RichProgress:
@@ -320,7 +320,7 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
     for model, rows in tables.items():
         scenarios = summary_scenarios(rows)
         title = model + (f"  ({', '.join(fixed)})" if fixed else "")
-        table = Table(title=title, title_justify="left")
+        table = Table(title=escape(title), title_justify="left")
         for col in shown:
             table.add_column(col)
         rated = [s for s in scenarios if not registry.of_stored(s).whole_dataset and any(r.throughput(s) for r in rows)]
@@ -337,8 +337,8 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
                 if s in rated:
                     cols.append(r.throughput_text(s))
             mem = f"{r.peak_rss_mib:,.0f}" if r.peak_rss_mib else "–"
-            table.add_row(*(str(getattr(r, a)) for a in shown), *cols, mem,
-                          {"pass": "yes", "fail": "[red]NO[/]"}.get(r.verified, r.verified))
+            table.add_row(*texts(*(getattr(r, a) for a in shown), *cols, mem,
+                                 {"pass": "yes", "fail": Text("NO", "red")}.get(r.verified, r.verified)))
         console.print(table)
     agree = agreement(res.cells)
     if agree:
@@ -348,23 +348,25 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
             table.add_column(col)
         for a in agree:
             dep = "none" if a["first_departure_step"] is None else str(a["first_departure_step"])
-            table.add_row(a["model"], a["reference"], a["framework"], str(a["steps_compared"]),
-                          f"{a['rel_diff_step1']:.1e}" if a["rel_diff_step1"] is not None else "–", dep)
+            table.add_row(*texts(a["model"], a["reference"], a["framework"], a["steps_compared"],
+                                 f"{a['rel_diff_step1']:.1e}" if a["rel_diff_step1"] is not None else "–", dep))
         console.print(table)
     print_scaling(res, db)
     noisy = [c for c in res.cells if c.cell.warnings]
     if noisy:
-        console.print(f"[yellow]{len(noisy)} cell(s) with warnings[/] (dlbench show {res.run_id} --warnings)")
+        console.print(f"[yellow]{len(noisy)} cell(s) with warnings[/] (dlbench show {escape(res.run_id)} --warnings)",
+                      highlight=False)
     if failed:
         console.print(f"[red]{len(failed)} cell(s) did not produce a time:[/]")
         for c in failed:
             console.print(f"  {c.cell.key}: {c.cell.status}: {c.cell.reason[:300]}", highlight=False, markup=False)
-    console.print(f"run [bold]{res.run_id}[/] ({res.run['status']}) stored in {db}", highlight=False)
+    console.print(f"run [bold]{escape(res.run_id)}[/] ({escape(res.run['status'])}) stored in {escape(str(db))}",
+                  highlight=False)
     return 1 if res.errors else 0
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    store = Store(args.db, create=False)
+    store = Store(args.db, read_only=True)
     try:
         runs = store.list_runs()
     finally:
@@ -372,12 +374,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(runs, indent=2))
         return 0
-    table = Table(title=f"runs in {args.db}")
+    table = Table(title=escape(f"runs in {args.db}"))
     for col in ("id", "started", "status", "suite", "cells ok", "cells failed"):
         table.add_column(col)
     for r in runs:
-        table.add_row(r["id"], datetime.fromtimestamp(r["started_at"]).isoformat(timespec="seconds"), r["status"],
-                      r["suite"] or "", str(r["cells_ok"]), str(r["cells_failed"]))
+        table.add_row(*texts(r["id"], datetime.fromtimestamp(r["started_at"]).isoformat(timespec="seconds"),
+                             r["status"], r["suite"] or "", r["cells_ok"], r["cells_failed"]))
     console.print(table)
     return 0
 
@@ -397,6 +399,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from dlbench import api
 
+    if args.out:
+        check_output(args.out, args.db)  # before reading: the refusal costs nothing
     res = api.results(args.run_id, args.db)
     if args.format == "json":
         data = res.to_dict()
@@ -409,8 +413,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         write_csv(res, buf)
         text = buf.getvalue()
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+        write_output(args.out, text, args.db)
     else:
         sys.stdout.write(text)
     return 0

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from rich.markup import escape
+
 from dlbench.cli_common import console, split_list
 from dlbench.errors import UsageError
 
@@ -27,20 +29,22 @@ def cmd_survey(args: argparse.Namespace) -> int:
         return 0
 
     from dlbench.survey import collect, resolve_keys
-    from dlbench.survey.output import write
+    from dlbench.survey.output import check_out, write
     from dlbench.survey.tables import markdown
 
     try:
         resolve_keys(split_list(args.framework) or None)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if args.out:
+        check_out(Path(args.out))  # before the survey runs: a bad --out is known now
     quiet = args.json
     data = collect(split_list(args.framework) or None, live=not args.no_live, measure_setup=args.measure_setup,
-                   progress=None if quiet else lambda m: console.print(f"[dim]{m}[/]", highlight=False))
+                   progress=None if quiet else lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False))
     if args.out:
         paths = write(data, Path(args.out))
         if not quiet:
-            console.print(f"wrote {len(paths)} files to {args.out}", highlight=False)
+            console.print(f"wrote {len(paths)} files to {args.out}", highlight=False, markup=False)
     if args.json:
         print(json.dumps(data, indent=2, default=str))
     elif not args.out:

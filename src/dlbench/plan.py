@@ -204,7 +204,13 @@ def load_suite(name_or_path: str) -> Suite:
         path = Path(name_or_path)
         if not path.is_file():
             raise UsageError(f"no suite named {name_or_path!r} (built in: {', '.join(BUILTIN)}) and no such file")
-        text, source = path.read_text(), str(path)
+        source = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise UsageError(f"{source}: not a YAML suite file (not UTF-8 text)") from None
+        except OSError as exc:
+            raise UsageError(f"cannot read suite {source}: {exc.strerror}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -3,12 +3,16 @@
 The only module that speaks SQL. WAL mode, one transaction per finished cell, so a run killed
 at any moment keeps every cell it finished. The schema version is stored and checked: a
 database written by a newer dlbench, or a file that is not a dlbench database, is refused
-with a one-line error rather than touched; an older one is migrated in place (additively).
+with a one-line error rather than touched: the check runs on a read-only connection, before
+anything is written. Commands that only read open the file read-only (``mode=ro``), so they work
+on an archived database in a read-only directory. An older one is migrated in place
+(additively) when a command that writes opens it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sqlite3
 import time
@@ -89,66 +93,181 @@ class CellRecord:
     metrics: dict[str, Any]
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+#: files SQLite keeps beside a database while it is open (WAL) or in a transaction (rollback journal)
+SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def is_sqlite(path: Path) -> bool:
+    """Whether ``path`` is a readable file that starts as every SQLite database does."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def _sidecar(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _archived(path: Path) -> bool:
+    """A database SQLite cannot open in WAL mode even for reading: its directory cannot take the -shm
+    file (read-only, as an archive often is) and no -wal is there to be read."""
+    return not os.access(path.resolve().parent, os.W_OK) and not _sidecar(path, "-wal").exists()
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(path: str | Path, db: str | Path | None = None) -> Path:
+    """An output file of a command (export --out, compare --html, a report's or the survey's files) must
+    not be the results database ``db`` or one of its -wal/-shm/-journal files, by any name (relative,
+    symlinked, hard-linked), nor any other SQLite database or its sidecar: writing there would destroy
+    stored results, or another application's data. Raises :class:`UsageError`; returns the path."""
+    out = Path(path)
+    if db is not None:
+        for base in {Path(db), Path(db).resolve()}:
+            for suffix in ("", *SIDECARS):
+                if _same_file(out, _sidecar(base, suffix)):
+                    what = "the results database" if not suffix else f"the {suffix[1:]} file of the results database"
+                    raise UsageError(f"{path} is {what} {db}; refusing to overwrite it")
+    if is_sqlite(out):
+        raise UsageError(f"{path} is an SQLite database; refusing to overwrite it")
+    real = out.resolve()
+    for suffix in SIDECARS:
+        if real.name.endswith(suffix) and is_sqlite(real.with_name(real.name[: -len(suffix)])):
+            raise UsageError(f"{path} is the {suffix[1:]} file of an SQLite database; refusing to overwrite it")
+    return out
+
+
+def explain(exc: sqlite3.Error) -> str:
+    """An sqlite3 error in words that say what happened (SQLite's own names are terse: "attempt to
+    write a readonly database", "file is not a database")."""
+    name = getattr(exc, "sqlite_errorname", None) or ""  # absent on errors raised by the sqlite3 module itself
+    if name.startswith("SQLITE_READONLY"):
+        return (f"the database is read-only ({exc}): the file, its directory (which must take the -wal and -shm "
+                "files) or the file system is not writable")
+    if name.startswith("SQLITE_CANTOPEN"):
+        return f"cannot open the database file ({exc}): a missing or read-only directory?"
+    if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or name.startswith("SQLITE_CORRUPT"):
+        return f"not a database file, or a corrupt one ({exc})"
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return f"the database is locked by another process ({exc}); try again when it has finished"
+    if name.startswith("SQLITE_CONSTRAINT"):
+        return f"a write conflicts with what is stored ({exc})"
+    if name.startswith("SQLITE_FULL"):
+        return f"the disk is full ({exc})"
+    if name.startswith("SQLITE_IOERR"):
+        return f"an I/O error on the database file ({exc})"
+    if name == "SQLITE_ERROR" and ("no such" in str(exc) or "no column" in str(exc)):
+        return f"{exc} (a schema from another dlbench version?)"
+    return str(exc)
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
 class Store:
-    def __init__(self, path: str | Path, create: bool = True):
+    """``read_only``: for commands that only read (runs, show, export, report, compare): the file is
+    opened with SQLite's ``mode=ro``, so an archived database in a read-only directory can be read."""
+
+    def __init__(self, path: str | Path, create: bool = True, read_only: bool = False):
         self.path = Path(path)
+        self.read_only = read_only
+        #: the file's schema version (an older one is migrated when a writing command opens it)
+        self.version: int | None = None
         self.conn = self._open(create)
 
     # --- opening and checking ------------------------------------------------------------
     def _open(self, create: bool) -> sqlite3.Connection:
         exists = self.path.exists()
-        if not exists and not create:
+        if not exists and (self.read_only or not create):
             raise UsageError(f"no dlbench database at {self.path}")
         if exists:
             if self.path.is_dir():
                 raise UsageError(f"{self.path} is a directory, not a database file")
-            with open(self.path, "rb") as f:
-                head = f.read(16)
-            if head and head != b"SQLite format 3\x00":
+            if not is_sqlite(self.path) and self.path.stat().st_size:
                 raise UsageError(f"{self.path} is not a dlbench database (not an SQLite file)")
-        else:
+        fresh = not exists or self.path.stat().st_size == 0
+        if not fresh:
+            # checked through a read-only connection that leaves no -wal/-shm behind: a file that is
+            # refused is never written, not even switched to WAL
+            conn = self._connect_read_only(immutable=not _sidecar(self.path, "-wal").exists())
+            try:
+                self.version = self._check(conn)
+            finally:
+                conn.close()
+            fresh = self.version is None
+        if self.read_only:
+            if fresh:
+                raise UsageError(f"no dlbench database at {self.path} (an empty file)")
+            return self._connect_read_only(immutable=_archived(self.path))
+        if not exists:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise UsageError(f"cannot create a database at {self.path}: {exc.strerror}") from None
+        if not os.access(self.path.resolve().parent, os.W_OK):
+            raise UsageError(f"cannot write {self.path}: its directory is not writable (SQLite keeps the -wal and -shm "
+                             "files there); commands that only read it still work")
         try:
             conn = sqlite3.connect(self.path, timeout=30)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-        except sqlite3.Error as exc:
-            raise UsageError(f"cannot open database {self.path}: {exc}") from None
-        self._check_or_init(conn, fresh=not exists or self.path.stat().st_size == 0)
-        return conn
-
-    def _check_or_init(self, conn: sqlite3.Connection, fresh: bool) -> None:
-        try:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.DatabaseError as exc:
-            raise UsageError(f"{self.path} is not a dlbench database ({exc})") from None
-        if not tables:
-            try:
+            if fresh:
                 with conn:
                     conn.executescript(SCHEMA + LEASES + ";")
                     conn.executemany("INSERT INTO meta VALUES (?, ?)",
                                      [("app", APP), ("schema_version", str(SCHEMA_VERSION))])
-            except sqlite3.OperationalError as exc:
-                raise UsageError(f"cannot write database {self.path}: {exc}") from None
-            return
-        if "meta" not in tables:
-            raise UsageError(f"{self.path} is not a dlbench database (it has other tables)")
-        meta = dict(conn.execute("SELECT key, value FROM meta"))
+                self.version = SCHEMA_VERSION
+            elif self.version < SCHEMA_VERSION:
+                self._migrate(conn, self.version)
+                self.version = SCHEMA_VERSION
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:
+            raise UsageError(f"cannot write database {self.path}: {explain(exc)}") from None
+        return conn
+
+    def _connect_read_only(self, immutable: bool) -> sqlite3.Connection:
+        """SQLite's ``mode=ro``: nothing is written; ``immutable=1`` also needs no -shm file, which a
+        read-only directory (an archived database) cannot hold."""
+        uri = f"{self.path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if immutable else "")
+        try:
+            return sqlite3.connect(uri, uri=True, timeout=30)
+        except sqlite3.Error as exc:
+            raise UsageError(f"cannot read database {self.path}: {explain(exc)}") from None
+
+    def _check(self, conn: sqlite3.Connection) -> int | None:
+        """The schema version of the dlbench database the file holds (this version's, or an older one
+        it migrates), None when it holds no table (a fresh file); :class:`UsageError` for anything else."""
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not tables:
+                return None
+            if "meta" not in tables:
+                raise UsageError(f"{self.path} is not a dlbench database (it has other tables)")
+            meta = dict(conn.execute("SELECT key, value FROM meta"))
+        except sqlite3.Error as exc:
+            raise UsageError(f"{self.path} is not a dlbench database ({explain(exc)})") from None
         if meta.get("app") != APP:
             raise UsageError(f"{self.path} is not a dlbench database")
-        version = int(meta.get("schema_version", 0))
+        raw = meta.get("schema_version", "0")
+        try:
+            version = int(raw)
+        except (TypeError, ValueError):
+            raise UsageError(f"{self.path}: schema version {raw!r} is not a number (a damaged dlbench database?)") \
+                from None
         if version > SCHEMA_VERSION:
             raise UsageError(f"{self.path} has schema version {version}, newer than this dlbench understands "
                              f"({SCHEMA_VERSION}); upgrade dlbench")
-        if version < SCHEMA_VERSION:
-            self._migrate(conn, version)
+        return version
 
     def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
         """Bring a database of an older dlbench to SCHEMA_VERSION in one transaction; additive only, so
@@ -211,6 +330,8 @@ class Store:
 
     # --- leases (dlbench.lease decides who is alive; this only reads and writes the rows) ---------------
     def lease(self, run_id: str) -> dict[str, Any] | None:
+        if self.version is not None and self.version < 2:  # an older database read as it is: no leases yet
+            return None
         row = self.conn.execute("SELECT pid, host, token, heartbeat FROM leases WHERE run_id=?", (run_id,)).fetchone()
         return None if row is None else {"pid": row[0], "host": row[1], "token": row[2], "heartbeat": row[3]}
 

@@ -16,6 +16,7 @@ from dlbench.report.markdown import render_markdown
 from dlbench.report.plots import Skipped, make_plots
 from dlbench.report.tables import build_content
 from dlbench.results import RunResults
+from dlbench.store import check_output
 
 DEFAULT_DIR = Path("dlbench-results")
 
@@ -41,31 +42,48 @@ def load_survey(path: str | Path) -> dict:
         raise UsageError(f"cannot read survey {p}: {getattr(exc, 'strerror', None) or exc}") from None
     if not isinstance(data, dict) or "features" not in data or "frameworks" not in data:
         raise UsageError(f"{p} is not a dlbench survey (write one with `dlbench survey --out DIR`)")
+    from dlbench.report.html import render_survey
+    from dlbench.survey.tables import markdown
+
+    try:  # rendering reads every field the report shows: a hand-made file missing one fails here, as bad input
+        markdown(data)
+        render_survey(data)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        raise UsageError(f"{p} is not a readable dlbench survey ({type(exc).__name__}: {exc})") from None
     return data
 
 
-def write_report(res: RunResults, out: str | Path | None = None, survey: dict | None = None) -> ReportFiles:
+def write_report(res: RunResults, out: str | Path | None = None, survey: dict | None = None,
+                 db: str | Path | None = None) -> ReportFiles:
+    """``db``: the database the run was read from; no file of the report may overwrite it
+    (:func:`~dlbench.store.check_output`, checked for every file before the first is written)."""
     out = Path(out) if out else DEFAULT_DIR / f"report-{res.run_id}"
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"report directory {out} is a file")
+    content = build_content(res)
+    plots, skipped = make_plots(res)
+    files = ReportFiles(out, out / "index.html", out / "report.md", out / "cells.csv", skipped=skipped)
+    plot_paths = {p.name: out / "plots" / f"{p.name}.svg" for p in plots}
+    for path in (files.html, files.markdown, files.csv, *plot_paths.values()):
+        check_output(path, db)
     try:
         (out / "plots").mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create report directory {out}: {exc.strerror}") from None
-    content = build_content(res)
-    plots, skipped = make_plots(res)
-    files = ReportFiles(out, out / "index.html", out / "report.md", out / "cells.csv", skipped=skipped)
-    plot_files = {}
-    for p in plots:
-        path = out / "plots" / f"{p.name}.svg"
-        path.write_text(p.svg, encoding="utf-8")
-        files.plots.append(path)
-        plot_files[p.name] = f"plots/{p.name}.svg"
-    files.html.write_text(render_report(content, plots, skipped, survey), encoding="utf-8")
+    plot_files = {p.name: f"plots/{p.name}.svg" for p in plots}
     md = render_markdown(content, plots, skipped, plot_files)
     if survey:
         from dlbench.survey.tables import markdown as survey_markdown
 
         md += "\n" + survey_markdown(survey).replace("# dlbench survey", "## Survey", 1)
-    files.markdown.write_text(md, encoding="utf-8")
-    with open(files.csv, "w", newline="", encoding="utf-8") as f:
-        write_csv(res, f)
+    try:
+        for p in plots:
+            plot_paths[p.name].write_text(p.svg, encoding="utf-8")
+            files.plots.append(plot_paths[p.name])
+        files.html.write_text(render_report(content, plots, skipped, survey), encoding="utf-8")
+        files.markdown.write_text(md, encoding="utf-8")
+        with open(files.csv, "w", newline="", encoding="utf-8") as f:
+            write_csv(res, f)
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
     return files

@@ -66,7 +66,7 @@ def render_markdown(content: ReportContent, plots: list[Plot], skipped: list[Ski
     if skipped:
         out += ["Plots not drawn:", ""] + [f"- **{md(s.title)}**: {md(s.reason)}" for s in skipped] + [""]
     out += ["## Warnings", ""]
-    out += [f"- `{k.replace('`', '')}`: {md(w)}" for k, w in content.warnings] or ["None."]
+    out += [f"- `{' '.join(k.replace('`', '').split())}`: {md(w)}" for k, w in content.warnings] or ["None."]
     out.append("")
     if content.footnotes:
         out += [f"[^{n.number}]: {md(n.text)}" for n in content.footnotes] + [""]

@@ -1,23 +1,45 @@
 """``dlbench survey --out DIR``: the survey's tables written as files, in Markdown, CSV, JSON and
-HTML (the HTML through the report's renderer, so both pages look alike)."""
+HTML (the HTML through the report's renderer, so both pages look alike). Nothing is written over
+a database (:func:`dlbench.store.check_output`), and every path is checked before the survey runs."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from dlbench.errors import UsageError
 from dlbench.report.html import render_survey
+from dlbench.store import check_output
 from dlbench.survey.tables import TABLES, TITLES, _csv, _md, features_md, markdown
+
+FILES = ("survey.md", "survey.html", "survey.json", "api_coverage.json",
+         *(f"{name}.{ext}" for name in TABLES for ext in ("csv", "md")))
+
+
+def check_out(out: Path) -> None:
+    """``--out`` must be a directory (or not exist yet), and none of the files written there an SQLite
+    database (:func:`~dlbench.store.check_output`): checked before the survey runs."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"survey --out {out} is a file; give a directory")
+    for name in FILES:
+        check_output(out / name)
 
 
 def write(data: dict, out: Path) -> list[Path]:
     """survey.md (all tables), survey.json (everything), and per table .md/.csv; api_coverage.json
     holds every counted name."""
-    out.mkdir(parents=True, exist_ok=True)
+    check_out(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create survey directory {out}: {exc.strerror}") from None
     written = []
 
     def put(name: str, text: str) -> None:
-        (out / name).write_text(text)
+        try:
+            (out / name).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {out / name}: {exc.strerror}") from None
         written.append(out / name)
 
     put("survey.md", markdown(data))

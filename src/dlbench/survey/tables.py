@@ -1,4 +1,8 @@
-"""The survey's data as Markdown, CSV and JSON tables (one file per table under ``--out``)."""
+"""The survey's data as Markdown, CSV and JSON tables (one file per table under ``--out``).
+
+Every string from the data (framework and plugin names, versions, reasons, a survey.json read back
+by ``dlbench report --survey``) is escaped with :func:`~dlbench.report.markdown.md` in Markdown: it
+renders as the text it is, never as HTML, a link or a table column."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import csv
 import io
 from typing import Any
 
+from dlbench.report.markdown import md
 from dlbench.survey.api_coverage import CATEGORIES, LIU_COLUMNS
 
 MARK = {"verified": "✓", "declared": "(declared)", "failed": "✗ FAILED", "unknown": "?"}
@@ -13,8 +18,8 @@ MARK = {"verified": "✓", "declared": "(declared)", "failed": "✗ FAILED", "un
 
 def _md(headers: list[str], rows: list[list[Any]]) -> str:
     def cell(v: Any) -> str:
-        return "-" if v is None or v == "" else str(v).replace("|", "\\|").replace("\n", " ")
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        return "-" if v is None or v == "" else md(v)
+    lines = ["| " + " | ".join(md(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -101,7 +106,7 @@ def features_md(data: dict) -> str:
     checked = what_ran(data)
     if checked:
         out.append("\n### What ran\n\n")
-        out += [f"- **{where}** {verdict}: {what}\n" for where, verdict, what in checked]
+        out += [f"- **{md(where)}** {md(verdict)}: {md(what)}\n" for where, verdict, what in checked]
     return "".join(out)
 
 
@@ -190,7 +195,7 @@ def sections(data: dict) -> list[tuple[str, list[str], list[list]]]:
 
 
 def markdown(data: dict) -> str:
-    parts = [f"# dlbench survey ({data['date']})\n\n{data['machine']}\n\n"]
+    parts = [f"# dlbench survey ({md(data['date'])})\n\n{md(data['machine'])}\n\n"]
     for name in ("frameworks", "features", "api_coverage", "zoo", "setup", "popularity"):
         if name == "features":
             parts.append(features_md(data) + "\n")
