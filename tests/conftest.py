@@ -21,8 +21,9 @@ over_budget = pytest.mark.skipif(not os.environ.get("DLBENCH_SLOW_TESTS"),
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (``scripts/test.sh`` runs the tests in two processes), each test process gets
     cores of its own: every measuring process a test starts inherits them, so two tests never time
-    on the same core, and a cell's "all cores" is its test process's share. Tests that need the
-    whole machine are marked ``serial`` and run alone afterwards."""
+    on the same core, and a cell's "all cores" is its test process's share. Tests that use the
+    same machine-wide things (network namespaces, Ray clusters, JVMs, scans of every process) share an
+``xdist_group`` and so run one after another in one test process (``--dist loadgroup``)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     cores = sorted(os.sched_getaffinity(0))

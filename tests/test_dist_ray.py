@@ -18,9 +18,9 @@ from dlbench.cli import main
 from dlbench.errors import UsageError
 from dlbench.launch.group import procs_naming
 from dlbench.launch.ray import check_nodes
-from tests.conftest import requires
+from tests.conftest import over_budget, requires
 
-pytestmark = [requires("ray"), requires("torch"), pytest.mark.serial]
+pytestmark = [requires("ray"), requires("torch"), pytest.mark.xdist_group("dist")]
 TINY = {"warmup": 2, "min_iters": 4, "min_time_s": 0.0, "repeats": 1, "timeout_s": 240}
 
 
@@ -131,6 +131,7 @@ def _session(sid: int) -> list[int]:
 
 
 @pytest.mark.slow
+@over_budget  # the fan-out test covers the Ray launcher in CI
 def test_ray_launcher_runs_cells_as_tasks(tmp_db, ray_head):
     time.sleep(5)
     res = api.run(db=tmp_db, models=["lenet"], frameworks=["torch"], scenarios=["forward", "scaling"], batches=[8],

@@ -8,9 +8,9 @@ import subprocess
 import pytest
 
 from dlbench import api
-from tests.conftest import requires_framework, run_in_framework
+from tests.conftest import over_budget, requires_framework, run_in_framework
 
-pytestmark = [requires_framework("h2o"), pytest.mark.serial]
+pytestmark = [requires_framework("h2o"), pytest.mark.xdist_group("jvm")]
 TINY = {"warmup": 0, "min_iters": 1, "min_time_s": 0.0, "repeats": 1, "timeout_s": 600}
 
 
@@ -58,6 +58,7 @@ def test_gate_on_what_h2o_can_and_cannot_express():
     assert not h2o_jvms()
 
 
+@over_budget  # a whole run with a JVM per cell: about a minute and a half
 def test_a_run_reports_throughput_in_its_own_scenarios_and_stops_the_cluster(tmp_db, monkeypatch):
     monkeypatch.setenv("DLBENCH_H2O_SAMPLES", "48")  # a call processes 48 of the batch's 96 samples
     res = api.run(db=tmp_db, models=["sae"], frameworks=["h2o"], scenarios=["forward", "gradient", "train_step"],
