@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +43,21 @@ def shared_peak_cache(tmp_path_factory):
         os.environ.pop("DLBENCH_PEAK_CACHE", None)
     else:
         os.environ["DLBENCH_PEAK_CACHE"] = old
+
+
+#: the fake framework plugin: the torch backend with planted misbehaviours (crash, hang, oom, ...)
+FAKE = str(Path(__file__).with_name("fakefw.py"))
+
+
+@pytest.fixture
+def fake_framework(monkeypatch):
+    """``fakefw`` registered here and, through DLBENCH_PLUGINS, in every measuring process."""
+    from dlbench.frameworks import FRAMEWORKS, load_plugins
+
+    monkeypatch.setenv("DLBENCH_PLUGINS", FAKE)
+    load_plugins()
+    yield
+    FRAMEWORKS.pop("fakefw", None)
 
 
 @pytest.fixture

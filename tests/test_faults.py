@@ -23,24 +23,18 @@ import pytest
 
 from dlbench import lease
 from dlbench.cli import main
-from dlbench.frameworks import FRAMEWORKS
 from dlbench.store import Store
-from tests.conftest import requires
+from tests.conftest import FAKE, requires
 
 pytestmark = requires("torch")
-FAKE = str(Path(__file__).with_name("fakefw.py"))
+
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 WAIT_S = 300  # a generous bound for a 2-core CI machine; reaching it fails the test
 
 
 @pytest.fixture(autouse=True)
-def fake_framework(monkeypatch):
-    monkeypatch.setenv("DLBENCH_PLUGINS", FAKE)
-    from dlbench.frameworks import load_plugins
-
-    load_plugins()
-    yield
-    FRAMEWORKS.pop("fakefw", None)
+def _fake(fake_framework):
+    """Every test here may use the fake framework (tests/fakefw.py)."""
 
 
 class Driver:

@@ -5,7 +5,6 @@ import json
 import os
 import sqlite3
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,18 +14,13 @@ from dlbench.frameworks import FRAMEWORKS, FrameworkInfo, register
 from tests.conftest import requires
 
 pytestmark = requires("torch")
-FAKE = str(Path(__file__).with_name("fakefw.py"))
+
 TINY = {"warmup": 1, "min_iters": 3, "min_time_s": 0.0, "repeats": 1, "timeout_s": 120}
 
 
 @pytest.fixture(autouse=True)
-def fake_framework(monkeypatch):
-    monkeypatch.setenv("DLBENCH_PLUGINS", FAKE)
-    from dlbench.frameworks import load_plugins
-
-    load_plugins()
-    yield
-    FRAMEWORKS.pop("fakefw", None)
+def _fake(fake_framework):
+    """Every test here may use the fake framework (tests/fakefw.py)."""
 
 
 def run(db, **kw):

@@ -22,13 +22,14 @@ module named by ``DLBENCH_PLUGINS``) is as good as a built-in one.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from dlbench import envs
 from dlbench.cell import Cell
 from dlbench.frameworks import FRAMEWORKS, FrameworkInfo
 from dlbench.launch.subprocess import JobOutcome
@@ -181,6 +182,26 @@ def framework_env(cell: Cell) -> dict[str, str] | None:
 def failure(outcome: JobOutcome) -> tuple[str, str]:
     """A job that went wrong as a cell's status and reason (a timeout stays a timeout)."""
     return ("timeout" if outcome.status == "timeout" else "failed"), outcome.reason
+
+
+def run_in_turn(cell: Cell, ctx: Context, jobs: Iterable[dict[str, Any]], timeout_s: float,
+                out: CellOutcome) -> list[dict[str, Any]]:
+    """One fresh process per job (in the framework's interpreter, with its variant's environment), in
+    turn; the results of those that succeeded. A process that fails ends the cell (``out``'s status and
+    reason say why, the earlier results are kept); one that finds the cell unsupported makes it so."""
+    results: list[dict[str, Any]] = []
+    for job in jobs:
+        o = ctx.run_job(job, timeout_s, cell.threads, python=envs.python_for(cell.framework),
+                        extra_env=framework_env(cell))
+        out.seconds += o.seconds
+        if o.status != "ok":
+            out.status, out.reason = failure(o)
+            break
+        if "unsupported" in o.result:
+            out.status, out.reason = "unsupported", o.result["unsupported"]
+            break
+        results.append(o.result)
+    return results
 
 
 def flops_per_batch(model: str, batch: int) -> float | None:

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from dlbench import envs
 from dlbench.data import DataError, adapt, load_dataset
 from dlbench.data.dataset import Dataset
 from dlbench.errors import UsageError
@@ -26,7 +25,7 @@ from dlbench.frameworks import get_backend
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.models import get_model
 from dlbench.models.spec import ModelSpec
-from dlbench.scenarios.base import CellOutcome, Context, Scenario, failure, framework_env
+from dlbench.scenarios.base import CellOutcome, Context, Scenario, run_in_turn
 from dlbench.scenarios.prepare import versions
 from dlbench.store import Sample
 from dlbench.weights import init_weights
@@ -158,20 +157,13 @@ class Convergence(Scenario):
     def measure(self, cell, ctx: Context) -> CellOutcome:
         suite = ctx.suite
         out = CellOutcome("ok")
-        repeats = []
-        for r in range(suite.protocol.repeats):
-            job = {**self.job(cell, suite), "seed": suite.seed + r}
-            o = ctx.run_job(job, suite.protocol.timeout_s * suite.convergence.epochs, cell.threads,
-                            python=envs.python_for(cell.framework), extra_env=framework_env(cell))
-            out.seconds += o.seconds
-            if o.status != "ok":
-                out.status, out.reason = failure(o)
-                break
-            if "unsupported" in o.result:
-                return CellOutcome("unsupported", o.result["unsupported"], seconds=out.seconds)
-            repeats.append(o.result["curves"])
-            out.samples += [Sample(r, e["epoch"] - 1, "epoch_train", e["train_s"] * 1e9)
-                            for e in o.result["curves"]["epochs"]]
+        jobs = ({**self.job(cell, suite), "seed": suite.seed + r} for r in range(suite.protocol.repeats))
+        results = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s * suite.convergence.epochs, out)
+        if out.status == "unsupported":
+            return out
+        repeats = [result["curves"] for result in results]
+        for r, curves in enumerate(repeats):
+            out.samples += [Sample(r, e["epoch"] - 1, "epoch_train", e["train_s"] * 1e9) for e in curves["epochs"]]
         out.metrics = {"convergence": repeats, "target_accuracy": suite.convergence.target_accuracy}
         return out
 

@@ -29,13 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from dlbench import envs
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.measure.memory import current_rss_bytes, nvml_used_bytes, peak_rss_bytes
 from dlbench.measure.stats import summarize
 from dlbench.measure.timer import Protocol, time_callable
 from dlbench.models.spec import ModelSpec
-from dlbench.scenarios.base import CellOutcome, Context, Scenario, failure, framework_env
+from dlbench.scenarios.base import CellOutcome, Context, Scenario, run_in_turn
 from dlbench.scenarios.prepare import prepare, versions
 from dlbench.store import Sample
 
@@ -72,17 +71,12 @@ class Timed(Scenario):
     def measure(self, cell, ctx: Context) -> CellOutcome:
         suite = ctx.suite
         out = CellOutcome("ok")
-        per_repeat: list[dict] = []
-        for r in range(suite.protocol.repeats):
-            o = ctx.run_job(self.job(cell, suite), suite.protocol.timeout_s, cell.threads,
-                            python=envs.python_for(cell.framework), extra_env=framework_env(cell))
-            out.seconds += o.seconds
-            if o.status != "ok":
-                out.status, out.reason = failure(o)
-                break
-            if "unsupported" in o.result:
-                return CellOutcome("unsupported", o.result["unsupported"], seconds=out.seconds)
-            t = o.result["timing"]
+        jobs = (self.job(cell, suite) for _ in range(suite.protocol.repeats))
+        per_repeat = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s, out)
+        if out.status == "unsupported":
+            return out
+        for r, result in enumerate(per_repeat):
+            t = result["timing"]
             out.samples += [Sample(r, i, "warmup", v) for i, v in enumerate(t["warmup_ns"])]
             out.samples += [Sample(r, i, "measure", v, t["loop_k"]) for i, v in enumerate(t["samples_ns"])]
             if t["first_call_ns"] is not None:
@@ -91,7 +85,6 @@ class Timed(Scenario):
                 out.warnings.append(f"repeat {r}: warm-up stopped at max_time_s/4 after {len(t['warmup_ns'])} calls")
             if t["truncated"]:
                 out.warnings.append(f"repeat {r}: stopped at max_time_s with {len(t['samples_ns'])} samples")
-            per_repeat.append(o.result)
         measured = [s for s in out.samples if s.phase == "measure"]
         if measured:
             out.warnings = summarize([s.value_ns for s in measured], suite.protocol.min_iters,
