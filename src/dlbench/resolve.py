@@ -153,14 +153,3 @@ def timeout(seconds: float) -> float:
             or seconds <= 0:
         raise UsageError(f"timeout must be a positive number of seconds, got {seconds!r}")
     return float(seconds)
-
-
-def cluster_tools(suite: Suite) -> None:
-    """What a suite's namespace cluster needs from this machine: link latency needs tc netem. (Where
-    namespaces cannot be made at all, the run falls back to loopback and says so.)"""
-    if not (suite.distributed.latency and "scaling" in suite.scenarios):
-        return
-    from dlbench.distributed import cluster as netns
-
-    if not netns.unavailable() and not netns.netem_available():
-        raise UsageError("latency (--latency) needs tc netem (sch_netem), which this kernel does not have")

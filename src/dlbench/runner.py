@@ -63,7 +63,6 @@ def plan_cells(suite: Suite) -> tuple[list[str], list[Cell]]:
     scenarios = [registry.get(s) for s in suite.scenarios]
     frameworks = resolve.suite_frameworks(suite)
     resolve.devices(frameworks, suite.devices)
-    resolve.cluster_tools(suite)
     cells = expand(suite, frameworks, resolve.variants,
                    lambda m, s, d: _default_batch(m, s, d, suite.data_dir), scenarios_of=scenarios_of,
                    cells_of=lambda c: registry.get(c.scenario).cells(c, suite))

@@ -12,7 +12,9 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
+from dlbench.distributed import cluster as netns
 from dlbench.distributed.scaling import Session
+from dlbench.errors import UsageError
 from dlbench.scenarios.base import CellOutcome, Context, Progress, Scenario, analyse_iterations
 
 
@@ -30,6 +32,12 @@ class Scaling(Scenario):
         return [replace(cell, workers=w, scaling=d.scaling, exchange=x, launcher=d.launcher, cluster=d.cluster)
                 for x in d.exchange for w in d.workers
                 if d.scaling == "weak" or (cell.batch % w == 0)]
+
+    def check(self, cells, suite) -> None:
+        """Link latency needs tc netem (where namespaces cannot be made at all, the run falls back to
+        loopback and says so)."""
+        if suite.distributed.latency and not netns.unavailable() and not netns.netem_available():
+            raise UsageError("latency (--latency) needs tc netem (sch_netem), which this kernel does not have")
 
     def session(self, suite, cells, ray: Any, progress: Progress) -> AbstractContextManager[Session]:
         return Session(suite, cells, ray, progress)
