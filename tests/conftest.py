@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,27 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     cores = sorted(os.sched_getaffinity(0))
+    MACHINE_CORES.extend(cores)
     if worker.startswith("gw") and 1 < count <= len(cores):
         os.sched_setaffinity(0, cores[int(worker[2:])::count])
+    if worker:
+        # an xdist worker ignores SIGINT, and processes it starts would inherit that: a test sending
+        # Ctrl-C to a `dlbench run` it started would be ignored (Python keeps an ignored SIGINT ignored)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+#: every core this test session may use (a test process under xdist is pinned to its share)
+MACHINE_CORES: list[int] = []
+
+
+@pytest.fixture
+def whole_machine():
+    """The test process's affinity widened to every core for one test (its measuring processes
+    inherit it): for the tests whose expectations are about the machine's core count."""
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, MACHINE_CORES)
+    yield
+    os.sched_setaffinity(0, mine)
 
 
 @pytest.fixture(autouse=True, scope="session")

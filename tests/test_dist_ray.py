@@ -182,4 +182,4 @@ def test_nodes_that_differ_are_refused_or_flagged():
 
 def test_mixed_nodes_goes_with_the_ray_launcher(capsys):
     assert main(["run", "--model", "lenet", "--framework", "torch", "--mixed-nodes"]) == 2
-    assert "--mixed-nodes goes with --launcher ray" in capsys.readouterr().err
+    assert "mixed_nodes (--mixed-nodes) goes with launcher ray" in capsys.readouterr().err

@@ -153,6 +153,7 @@ def test_sums_and_batches():
 
 
 @requires("torch")
+@pytest.mark.usefixtures("whole_machine")  # the paper's 12 threads become this machine's 2 cores
 def test_suite_holds_exactly_the_needed_cells():
     from dlbench.runner import plan_cells
 
@@ -182,6 +183,7 @@ def test_dry_run_and_bad_target(capsys, tmp_path):
 
 
 @requires("torch")
+@pytest.mark.usefixtures("whole_machine")
 def test_quick_reproduce_bahrampour_table3_on_torch(tmp_db, capsys):
     code = main(["reproduce", "bahrampour2016-table3", "--quick", "--framework", "torch", "--db", str(tmp_db),
                  "--json"])

@@ -98,6 +98,8 @@ class DistributedModel(BaseModel):
             raise ValueError(f"rdzv_endpoint (--rdzv-endpoint) must be HOST:PORT, got {self.rdzv_endpoint!r}")
         if self.ray_address and self.launcher != "ray":
             raise ValueError("ray_address (--address) goes with launcher ray")
+        if self.mixed_nodes and self.launcher != "ray":
+            raise ValueError("mixed_nodes (--mixed-nodes) goes with launcher ray")
         if self.cluster and self.launcher != "subprocess":
             raise ValueError(f"cluster (--cluster) simulates nodes on this machine; it does not combine with "
                              f"launcher {self.launcher}")

@@ -14,14 +14,17 @@ canonical weights and compute gradients with it (``Backend.loss_and_grads``, can
   parameter-server form of synchronous data parallel, to set beside all-reduce.
 
 The Ray cluster is local (``ray.init(num_cpus=max(2, W x threads), include_dashboard=False)``),
-its session directory inside the job directory, and it is shut down in a ``finally``; the
-launcher then kills anything still naming the job directory.
+its session directory a short one in /tmp (a Unix socket's path has at most 107 bytes), and it is
+shut down in a ``finally`` and the directory removed; the launcher then kills anything still in the
+job's process session or naming its directory.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -151,7 +154,10 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     shard_names = assign_shards({n: weights.params[n].nbytes for n in names}, int(job.get("ps_shards", 2)))
     shard_names = [s for s in shard_names if s]
     src = str(Path(__file__).resolve().parents[2])
-    ray.init(address="local", num_cpus=max(2, workers * threads), include_dashboard=False, _temp_dir=str(out_dir / "ray"),
+    # Ray's sockets live in its session directory, and a Unix socket's path has at most 107 bytes: under
+    # the run's own temporary directory (dlbench.lease) it was longer, so Ray's goes in /tmp, removed after
+    ray_dir = tempfile.mkdtemp(prefix="dlb-ray-", dir="/tmp")
+    ray.init(address="local", num_cpus=max(2, workers * threads), include_dashboard=False, _temp_dir=ray_dir,
              log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": src, "OMP_NUM_THREADS": str(threads)}})
     try:
         Shard = ray.remote(num_cpus=0)(ShardCore)
@@ -178,6 +184,7 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         return result
     finally:
         ray.shutdown()
+        shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 def _run_sync(ray, pool, shards, shard_names, warm: int, protocol: dict) -> dict[str, Any]:
