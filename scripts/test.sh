@@ -12,6 +12,6 @@ if [ "$#" -gt 0 ]; then  # tests named on the command line: one plain pytest run
 fi
 # The tests run in parallel (pytest-xdist), one test process per core (at most 2 unless
 # DLBENCH_TEST_WORKERS says otherwise), each pinned to its own cores by tests/conftest.py; tests that
-# share machine-wide things (namespaces, Ray clusters, JVMs) are grouped (xdist_group) and run in turn.
+# use machine-wide things (namespaces, Ray clusters, JVMs) take a lock (the machine_wide fixture).
 workers=${DLBENCH_TEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(2, len(os.sched_getaffinity(0))))')}
-exec .venv/bin/python -m pytest -q -n "$workers" --dist loadgroup
+exec .venv/bin/python -m pytest -q -n "$workers"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,8 +26,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (``scripts/test.sh`` runs the tests in two processes), each test process gets
     cores of its own: every measuring process a test starts inherits them, so two tests never time
     on the same core, and a cell's "all cores" is its test process's share. Tests that use the
-    same machine-wide things (network namespaces, Ray clusters, JVMs, scans of every process) share an
-``xdist_group`` and so run one after another in one test process (``--dist loadgroup``)."""
+    same machine-wide things (network namespaces, Ray clusters, JVMs, scans of every process) take the
+``machine_wide`` lock (marked so), so they run one at a time whichever test process has them."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     cores = sorted(os.sched_getaffinity(0))
@@ -36,6 +38,25 @@ def pytest_configure(config: pytest.Config) -> None:
         # an xdist worker ignores SIGINT, and processes it starts would inherit that: a test sending
         # Ctrl-C to a `dlbench run` it started would be ignored (Python keeps an ignored SIGINT ignored)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+#: held by a test using machine-wide things, across the test processes of a session (an flock)
+MACHINE_LOCK = os.path.join(tempfile.gettempdir(), "dlbench-tests-machine-wide.lock")
+
+
+@pytest.fixture(autouse=True)
+def machine_wide(request):
+    """One test at a time among those marked ``machine_wide``: they use network namespaces and their
+    bridge (fixed names), Ray clusters, H2O's JVMs, or scan every process for leftovers. Autouse from
+    here, so the lock is taken before a test module's own fixtures set anything up and released after
+    they tear it down. (An xdist_group would do this by scheduling, but the installed pytest-xdist
+    did not honour it.)"""
+    if request.node.get_closest_marker("machine_wide") is None:
+        yield
+        return
+    with open(MACHINE_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 #: every core this test session may use (a test process under xdist is pinned to its share)

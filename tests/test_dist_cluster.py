@@ -11,7 +11,7 @@ from dlbench.distributed import cluster
 from dlbench.distributed.scaling import Session
 from dlbench.plan import Cell, suite_from_dict
 
-pytestmark = pytest.mark.xdist_group("dist")  # machine-wide namespaces; process scans of the dist tests
+pytestmark = pytest.mark.machine_wide  # the namespaces and bridge are machine-wide
 WHY = cluster.unavailable()
 needs_netns = pytest.mark.skipif(WHY != "", reason=f"network namespaces unavailable here: {WHY}")
 

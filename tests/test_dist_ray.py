@@ -20,7 +20,7 @@ from dlbench.launch.group import procs_naming
 from dlbench.launch.ray import check_nodes
 from tests.conftest import over_budget, requires
 
-pytestmark = [requires("ray"), requires("torch"), pytest.mark.xdist_group("dist")]
+pytestmark = [requires("ray"), requires("torch"), pytest.mark.machine_wide]
 TINY = {"warmup": 2, "min_iters": 4, "min_time_s": 0.0, "repeats": 1, "timeout_s": 240}
 
 

@@ -16,7 +16,7 @@ from dlbench.distributed import cluster
 from dlbench.launch.group import procs_naming
 from tests.conftest import requires
 
-pytestmark = [requires("torch"), pytest.mark.xdist_group("dist")]
+pytestmark = [requires("torch"), pytest.mark.machine_wide]
 TINY = {"warmup": 2, "min_iters": 3, "min_time_s": 0.0, "repeats": 1, "timeout_s": 180}
 WHY = cluster.unavailable()
 

@@ -10,7 +10,7 @@ import pytest
 from dlbench import api
 from tests.conftest import over_budget, requires_framework, run_in_framework
 
-pytestmark = [requires_framework("h2o"), pytest.mark.xdist_group("jvm")]
+pytestmark = [requires_framework("h2o"), pytest.mark.machine_wide]
 TINY = {"warmup": 0, "min_iters": 1, "min_time_s": 0.0, "repeats": 1, "timeout_s": 600}
 
 
