@@ -181,7 +181,8 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
         ray = None
         if suite.distributed.launcher == "ray":  # every job of the run becomes a task on the cluster
             ray = stack.enter_context(RayLauncher(suite.distributed.ray_address, suite.distributed.mixed_nodes))
-        ctx = Context(suite, ray.run_job if ray is not None else run_job, ray=ray)
+        ctx = Context(suite, ray.run_job if ray is not None else run_job, ray=ray,
+                      artifacts=store.artifacts_dir(run_id))
         for name in dict.fromkeys(c.scenario for c in todo):  # run-scoped resources, in scenario order
             cells = [c for c in todo if c.scenario == name]
             ctx.sessions[name] = stack.enter_context(registry.get(name).session(suite, cells, ray, progress))

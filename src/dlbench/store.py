@@ -396,6 +396,12 @@ class Store:
                                  "WHERE run_id=?", (run_id,))
         return {(r[0], r[1], r[2], r[3]): {"verdict": r[4], "reason": r[5], **json.loads(r[6] or "{}")} for r in rows}
 
+    # --- files kept with a run ---------------------------------------------------------------
+    def artifacts_dir(self, run_id: str) -> Path:
+        """Where a run's files live beside the database (profiler traces, LoadGen logs): one directory
+        per run, made by whoever writes the first file, removed with nothing else."""
+        return self.path.parent / "artifacts" / run_id
+
     # --- cells and samples ------------------------------------------------------------------
     def save_cell(self, run_id: str, cell: dict, status: str, reason: str, seconds: float, warnings: list[str],
                   metrics: dict, samples: Iterable[Sample]) -> int:

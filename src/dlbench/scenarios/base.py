@@ -25,6 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -75,6 +76,9 @@ class Context:
     sessions: dict[str, Any] = field(default_factory=dict)
     #: the Ray launcher of ``--launcher ray`` (None: local processes)
     ray: Any = None
+    #: the run's directory for files kept with it (:meth:`dlbench.store.Store.artifacts_dir`); a
+    #: cell's files go under :func:`cell_artifacts`
+    artifacts: Path | None = None
 
 
 class Scenario(ABC):
@@ -202,6 +206,14 @@ def run_in_turn(cell: Cell, ctx: Context, jobs: Iterable[dict[str, Any]], timeou
             break
         results.append(o.result)
     return results
+
+
+def cell_artifacts(cell: Cell, ctx: Context) -> Path | None:
+    """The directory for one cell's kept files (None: the run keeps none, e.g. an API run without a
+    store); not created here."""
+    if ctx.artifacts is None:
+        return None
+    return ctx.artifacts / cell.key.replace("/", "__")
 
 
 def flops_per_batch(model: str, batch: int) -> float | None:
