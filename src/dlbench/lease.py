@@ -26,12 +26,26 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dlbench.errors import UsageError
 
-if TYPE_CHECKING:
-    from dlbench.store import Store
+
+class LeaseRows(Protocol):
+    """What a lease needs of :class:`dlbench.store.Store` (which imports this module to judge runs):
+    its rows, and a fresh connection for the heartbeat thread."""
+
+    def claim_lease(self, run_id: str, holder: dict[str, Any],
+                    live: Callable[[dict[str, Any]], bool]) -> dict | None: ...
+
+    def beat_lease(self, run_id: str, holder: dict[str, Any], now: float) -> None: ...
+
+    def release_lease(self, run_id: str, holder: dict[str, Any]) -> None: ...
+
+    def reopen(self) -> LeaseRows: ...
+
+    def close(self) -> None: ...
+
 
 #: seconds between heartbeats of a driver
 HEARTBEAT_S = 30.0
@@ -107,7 +121,7 @@ def refusal(run_id: str, lease: dict[str, Any]) -> str:
 
 
 @contextmanager
-def hold(store: Store, run_id: str) -> Iterator[Callable[[], None]]:
+def hold(store: LeaseRows, run_id: str) -> Iterator[Callable[[], None]]:
     """Hold ``run_id``'s lease while inside (UsageError if a live driver holds it); yields ``beat()``,
     which renews the heartbeat now. A thread renews it every HEARTBEAT_S on a connection of its own."""
     me = holder()
@@ -126,7 +140,7 @@ def hold(store: Store, run_id: str) -> Iterator[Callable[[], None]]:
         store.release_lease(run_id, me)
 
 
-def _beat_until(reopen: Callable[[], Store], run_id: str, me: dict[str, Any], stop: threading.Event) -> None:
+def _beat_until(reopen: Callable[[], LeaseRows], run_id: str, me: dict[str, Any], stop: threading.Event) -> None:
     """The heartbeat thread: its own connection (SQLite's are not shared between threads)."""
     store = None
     try:
