@@ -161,6 +161,16 @@ def _convergence(args: argparse.Namespace) -> dict:
     return out
 
 
+def _serving(args: argparse.Namespace) -> dict:
+    """The deployment scenarios' flags (checked by the suite model: a bad value is exit 2)."""
+    out: dict = {key: value for key, value in (
+        ("latency_calls", args.latency_calls), ("qps", args.qps), ("p99_ms", args.p99_ms),
+        ("min_duration_s", args.loadgen_min_duration), ("min_queries", args.loadgen_min_queries)) if value is not None}
+    if args.find_peak:
+        out["find_peak"] = True
+    return out
+
+
 def _protocol(args: argparse.Namespace) -> dict:
     out = {}
     for flag, key in (("warmup", "warmup"), ("min_iters", "min_iters"), ("min_time", "min_time_s"),
@@ -239,7 +249,8 @@ def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
                                    batches=counts(args.batch, "--batch"), threads=counts(args.threads, "--threads"),
                                    devices=names(args.device, "--device"), protocol=_protocol(args) or None,
                                    seed=args.seed, data=args.data, data_dir=args.data_dir,
-                                   convergence=_convergence(args) or None, distributed=distributed_flags(args))
+                                   convergence=_convergence(args) or None, distributed=distributed_flags(args),
+                                   serving=_serving(args) or None)
         done = set()
     _, cells = runner.plan_cells(suite)
     todo = [c for c in cells if c.key not in done]
@@ -439,6 +450,18 @@ def register(sub) -> None:
     p.add_argument("--target-accuracy", type=float, dest="target_accuracy",
                    help="convergence: test accuracy whose time-to-reach is reported (default 0.95)")
     p.add_argument("--lr", type=float, help="convergence: learning rate (default: the paper's for the model)")
+    p.add_argument("--latency-calls", type=int, dest="latency_calls",
+                   help="latency: single calls timed per process (default 3500)")
+    p.add_argument("--qps", type=float, help="loadgen-server: target queries per second (default: half of one "
+                                             "stream's rate)")
+    p.add_argument("--p99-ms", type=float, dest="p99_ms", help="loadgen-server: bound on the 99th percentile "
+                                                               "latency in ms (default LoadGen's 100)")
+    p.add_argument("--find-peak", action="store_true", dest="find_peak",
+                   help="loadgen-server: search the highest QPS meeting the bound (LoadGen's FindPeakPerformance)")
+    p.add_argument("--loadgen-min-duration", type=float, dest="loadgen_min_duration",
+                   help="LoadGen's minimum run time in s (shorter than LoadGen's rule: the cell is marked so)")
+    p.add_argument("--loadgen-min-queries", type=int, dest="loadgen_min_queries",
+                   help="LoadGen's minimum query count (fewer than LoadGen's rule: the cell is marked so)")
     p.add_argument("--data", "--dataset", dest="data",
                    help="fill batches from a real data set (digits, mnist, cifar10, imdb, ptb) "
                                   "instead of synthetic samples")

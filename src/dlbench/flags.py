@@ -18,7 +18,7 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
                 threads: list[int | str] | None = None, devices: list[str] | None = None,
                 protocol: dict | None = None, seed: int | None = None, data: str | None = None,
                 data_dir: str | None = None, convergence: dict | None = None,
-                distributed: dict | None = None) -> Suite:
+                distributed: dict | None = None, serving: dict | None = None) -> Suite:
     """A suite from a name, a file or a built :class:`Suite`, and flag overrides (flags alone build one
     on the spot). None leaves an axis as the suite has it; an empty list is refused."""
     if models is not None:
@@ -72,6 +72,8 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
         base["convergence"] = {**base.get("convergence", {}), **convergence}
     if distributed:
         base["distributed"] = {**base.get("distributed", {}), **distributed}
+    if serving:
+        base["serving"] = {**base.get("serving", {}), **serving}
     if variants is not None:
         base["variants"] = resolve.variant_map(resolve.suite_frameworks(suite_from_dict(base, "command line")),
                                                variants)

@@ -46,6 +46,25 @@ class ConvergenceModel(BaseModel):
     log_steps: int = Field(50, ge=1)
 
 
+class ServingModel(BaseModel):
+    """Settings of the deployment scenarios (``latency``, ``loadgen-*``; see docs/serving.md). None
+    keeps MLPerf LoadGen's own rule or dlbench's default, named beside each."""
+
+    model_config = ConfigDict(extra="forbid")
+    #: timed single calls per process of a latency cell (3 processes x 3,500 calls: a p99.9 has its 10,000)
+    latency_calls: int = Field(3500, ge=1)
+    #: server: the target rate of Poisson-arriving queries (None: half the rate one stream of calls reaches)
+    qps: float | None = Field(None, gt=0)
+    #: server: the bound on the 99th percentile latency, ms (None: LoadGen's default, 100 ms)
+    p99_ms: float | None = Field(None, gt=0)
+    #: server: search the highest QPS meeting the bound (LoadGen's FindPeakPerformance mode)
+    find_peak: bool = False
+    #: LoadGen's minimum duration and query count (None: LoadGen's rules); shorter ones mark the cell
+    #: as not meeting LoadGen's rules
+    min_duration_s: float | None = Field(None, gt=0)
+    min_queries: int | None = Field(None, ge=1)
+
+
 class DistributedModel(BaseModel):
     """Axes and settings of the ``scaling`` scenario (ignored by every other scenario)."""
 
@@ -142,6 +161,7 @@ class Suite(BaseModel):
     convergence: ConvergenceModel = Field(default_factory=ConvergenceModel)
     seed: int = 0
     distributed: DistributedModel = Field(default_factory=lambda: DistributedModel())
+    serving: ServingModel = Field(default_factory=ServingModel)
 
     @field_validator("frameworks", "models", "scenarios", "devices")
     @classmethod

@@ -283,16 +283,23 @@ class OnnxRuntimeBackend(Backend):
             raise UnsupportedError(f"no torch.onnx exporter produced a graph ONNX Runtime runs for {spec.name}: "
                                    + "; ".join(fallback))
 
-        so = session.get_session_options()
         info = {
             "exporter": exported.exporter, "opset": exported.opset, "exporter_fallback": "; ".join(fallback) or None,
-            "providers": session.get_providers(), "intra_op_threads": so.intra_op_num_threads,
-            "inter_op_threads": so.inter_op_num_threads, "graph_optimization_level": "ORT_ENABLE_ALL",
-            "session_cache": cache, "onnx_bytes": len(exported.onnx_bytes),
+            **self.runtime_info(session), "session_cache": cache, "onnx_bytes": len(exported.onnx_bytes),
             "export_s": round(export_s, 3), "export_cache": export_cache, "session_s": round(session_s, 3),
             "session_ns": int(session_s * 1e9),
         }
         self.exports.append({"model": spec.name, "options": dict(spec.options), **info})
+        return self.model(spec, session, device, bindings, exported, info)
+
+    def runtime_info(self, session: ort.InferenceSession) -> dict[str, Any]:
+        """The session's settings, as built (recorded in ``build_info``)."""
+        so = session.get_session_options()
+        return {"providers": session.get_providers(), "intra_op_threads": so.intra_op_num_threads,
+                "inter_op_threads": so.inter_op_num_threads, "graph_optimization_level": "ORT_ENABLE_ALL"}
+
+    def model(self, spec: ModelSpec, session: ort.InferenceSession, device: str, bindings: dict, exported: Exported,
+              info: dict[str, Any]) -> OrtModel:
         inputs = tuple(i.name for i in session.get_inputs())
         return OrtModel(spec, session, inputs, session.get_outputs()[0].name, device, bindings, exported.params, info)
 

@@ -1,0 +1,130 @@
+"""The ``latency`` scenario: tail latency of single forward calls, as a deployed model answers
+requests one at a time.
+
+A median over loops of calls (``forward``) says how fast a framework computes; a user serving a
+model asks how slow its slowest answers are. Each fresh process builds the model, places a batch
+(batch 1 by default, any ``--batch``), warms the forward closure up like every timed cell, then
+times ``serving.latency_calls`` calls *one by one* (never a loop divided by k: a tail is made of
+single calls), each followed by the backend's sync. The stored samples are those calls; the cell's
+metrics hold p50, p90, p99 and p99.9 with bootstrap intervals, pooled over the processes and per
+process, each with the number of samples behind it, or refused with the reason when too few
+(:mod:`dlbench.measure.percentiles`).
+
+Every framework with a ``forward`` closure runs it; nothing per framework.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from dlbench.frameworks.base import UnsupportedError
+from dlbench.measure.percentiles import percentiles
+from dlbench.scenarios.base import CellOutcome, Context, Scenario, run_in_turn
+from dlbench.scenarios.prepare import prepare, versions
+from dlbench.scenarios.timed import make_closure
+from dlbench.store import Sample
+
+if TYPE_CHECKING:
+    from dlbench.models.spec import ModelSpec
+    from dlbench.plan import Suite
+    from dlbench.results import CellResult
+
+
+def tail(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """A latency cell's pooled percentiles, as stored."""
+    return metrics.get("latency", {}).get("pooled", [])
+
+
+class Latency(Scenario):
+    name = "latency"
+    description = "single forward calls one by one (batch 1 by default): p50, p90, p99, p99.9 with intervals"
+    requires = "forward"
+    flop_factor = 1.0
+
+    def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
+        return 1
+
+    def job(self, cell, suite: Suite) -> dict[str, Any]:
+        return {**super().job(cell, suite), "latency_calls": suite.serving.latency_calls}
+
+    def estimate(self, cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
+        p = suite.protocol
+        return p.repeats * (start_s + min(p.warmup * step_s, p.max_time_s / 4)
+                            + min(suite.serving.latency_calls * step_s, p.max_time_s))
+
+    # --- the parent's side ------------------------------------------------------------------------
+    def measure(self, cell, ctx: Context) -> CellOutcome:
+        suite = ctx.suite
+        out = CellOutcome("ok")
+        jobs = (self.job(cell, suite) for _ in range(suite.protocol.repeats))
+        per_process = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s, out)
+        if out.status == "unsupported" or not per_process:
+            return out
+        pooled: list[float] = []
+        for r, result in enumerate(per_process):
+            out.samples += [Sample(r, i, "warmup", v) for i, v in enumerate(result["warmup_ns"])]
+            out.samples += [Sample(r, i, "measure", v) for i, v in enumerate(result["calls_ns"])]
+            pooled += [v / 1e6 for v in result["calls_ns"]]
+            if result["truncated"]:
+                out.warnings.append(f"process {r}: stopped at max_time_s after {len(result['calls_ns'])} of "
+                                    f"{suite.serving.latency_calls} calls")
+        out.metrics = {
+            "latency": {"pooled": [p.to_dict() for p in percentiles(pooled, seed=suite.seed)],
+                        "per_process": [[p.to_dict() for p in percentiles([v / 1e6 for v in r["calls_ns"]],
+                                                                          seed=suite.seed)] for r in per_process],
+                        "calls": [len(r["calls_ns"]) for r in per_process]},
+            "threads_readback": per_process[0]["threads_readback"], "versions": per_process[0]["versions"],
+            "repeats_done": len(per_process)}
+        refused = [p for p in tail(out.metrics) if p["refused"]]
+        if refused:
+            out.warnings.append("not reported: " + "; ".join(f"p{p['q']:g} ({p['refused']})" for p in refused))
+        return out
+
+    # --- the measuring process's side -----------------------------------------------------------
+    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+        p = prepare(job)
+        backend = p.backend
+        try:
+            model = backend.build(p.spec, p.weights, job.get("device", "cpu"), job["variant"])
+            fn = make_closure("forward", backend, model, backend.place(p.batch, model), p.spec)
+        except UnsupportedError as exc:
+            return {"unsupported": str(exc)}
+        del p.weights
+        protocol = job["protocol"]
+        warmup = [_call(fn, backend.sync) for _ in range(max(protocol["warmup"], 1))]
+        calls: list[float] = []
+        deadline = time.perf_counter() + protocol["max_time_s"]
+        truncated = False
+        for _ in range(job["latency_calls"]):
+            calls.append(_call(fn, backend.sync))
+            if time.perf_counter() > deadline:
+                truncated = len(calls) < job["latency_calls"]
+                break
+        return {"warmup_ns": warmup, "calls_ns": calls, "truncated": truncated,
+                "threads_readback": p.readback, "versions": versions(backend)}
+
+    # --- results --------------------------------------------------------------------------------
+    def text(self, res: CellResult) -> str:
+        if not res.ok:
+            return f"– ({res.cell.status})"
+        shown = {f"p{p['q']:g}": p for p in tail(res.cell.metrics)}
+        parts = []
+        for label in ("p50", "p99"):
+            p = shown.get(label)
+            if p is not None:
+                parts.append(f"{label} {p['value']:.3g}" if p["value"] is not None else f"{label} –")
+        return " / ".join(parts) or "–"
+
+    @property
+    def column(self) -> str:
+        return "latency ms (p50 / p99)"
+
+
+def _call(fn, sync) -> float:
+    t0 = time.perf_counter_ns()
+    sync(fn())
+    return float(time.perf_counter_ns() - t0)
+
+
+SCENARIOS = (Latency(),)

@@ -1,0 +1,321 @@
+"""MLPerf LoadGen's scenarios, run by the real load generator (``mlcommons-loadgen``) against a
+framework's forward closure: ``loadgen-offline``, ``loadgen-single-stream`` and ``loadgen-server``.
+
+LoadGen decides when queries arrive and judges the run (minimum duration and query count, early
+stopping, the server's latency bound); dlbench supplies, inside one fresh measuring process:
+
+* the **query sample library**: ``performance_sample_count`` samples of the model (synthetic and
+  seeded, or the first of ``--data``), each placed once as a batch of one, and in groups of the
+  cell's batch when that is above one;
+* the **system under test**: one serving thread that takes queued samples, runs a placed group
+  through the forward closure when a whole batch of them waits (offline always, server when queries
+  pile up), else one placed sample per call, and tells LoadGen each sample is complete. Outputs are
+  not returned (performance mode: LoadGen checks no accuracy; the gate has checked the function).
+
+Settings: LoadGen's own defaults (TestSettings: 10 s minimum duration, 100 queries, early stopping
+on), so a cell meets LoadGen's rules unless ``--loadgen-min-duration``/``--loadgen-min-queries``
+shorten them; such a cell says it does not. MLPerf submissions use longer durations (mlperf.conf):
+dlbench's cells are LoadGen runs, not submissions. The server's target QPS is ``--qps`` (default:
+half the rate one stream of single calls reaches in the warm-up), its bound ``--p99-ms`` (default
+LoadGen's 100 ms); ``--find-peak`` runs LoadGen's FindPeakPerformance mode, which searches the
+highest QPS meeting the bound. LoadGen's summary is stored verbatim with its key figures parsed, and
+its log files are kept with the run (:func:`dlbench.scenarios.base.cell_artifacts`).
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dlbench.data.synthetic import Batch, make_batch
+from dlbench.frameworks.base import UnsupportedError
+from dlbench.scenarios.base import CellOutcome, Context, Scenario, cell_artifacts, run_in_turn
+from dlbench.scenarios.prepare import prepare, real_batch, versions
+from dlbench.scenarios.timed import make_closure
+
+if TYPE_CHECKING:
+    from dlbench.models.spec import ModelSpec
+    from dlbench.plan import Suite
+    from dlbench.results import CellResult
+
+INSTALL = "pip install mlcommons-loadgen"
+#: samples LoadGen may ask for (its performance sample count): at least this, and two batches
+SAMPLES = 64
+#: summary lines kept as key figures (LoadGen's own wording)
+KEY_FIGURES = {
+    "Scenario": "scenario", "Mode": "mode", "Result is": "result",
+    "Samples per second": "samples_per_s", "Completed samples per second": "samples_per_s",
+    "QPS w/ loadgen overhead": "samples_per_s",  # single stream: one sample per query
+    "Scheduled samples per second": "scheduled_samples_per_s",
+    "Min duration satisfied": "min_duration_satisfied", "Min queries satisfied": "min_queries_satisfied",
+    "Early stopping satisfied": "early_stopping_satisfied",
+    "Performance constraints satisfied": "constraints_satisfied",
+    "target_qps": "target_qps", "target_latency (ns)": "target_latency_ns",
+    "min_duration (ms)": "min_duration_ms", "min_query_count": "min_query_count",
+}
+PERCENTILE = re.compile(r"^(\d+(?:\.\d+)?) percentile latency \(ns\)$")
+
+
+def parse_summary(text: str) -> dict[str, Any]:
+    """Key figures of ``mlperf_log_summary.txt``: the result, rates, rules met and latency percentiles
+    (ms, by percentile). Lines are ``name : value``; anything else is left to the verbatim text."""
+    out: dict[str, Any] = {"percentiles_ms": {}}
+    for line in text.splitlines():
+        if ":" not in line:
+            continue
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if m := PERCENTILE.match(key):
+            out["percentiles_ms"][f"{float(m.group(1)):g}"] = float(value) / 1e6
+        elif key in KEY_FIGURES and KEY_FIGURES[key] not in out:
+            out[KEY_FIGURES[key]] = _number(value)
+        elif key == "Mean latency (ns)":
+            out["mean_ms"] = float(value) / 1e6
+    if "result" in out:
+        out["valid"] = out["result"] == "VALID"
+    return out
+
+
+def _number(value: str) -> Any:
+    try:
+        return float(value) if re.fullmatch(r"-?\d+(\.\d+)?(e[-+]?\d+)?", value) else value
+    except ValueError:
+        return value
+
+
+class LoadGen(Scenario):
+    """One of LoadGen's scenarios; one measuring process per cell (LoadGen's run is the unit)."""
+
+    requires = "forward"
+    per_iteration = False
+
+    def __init__(self, mode: str, description: str):
+        self.mode = mode  # LoadGen's TestScenario name
+        self.name = "loadgen-" + {"Offline": "offline", "SingleStream": "single-stream", "Server": "server"}[mode]
+        self.description = description
+
+    def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
+        return spec.default_batch if self.mode == "Offline" else 1
+
+    def check(self, cells, suite: Suite) -> None:
+        from dlbench.errors import UsageError
+
+        s = suite.serving
+        server = any(c.scenario == "loadgen-server" for c in cells)
+        if (s.find_peak or s.qps is not None or s.p99_ms is not None) and not server:
+            raise UsageError("--find-peak, --qps and --p99-ms set the loadgen-server scenario; the suite has none")
+
+    def estimate(self, cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
+        duration = suite.serving.min_duration_s or 10.0
+        return start_s + SAMPLES * step_s + duration * (6 if suite.serving.find_peak else 1.2)
+
+    def job(self, cell, suite: Suite) -> dict[str, Any]:
+        return {**super().job(cell, suite), "loadgen": {"mode": self.mode, **suite.serving.model_dump()}}
+
+    # --- the parent's side ------------------------------------------------------------------------
+    def measure(self, cell, ctx: Context) -> CellOutcome:
+        out = CellOutcome("ok")
+        job = self.job(cell, ctx.suite)
+        outdir = cell_artifacts(cell, ctx)
+        if outdir is not None:
+            outdir.mkdir(parents=True, exist_ok=True)
+            job["outdir"] = str(outdir)
+        results = run_in_turn(cell, ctx, [job], ctx.suite.protocol.timeout_s, out)
+        if not results:
+            return out
+        r = results[0]
+        figures = parse_summary(r["summary"])
+        out.metrics = {"loadgen": {**figures, "summary": r["summary"], "settings": r["settings"],
+                                   "meets_rules": r["meets_rules"], "logs": r["logs"]},
+                       "threads_readback": r["threads_readback"], "versions": r["versions"]}
+        if not r["meets_rules"]:
+            out.warnings.append("shortened LoadGen settings (--loadgen-min-duration/--loadgen-min-queries): "
+                                "the cell does not meet LoadGen's rules")
+        if figures.get("valid") is False:
+            why = [k for k in ("min_duration_satisfied", "min_queries_satisfied", "early_stopping_satisfied",
+                               "constraints_satisfied") if str(figures.get(k, "Yes")).lower() == "no"]
+            out.warnings.append(f"LoadGen's result is INVALID ({', '.join(why) or 'see its summary'} not satisfied)")
+        return out
+
+    # --- the measuring process's side -----------------------------------------------------------
+    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+        try:
+            import mlperf_loadgen as lg
+        except ImportError:
+            return {"unsupported": f"MLPerf LoadGen (mlperf_loadgen) is not installed in {sys.executable}: {INSTALL}"}
+        p = prepare(job)
+        backend, spec, size = p.backend, p.spec, job["batch"]
+        count = max(SAMPLES, 2 * size) // size * size
+        samples = (real_batch({**job, "batch": count}, spec) if job.get("data", "synthetic") != "synthetic"
+                   else make_batch(spec, count, job.get("seed", 0)))
+        try:
+            model = backend.build(spec, p.weights, job.get("device", "cpu"), job["variant"])
+            singles = [make_closure("forward", backend, model, backend.place(_rows(samples, i, i + 1), model), spec)
+                       for i in range(count)]
+            groups = [make_closure("forward", backend, model, backend.place(_rows(samples, i, i + size), model), spec)
+                      for i in range(0, count, size)] if size > 1 else []
+        except UnsupportedError as exc:
+            return {"unsupported": str(exc)}
+        del p.weights
+        warm = max(job["protocol"]["warmup"], 1)
+        single_s = _warm(singles, backend.sync, warm)
+        group_s = _warm(groups, backend.sync, warm) if groups else single_s
+        settings, meets_rules = _settings(lg, job["loadgen"], single_s, size / group_s)
+        sut = _Server(lg, singles, groups, size, backend.sync)
+        handle = lg.ConstructSUT(sut.issue, sut.flush)
+        qsl = lg.ConstructQSL(count, count, lambda _: None, lambda _: None)
+        outdir = job.get("outdir") or _tempdir()
+        output = lg.LogOutputSettings()
+        output.outdir, output.copy_summary_to_stdout = outdir, False
+        log = lg.LogSettings()
+        log.log_output, log.enable_trace = output, False
+        try:
+            lg.StartTestWithLogSettings(handle, qsl, settings, log)
+        finally:
+            sut.stop()
+            lg.DestroyQSL(qsl)
+            lg.DestroySUT(handle)
+        summary = (Path(outdir) / "mlperf_log_summary.txt").read_text()
+        return {"summary": summary, "meets_rules": meets_rules, "settings": _described(settings),
+                "logs": sorted(str(f) for f in Path(outdir).glob("mlperf_log_*")),
+                "threads_readback": p.readback, "versions": {**versions(backend), "mlcommons-loadgen": _lg_version()}}
+
+    # --- results --------------------------------------------------------------------------------
+    def analyse(self, res: CellResult, samples, peak: float | None) -> None:
+        figures = res.cell.metrics.get("loadgen", {})
+        rate = figures.get("samples_per_s")
+        res.samples_per_s = float(rate) if isinstance(rate, int | float) else None
+
+    def text(self, res: CellResult) -> str:
+        if not res.ok:
+            return f"– ({res.cell.status})"
+        f = res.cell.metrics.get("loadgen", {})
+        parts = [str(f.get("result", "?")), f"{res.samples_per_s:,.0f}/s" if res.samples_per_s else "–/s"]
+        p99 = f.get("percentiles_ms", {}).get("99")
+        if p99 is not None and self.mode != "Offline":  # offline's one query has no tail
+            parts.append(f"p99 {p99:.3g} ms")
+        if not f.get("meets_rules", True):
+            parts.append("(short)")
+        return " ".join(parts)
+
+    @property
+    def column(self) -> str:
+        return f"{self.name} (LoadGen)"
+
+
+def _rows(batch: Batch, start: int, stop: int) -> Batch:
+    return Batch(batch.x[start:stop], None if batch.y is None else batch.y[start:stop],
+                 None if batch.mask is None else batch.mask[start:stop])
+
+
+def _warm(closures: list, sync, calls: int) -> float:
+    """Run every closure once (each placed sample's first call), then ``calls`` more of the first;
+    the median seconds of those."""
+    for fn in closures:
+        sync(fn())
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        sync(closures[0]())
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _settings(lg, opts: dict[str, Any], single_s: float, group_rate: float) -> tuple[Any, bool]:
+    """LoadGen's TestSettings for the cell, and whether they keep LoadGen's own rules."""
+    s = lg.TestSettings()
+    s.scenario = getattr(lg.TestScenario, opts["mode"])
+    s.mode = lg.TestMode.FindPeakPerformance if opts["find_peak"] else lg.TestMode.PerformanceOnly
+    default_duration_ms, default_queries = s.min_duration_ms, s.min_query_count
+    if opts["min_duration_s"] is not None:
+        s.min_duration_ms = int(opts["min_duration_s"] * 1000)
+    if opts["min_queries"] is not None:
+        s.min_query_count = opts["min_queries"]
+    s.single_stream_expected_latency_ns = max(int(single_s * 1e9), 1)
+    s.offline_expected_qps = max(group_rate, 1.0)
+    s.server_target_qps = opts["qps"] if opts["qps"] is not None else max(0.5 / single_s, 1.0)
+    if opts["p99_ms"] is not None:
+        s.server_target_latency_ns = int(opts["p99_ms"] * 1e6)
+    meets = s.min_duration_ms >= default_duration_ms and s.min_query_count >= default_queries
+    return s, meets
+
+
+def _described(s) -> dict[str, Any]:
+    return {"scenario": s.scenario.name, "mode": s.mode.name, "min_duration_ms": s.min_duration_ms,
+            "min_query_count": s.min_query_count, "server_target_qps": s.server_target_qps,
+            "server_target_latency_ns": s.server_target_latency_ns,
+            "offline_expected_qps": s.offline_expected_qps,
+            "single_stream_expected_latency_ns": s.single_stream_expected_latency_ns}
+
+
+def _lg_version() -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("mlcommons-loadgen")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _tempdir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="dlbench-loadgen-")
+
+
+class _Server:
+    """The system under test: queries queue up, one thread serves them (a whole batch of waiting
+    samples as one call on a placed group, else one placed sample per call)."""
+
+    def __init__(self, lg, singles: list, groups: list, size: int, sync):
+        self.lg, self.singles, self.groups, self.size, self.sync = lg, singles, groups, size, sync
+        self.queue: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._serve, name="dlbench-sut", daemon=True)
+        self.thread.start()
+
+    def issue(self, samples) -> None:
+        for s in samples:
+            self.queue.put(s)
+
+    def flush(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+
+    def _serve(self) -> None:
+        while (first := self.queue.get()) is not None:
+            waiting = [first]
+            while len(waiting) < self.size:
+                try:
+                    nxt = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self.queue.put(None)
+                    break
+                waiting.append(nxt)
+            if self.groups and len(waiting) == self.size:
+                self.sync(self.groups[(waiting[0].index // self.size) % len(self.groups)]())
+                self._done(waiting)
+                continue
+            for s in waiting:
+                self.sync(self.singles[s.index % len(self.singles)]())
+                self._done([s])
+
+    def _done(self, samples) -> None:
+        self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(s.id, 0, 0) for s in samples])
+
+
+SCENARIOS = (
+    LoadGen("Offline", "MLPerf LoadGen offline: every sample at once, batched; samples/s"),
+    LoadGen("SingleStream", "MLPerf LoadGen single stream: one query after another; latency percentiles"),
+    LoadGen("Server", "MLPerf LoadGen server: Poisson arrivals at --qps under a --p99-ms bound; --find-peak"),
+)
