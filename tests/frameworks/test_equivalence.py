@@ -24,9 +24,9 @@ MODELS = list_models() + ["sae:phase=pretrain1", "sae:phase=pretrain3", "alexnet
 ENV_MODELS = ["lenet", "fcn-r"]
 #: frameworks held to a few small models here to keep CI within its time budget (unless
 #: ``DLBENCH_TEST_ALL_MODELS=1``, the nightly run); their gate over the whole zoo (``dlbench verify
-#: --framework jax,onnxruntime,tensorflow,keras --variant all``) is in docs/fairness.md. torch is
+#: --framework jax,onnxruntime,openvino,tensorflow,keras --variant all``) is in docs/fairness.md. torch is
 #: checked on every model here: ONNX Runtime's models are exported from it.
-SMALL = {"tensorflow", "keras", "jax", "onnxruntime"}
+SMALL = {"tensorflow", "keras", "jax", "onnxruntime", "openvino"}
 SMALL_MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain1"]
 _cache: dict = {}
 

@@ -132,6 +132,7 @@ class OpenVinoBackend(OnnxRuntimeBackend):
         def run():
             request.infer()
             return request.get_output_tensor(0)
+        run.placed = batch  # the input tensors share the placed arrays' memory: they live as long as the closure
         return run
 
     def gradient(self, model: OvModel, batch) -> Callable[[], Any]:

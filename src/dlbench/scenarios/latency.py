@@ -87,7 +87,8 @@ class Latency(Scenario):
         backend = p.backend
         try:
             model = backend.build(p.spec, p.weights, job.get("device", "cpu"), job["variant"])
-            fn = make_closure("forward", backend, model, backend.place(p.batch, model), p.spec)
+            placed = backend.place(p.batch, model)  # kept while the closure runs: inputs may share its memory
+            fn = make_closure("forward", backend, model, placed, p.spec)
         except UnsupportedError as exc:
             return {"unsupported": str(exc)}
         del p.weights

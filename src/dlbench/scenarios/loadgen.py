@@ -156,10 +156,11 @@ class LoadGen(Scenario):
                    else make_batch(spec, count, job.get("seed", 0)))
         try:
             model = backend.build(spec, p.weights, job.get("device", "cpu"), job["variant"])
-            singles = [make_closure("forward", backend, model, backend.place(_rows(samples, i, i + 1), model), spec)
-                       for i in range(count)]
-            groups = [make_closure("forward", backend, model, backend.place(_rows(samples, i, i + size), model), spec)
-                      for i in range(0, count, size)] if size > 1 else []
+            # the placed batches are kept beside their closures: an engine's inputs may share their memory
+            placed = [backend.place(_rows(samples, i, i + 1), model) for i in range(count)]
+            singles = [make_closure("forward", backend, model, one, spec) for one in placed]
+            grouped = [backend.place(_rows(samples, i, i + size), model) for i in range(0, count, size)] if size > 1 else []
+            groups = [make_closure("forward", backend, model, group, spec) for group in grouped]
         except UnsupportedError as exc:
             return {"unsupported": str(exc)}
         del p.weights
@@ -167,6 +168,7 @@ class LoadGen(Scenario):
         single_s = _warm(singles, backend.sync, warm)
         group_s = _warm(groups, backend.sync, warm) if groups else single_s
         settings, meets_rules = _settings(lg, job["loadgen"], single_s, size / group_s)
+        del p.batch  # only the QSL's samples are served
         sut = _Server(lg, singles, groups, size, backend.sync)
         handle = lg.ConstructSUT(sut.issue, sut.flush)
         qsl = lg.ConstructQSL(count, count, lambda _: None, lambda _: None)

@@ -1,0 +1,160 @@
+"""The deployment scenarios: tail-latency percentiles (and their refusal with too few samples), MLPerf
+LoadGen's scenarios through the real LoadGen, and their flags.
+
+End-to-end cells run the fake framework (torch's LeNet) with LoadGen's minimum duration cut to a
+fraction of a second: such cells are marked as not meeting LoadGen's rules, which is checked too.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from dlbench import api
+from dlbench.cli import main
+from dlbench.measure.percentiles import percentiles, samples_needed
+from dlbench.scenarios.loadgen import parse_summary
+from tests.conftest import requires
+
+SHORT = {"min_duration_s": 0.3, "min_queries": 20}
+PROTOCOL = {"repeats": 1, "warmup": 2}
+
+SERVER_SUMMARY = """================================================
+MLPerf Results Summary
+================================================
+SUT name : PySUT
+Scenario : Server
+Mode     : PerformanceOnly
+Completed samples per second    : 187.58
+Result is : INVALID
+  Performance constraints satisfied : NO
+  Min duration satisfied : Yes
+  Min queries satisfied : Yes
+  Early stopping satisfied: NO
+================================================
+Additional Stats
+================================================
+Mean latency (ns)               : 1395747
+50.00 percentile latency (ns)   : 1276100
+99.00 percentile latency (ns)   : 2601940
+99.90 percentile latency (ns)   : 2638320
+target_qps : 200
+"""
+
+
+# --- percentiles -------------------------------------------------------------------------------
+def test_a_percentile_needs_ten_samples_above_it():
+    assert [samples_needed(q) for q in (50, 90, 99, 99.9)] == [20, 100, 1000, 10000]
+
+
+def test_too_few_samples_refuse_the_tail_with_the_reason():
+    values = np.random.default_rng(0).lognormal(0, 0.3, 500)
+    by = {p.label: p for p in percentiles(values)}
+    assert by["p50"].value == pytest.approx(np.percentile(values, 50)) and by["p90"].value is not None
+    for label, need in (("p99", 1000), ("p99.9", 10000)):
+        assert by[label].value is None and by[label].ci_low is None
+        assert by[label].refused == f"500 samples; a {label} needs at least {need} (10 above it)"
+    assert all(p.n == 500 for p in by.values())
+
+
+def test_the_interval_holds_the_estimate_and_is_reproducible():
+    values = np.random.default_rng(1).exponential(1.0, 2000)
+    a, b = percentiles(values, (50.0, 99.0)), percentiles(values, (50.0, 99.0))
+    assert a == b
+    for p in a:
+        assert p.ci_low <= p.value <= p.ci_high and p.ci_low < p.ci_high
+    assert a[1].ci_high - a[1].ci_low > a[0].ci_high - a[0].ci_low  # the tail is less certain
+
+
+# --- LoadGen's summary ------------------------------------------------------------------------------
+def test_loadgen_summary_key_figures():
+    f = parse_summary(SERVER_SUMMARY)
+    assert f["scenario"] == "Server" and f["result"] == "INVALID" and f["valid"] is False
+    assert f["samples_per_s"] == 187.58 and f["target_qps"] == 200
+    assert f["constraints_satisfied"] == "NO" and f["early_stopping_satisfied"] == "NO"
+    assert f["percentiles_ms"] == {"50": 1.2761, "99": 2.60194, "99.9": 2.63832}
+
+
+# --- end to end ------------------------------------------------------------------------------------
+def _run(tmp_db, scenarios, **serving):
+    return api.run(models=["lenet"], frameworks=["fakefw"], scenarios=scenarios, threads=[1], protocol=PROTOCOL,
+                   db=tmp_db, serving=serving or None)
+
+
+@requires("torch")
+def test_latency_cell_reports_percentiles_and_refuses_the_unsupported_tail(fake_framework, tmp_db):
+    (cell,) = _run(tmp_db, ["latency"], latency_calls=150).cells
+    assert cell.cell.status == "ok" and cell.cell.batch == 1
+    pooled = {p["q"]: p for p in cell.cell.metrics["latency"]["pooled"]}
+    assert pooled[50.0]["n"] == 150 and pooled[50.0]["ci_low"] <= pooled[50.0]["value"] <= pooled[50.0]["ci_high"]
+    assert pooled[99.0]["value"] is None and "needs at least 1000" in pooled[99.0]["refused"]
+    assert cell.cell.metrics["latency"]["calls"] == [150] and cell.time_ms.n == 150
+    assert any("not reported: p99" in w for w in cell.cell.warnings)
+
+
+@requires("torch")
+@requires("mlperf_loadgen")
+def test_loadgen_offline_and_single_stream_cells_store_loadgen_s_summary(fake_framework, tmp_db):
+    res = _run(tmp_db, ["loadgen-offline", "loadgen-single-stream"], **SHORT)
+    by = {c.cell.scenario: c for c in res.cells}
+    for cell in by.values():
+        f = cell.cell.metrics["loadgen"]
+        assert cell.cell.status == "ok", cell.cell.reason
+        assert f["summary"].startswith("====") and "MLPerf Results Summary" in f["summary"]  # verbatim
+        assert f["result"] in ("VALID", "INVALID") and cell.samples_per_s > 0
+        assert f["meets_rules"] is False and any("LoadGen's rules" in w for w in cell.cell.warnings)
+        assert any(p.endswith("mlperf_log_summary.txt") for p in f["logs"])
+        kept = tmp_db.parent / "artifacts" / res.run_id
+        assert (kept / cell.cell.key.replace("/", "__") / "mlperf_log_detail.txt").is_file()
+    assert by["loadgen-offline"].cell.metrics["loadgen"]["scenario"] == "Offline"
+    assert by["loadgen-offline"].cell.batch > 1 and by["loadgen-single-stream"].cell.batch == 1
+
+
+@requires("torch")
+@requires("mlperf_loadgen")
+def test_a_server_bound_nobody_meets_is_reported_not_crashed(fake_framework, tmp_db, capsys):
+    (cell,) = _run(tmp_db, ["loadgen-server"], qps=50, p99_ms=0.001, **SHORT).cells
+    f = cell.cell.metrics["loadgen"]
+    assert cell.cell.status == "ok" and f["result"] == "INVALID" and f["valid"] is False
+    assert f["settings"]["server_target_latency_ns"] == 1000 and f["settings"]["server_target_qps"] == 50
+    assert any("INVALID" in w for w in cell.cell.warnings)
+    assert main(["show", "--db", str(tmp_db)]) == 0
+    assert "INVALID" in capsys.readouterr().out
+
+
+@requires("torch")
+def test_loadgen_missing_makes_the_cell_unsupported_with_the_pip_line(fake_framework, tmp_db, tmp_path, monkeypatch):
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "mlperf_loadgen.py").write_text("raise ImportError('hidden by the test')\n")
+    monkeypatch.setenv("PYTHONPATH", f"{shadow}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    (cell,) = _run(tmp_db, ["loadgen-offline"], **SHORT).cells
+    assert cell.cell.status == "unsupported"
+    assert cell.cell.reason.endswith("pip install mlcommons-loadgen") and "mlperf_loadgen" in cell.cell.reason
+
+
+# --- flags ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, needle", [
+    (["--scenario", "loadgen-server", "--qps", "-1"], "qps"),
+    (["--scenario", "loadgen-server", "--p99-ms", "0"], "p99_ms"),
+    (["--scenario", "latency", "--latency-calls", "0"], "latency_calls"),
+    (["--scenario", "loadgen-offline", "--loadgen-min-duration", "-2"], "min_duration_s"),
+    (["--scenario", "loadgen-offline", "--find-peak"], "--find-peak"),
+    (["--scenario", "latency,loadgen-offline", "--qps", "10"], "loadgen-server"),
+])
+def test_bad_serving_flags_are_one_line_and_exit_2(argv, needle, capsys, tmp_db):
+    code = main(["run", "--framework", "torch", "--model", "lenet", "--db", str(tmp_db), "--dry-run", *argv])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and needle in err, err
+    assert not tmp_db.exists()
+
+
+def test_serving_settings_round_trip_through_a_stored_suite():
+    from dlbench.flags import build_suite
+    from dlbench.plan import Suite
+
+    s = build_suite(models=["lenet"], frameworks=["torch"], scenarios=["loadgen-server"],
+                    serving={"qps": 20.0, "p99_ms": 5.0, "find_peak": True})
+    again = Suite.model_validate(json.loads(s.model_dump_json()))
+    assert again.serving.qps == 20.0 and again.serving.find_peak and again.serving.p99_ms == 5.0
