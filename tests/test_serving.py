@@ -90,6 +90,10 @@ def test_latency_cell_reports_percentiles_and_refuses_the_unsupported_tail(fake_
     assert pooled[99.0]["value"] is None and "needs at least 1000" in pooled[99.0]["refused"]
     assert cell.cell.metrics["latency"]["calls"] == [150] and cell.time_ms.n == 150
     assert any("not reported: p99" in w for w in cell.cell.warnings)
+    assert main(["report", "--db", str(tmp_db), "--out", str(tmp_db.parent / "rep")]) == 0
+    md = (tmp_db.parent / "rep" / "report.md").read_text()
+    assert "## Latency and load" in md and "a p99 needs at least 1000" in md
+    assert (tmp_db.parent / "rep" / "plots" / "latency-cdf-lenet-t1.svg").is_file()
 
 
 @requires("torch")
@@ -120,6 +124,9 @@ def test_a_server_bound_nobody_meets_is_reported_not_crashed(fake_framework, tmp
     assert any("INVALID" in w for w in cell.cell.warnings)
     assert main(["show", "--db", str(tmp_db)]) == 0
     assert "INVALID" in capsys.readouterr().out
+    assert main(["report", "--db", str(tmp_db), "--out", str(tmp_db.parent / "rep")]) == 0
+    assert "### MLPerf LoadGen" in (tmp_db.parent / "rep" / "report.md").read_text()
+    assert (tmp_db.parent / "rep" / "plots" / "loadgen-server-lenet.svg").is_file()
 
 
 @requires("torch")

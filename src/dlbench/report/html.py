@@ -15,6 +15,7 @@ import html
 from collections.abc import Iterable
 from typing import Any
 
+from dlbench.report.latency import INTRO as LATENCY_INTRO
 from dlbench.report.plots import Plot, Skipped
 from dlbench.report.tables import Footnote, ReportContent, Table, Value
 
@@ -147,6 +148,10 @@ def render_report(content: ReportContent, plots: list[Plot], skipped: list[Skipp
                          "accuracy computed by dlbench over the full splits in eval mode. The agreement check "
                          "compares the training loss step by step with the reference framework (repeat 0).")]
         for t in content.convergence:
+            body += [el("h3", t.title), table_html(t)]
+    if content.latency:
+        body += [el("h2", "Latency and load"), el("p", LATENCY_INTRO)]
+        for t in content.latency:
             body += [el("h3", t.title), table_html(t)]
     if content.verification:
         body += [el("h3", "Equivalence gate: not passed"), kv_table(content.verification)]

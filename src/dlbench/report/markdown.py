@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 
+from dlbench.report.latency import INTRO as LATENCY_INTRO
 from dlbench.report.plots import Plot, Skipped
 from dlbench.report.tables import ReportContent, Table, Value
 
@@ -56,6 +57,10 @@ def render_markdown(content: ReportContent, plots: list[Plot], skipped: list[Ski
         out += ["## Convergence", "", "Same canonical weights, same batches in every framework; accuracy computed by "
                 "dlbench over the full splits in eval mode.", ""]
         for t in content.convergence:
+            out += [f"### {md(t.title)}", ""] + table_md(t)
+    if content.latency:
+        out += ["## Latency and load", "", LATENCY_INTRO, ""]
+        for t in content.latency:
             out += [f"### {md(t.title)}", ""] + table_md(t)
     if content.verification:
         out += ["### Equivalence gate: not passed", ""] + [f"- {md(k)}: {md(v)}" for k, v in content.verification]

@@ -241,15 +241,16 @@ def convergence_curves(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
 PLOTTERS = (time_vs_batch, time_vs_threads, memory_vs_batch, warmup_series, convergence_curves)
 
 
-def make_plots(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
-    """Every plot the run has the data for; without matplotlib, none, and the reason."""
+def make_plots(res: RunResults, extra: tuple = ()) -> tuple[list[Plot], list[Skipped]]:
+    """Every plot the run has the data for (``extra``: plotters of report sections kept in their own
+    modules); without matplotlib, none, and the reason."""
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
         return [], [Skipped("all plots", "matplotlib is not installed (pip install 'dlbench[report]')")]
     plots: list[Plot] = []
     skipped: list[Skipped] = []
-    for plotter in PLOTTERS:
+    for plotter in (*PLOTTERS, *extra):
         p, s = plotter(res)
         plots += p
         skipped += s

@@ -82,6 +82,7 @@ class ReportContent:
     warnings: list[tuple[str, str]]  # (cell key, warning)
     verification: list[tuple[str, str]]  # (framework/variant/model/device, verdict and reason) for non-passes
     convergence: list[Table] = field(default_factory=list)  # final accuracy, time-to-accuracy; the agreement check
+    latency: list[Table] = field(default_factory=list)  # percentiles and LoadGen (dlbench.report.latency)
 
 
 class _Notes:
