@@ -2,7 +2,7 @@
 scenarios for LeNet, ResNet-56 and the IMDB LSTM in every inference engine, at 1 and 2 threads.
 
     python benchmarks/update_performance.py serving_study            # LoadGen's rules, 3 x 3,500 calls
-    python benchmarks/update_performance.py serving_study --args --quick
+    python benchmarks/update_performance.py serving_study --args=--quick
 
 ``--quick`` shortens everything (1,000 calls in 2 processes: no p99.9; LoadGen runs of 2 s, marked
 as not meeting LoadGen's rules). Prints the report's "Latency and load" section of the run, and the
