@@ -284,6 +284,7 @@ def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, c
     it stays pure)."""
     threads = resolve_threads(suite.threads, cores)
     cells: list[Cell] = []
+    seen: set[str] = set()  # a cell two scenarios make (layers' whole-model forward, and forward) is measured once
     for fw in frameworks:
         for variant in variants_of(fw, suite.variants.get(fw)):
             for model in suite.models:
@@ -301,6 +302,7 @@ def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, c
                             for device in suite.devices:
                                 base = Cell(fw, variant, model, scenario, batch, t, device, data)
                                 for cell in (cells_of(base) if cells_of else [base]):
-                                    if not _excluded(cell, suite.exclude):
+                                    if not _excluded(cell, suite.exclude) and cell.key not in seen:
+                                        seen.add(cell.key)
                                         cells.append(cell)
     return cells

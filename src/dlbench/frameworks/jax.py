@@ -710,6 +710,8 @@ class JaxBackend(Backend):
         return {
             **versions,
             "platform": jax.default_backend(),
+            "kernels": f"XLA:{jax.default_backend().upper()} (jaxlib {versions.get('jaxlib')}): dots and convolutions "
+                       "compiled by XLA",
             "devices": [str(d) for d in jax.devices()],
             "cpu_affinity": len(os.sched_getaffinity(0)),
             "x64": bool(jax.config.jax_enable_x64),

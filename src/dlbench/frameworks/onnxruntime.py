@@ -390,6 +390,7 @@ class OnnxRuntimeBackend(Backend):
             "onnxscript": _version("onnxscript"),
             "torch": torch.__version__,
             "ort_device": ort.get_device(),
+            "kernels": f"MLAS (ONNX Runtime {ort.__version__} CPUExecutionProvider)",
             "available_providers": ort.get_available_providers(),
             "intra_op_threads": self.threads or "ORT default (one per physical core)",
             "inter_op_threads": 1,

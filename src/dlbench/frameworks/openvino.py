@@ -150,6 +150,8 @@ class OpenVinoBackend(OnnxRuntimeBackend):
     def info(self) -> dict[str, Any]:
         return {"openvino": ov.__version__, "onnx": _version("onnx"), "torch": _version("torch"),
                 "cpu_capabilities": self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"),
+                "kernels": f"OpenVINO {ov.__version__} CPU plug-in (oneDNN-based), "
+                           f"{'/'.join(self.core.get_property('CPU', 'OPTIMIZATION_CAPABILITIES'))}",
                 "inference_num_threads": self.threads or "OpenVINO default (every core)",
                 "settings": self.config(), "exports": self.exports}
 

@@ -41,6 +41,7 @@ def tf_info() -> dict[str, Any]:
         "built_with_xla": tf.test.is_built_with_xla(),
         "built_with_cuda": tf.test.is_built_with_cuda(),
         "onednn_enabled": bool(port.IsMklEnabled()),
+        "kernels": f"TensorFlow CPU kernels, oneDNN {'on' if port.IsMklEnabled() else 'off'} (XLA on the xla variant)",
         "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset (default on for x86 Linux)"),
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),

@@ -408,7 +408,16 @@ class TorchBackend(Backend):
             "cuda": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
             "parallel": torch.__config__.parallel_info().splitlines()[-1].strip(),
+            "kernels": kernels(),
         }
+
+
+def kernels() -> str:
+    """The GEMM and convolution libraries torch says it was built with (``torch.__config__.show()``)."""
+    config = torch.__config__.show()
+    blas = config.split("BLAS_INFO=")[1].split(",")[0] if "BLAS_INFO=" in config else "unknown"
+    dnn = next((ln.strip(" -").split(" (")[0] for ln in config.splitlines() if "DNN" in ln), "no oneDNN")
+    return f"GEMM: BLAS_INFO={blas}; convolution: {dnn}"
 
 
 Backend_ = TorchBackend

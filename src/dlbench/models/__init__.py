@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from dlbench.models import zoo
+from dlbench.models import split, zoo
 from dlbench.models.spec import InputSpec, LossSpec, ModelSpec
 
 __all__ = ["ModelSpec", "InputSpec", "LossSpec", "list_models", "get_model", "parse_model_ref",
@@ -41,6 +41,10 @@ REGISTRY: dict[str, Entry] = {
     "resnet-50": Entry(zoo.resnet_50, {"image_size": 64, "classes": 10}),
     "resnet-50-cifar": Entry(zoo.resnet_50_cifar, {"image_size": 16}),
     "lstm-ptb": Entry(zoo.lstm_ptb, {"vocab": 300, "seq_len": 8}),
+    # probes (dlbench probe): one operation each
+    "gemm": Entry(zoo.gemm, {"inputs": 64, "units": 32}),
+    "conv": Entry(zoo.conv, {"image_size": 8, "channels": 8}),
+    "dense-1": Entry(zoo.dense_1),
 }
 
 
@@ -66,8 +70,13 @@ def _coerce(value: str, default: object, key: str, name: str) -> object:
 
 
 def parse_model_ref(ref: str) -> tuple[str, dict]:
-    """``alexnet:lrn=0`` -> ("alexnet", {"lrn": False})."""
-    name, *opts = ref.strip().split(":")
+    """``alexnet:lrn=0`` -> ("alexnet", {"lrn": False}); a part's reference (``alexnet:lrn=0#2``) is
+    read as its model's."""
+    try:
+        whole, _ = split.parse_part(ref.strip())
+    except ValueError as exc:
+        raise UnknownModelError(str(exc)) from None
+    name, *opts = whole.split(":")
     if name not in REGISTRY:
         raise UnknownModelError(f"unknown model {name!r}; known: {', '.join(REGISTRY)}")
     params = inspect.signature(REGISTRY[name].factory).parameters
@@ -82,7 +91,14 @@ def parse_model_ref(ref: str) -> tuple[str, dict]:
 
 
 def get_model(ref: str, small: bool = False, **overrides) -> ModelSpec:
-    """The spec for a model reference. ``small`` uses the gate's reduced input size."""
+    """The spec for a model reference (``MODEL[:option=value...][#PART]``, a part as
+    :mod:`dlbench.models.split` defines it). ``small`` uses the gate's reduced input size."""
+    whole, index = split.parse_part(ref)
+    if index is not None:
+        parts = split.split(get_model(whole, small, **overrides))
+        if index >= len(parts):
+            raise UnknownModelError(f"model {ref}: {whole} has {len(parts)} part(s), 0 to {len(parts) - 1}")
+        return parts[index].spec
     name, kwargs = parse_model_ref(ref)
     entry = REGISTRY[name]
     defaults = {k: p.default for k, p in inspect.signature(entry.factory).parameters.items()}

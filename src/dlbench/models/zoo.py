@@ -31,6 +31,7 @@ CE = LossSpec("softmax_ce")
 BAHRAMPOUR = "Bahrampour et al. 2016"
 SHI = "Shi et al. 2016 (DLBench)"
 LIU = "Liu et al. 2018"
+PROBE = "dlbench probe (library probes, not a paper's model)"
 
 
 def lenet(image_size: int = 28, classes: int = 10) -> ModelSpec:
@@ -247,6 +248,30 @@ def lstm_ptb(vocab: int = 10000, embed: int = 256, units: int = 256, layers: int
         "lstm-ptb", tuple(stack), InputSpec("tokens", (seq_len,), labels="sequence", classes=vocab, vocab=vocab),
         CE, source=SHI, description="LSTM language model (PTB)", default_batch=128, learning_rate=1.0,
     )
+
+
+# --- probes: one operation each, what `dlbench probe` times in every framework ----------------------
+def gemm(inputs: int = 2048, units: int = 4096) -> ModelSpec:
+    """One dense layer: at batch 1024 it is fcn-r's largest multiply (1024 x 2048 @ 2048 x 4096)."""
+    return ModelSpec("gemm", (Dense("fc", units, bias=False),), InputSpec("vector", (inputs,), classes=units), CE,
+                     source=PROBE, description=f"one {inputs}x{units} matrix multiply (GEMM)", default_batch=1024)
+
+
+def conv(image_size: int = 56, channels: int = 64, kernel: int = 3) -> ModelSpec:
+    """One 3x3 convolution, 64 -> 64 channels at 56x56 (a ResNet stage-1 layer), then a global average
+    pool so the output is a class vector (a negligible share of the FLOPs)."""
+    return ModelSpec("conv", (Conv2d("conv", channels, kernel, padding=kernel // 2, bias=False), GlobalAvgPool()),
+                     InputSpec("image", (channels, image_size, image_size), classes=channels), CE,
+                     source=PROBE, description=f"one {kernel}x{kernel} convolution, {channels} channels", default_batch=16)
+
+
+def dense_1() -> ModelSpec:
+    """The smallest step a framework can take: one 1-unit dense layer on one input at batch 1,
+    trained to reproduce its input. Its time is the framework's per-call overhead (dispatch,
+    Python, allocation), not its kernels."""
+    return ModelSpec("dense-1", (Mark("target"), Dense("fc", 1)), InputSpec("vector", (1,), labels="none"),
+                     LossSpec("mse", "target"), source=PROBE, description="one 1-unit dense layer (per-call overhead)",
+                     default_batch=1)
 
 
 def _renamed(spec: ModelSpec, name: str, source: str | None = None, description: str | None = None,

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from dlbench.report.latency import INTRO as LATENCY_INTRO
+from dlbench.report.layers import INTRO as LAYERS_INTRO
 from dlbench.report.plots import Plot, Skipped
 from dlbench.report.tables import Footnote, ReportContent, Table, Value
 
@@ -149,6 +150,12 @@ def render_report(content: ReportContent, plots: list[Plot], skipped: list[Skipp
                          "compares the training loss step by step with the reference framework (repeat 0).")]
         for t in content.convergence:
             body += [el("h3", t.title), table_html(t)]
+    if content.layers:
+        body += [el("h2", "Where the time goes"), el("p", LAYERS_INTRO)]
+        for t in content.layers:
+            body += [el("h3", t.title), table_html(t)]
+        if content.explanations:
+            body += [el("h3", "The largest gaps, part by part"), el("pre", "\n\n".join(content.explanations))]
     if content.latency:
         body += [el("h2", "Latency and load"), el("p", LATENCY_INTRO)]
         for t in content.latency:

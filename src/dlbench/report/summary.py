@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlbench.models.split import parse_part
 from dlbench.report.convergence import agreement
 from dlbench.results import CellResult, RunResults
 from dlbench.scenarios import registry
@@ -64,6 +65,8 @@ def summary_rows(results: RunResults) -> dict[str, list[SummaryRow]]:
     tables: dict[str, dict[tuple, SummaryRow]] = {}
     for c in results.cells:
         if not registry.of_stored(c.cell.scenario).in_summary:  # scaling: see dlbench.distributed.report
+            continue
+        if parse_part(c.cell.model)[1] is not None:  # a model's part: see dlbench.report.layers
             continue
         k = (c.cell.framework, c.cell.variant, c.cell.batch, c.cell.threads, c.cell.device, c.cell.data)
         rows = tables.setdefault(c.cell.model, {})

@@ -83,6 +83,8 @@ class ReportContent:
     verification: list[tuple[str, str]]  # (framework/variant/model/device, verdict and reason) for non-passes
     convergence: list[Table] = field(default_factory=list)  # final accuracy, time-to-accuracy; the agreement check
     latency: list[Table] = field(default_factory=list)  # percentiles and LoadGen (dlbench.report.latency)
+    layers: list[Table] = field(default_factory=list)  # per-part breakdowns (dlbench.report.layers)
+    explanations: list[str] = field(default_factory=list)  # the fastest against the slowest, part by part
 
 
 class _Notes:

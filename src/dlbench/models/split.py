@@ -1,0 +1,116 @@
+"""A model's parts, each a model of its own: what the ``layers`` scenario times in every framework.
+
+The split is defined once, from the spec, so every framework times the same parts:
+
+* a part starts at a layer with parameters (a convolution, a dense layer, a residual block, an
+  LSTM) and takes the parameter-free layers after it (activation, pooling, normalisation without
+  parameters, flatten, dropout): ``conv1 + relu + pool``;
+* a part may only end where the activation is something a model can take as input: an image
+  (C, H, W) or a vector (D,). A sequence (T, D) is not, so an embedding, its LSTM and the masked
+  mean over time stay one part ("the LSTM as one recurrent layer"), and a network whose every
+  activation is a sequence (lstm-ptb) is one part;
+* a network with a marked target or tied weights (the autoencoder pre-training phases) is one part.
+
+Each part is a :class:`~dlbench.models.spec.ModelSpec` named ``MODEL#k`` (k from 0), fed a tensor of
+the shape it sees in the model, so it is built by each backend's own builders and passes the
+equivalence gate like any model. Its loss, for the gradient closure: the model's own for the last
+part; softmax cross-entropy over the (flattened) output for the others, labels drawn over that
+many classes. A flatten is a view and the loss an O(output) step beside the part's own work; both
+are in the part's gradient time and not in its forward time. Parts get their own seeded weights
+(a part's time does not depend on its weights' values).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from dlbench.models.layers import BatchNorm, Flatten, Layer, Mark, Residual, TiedDense, sequence_shape, walk
+from dlbench.models.spec import InputSpec, LossSpec, ModelSpec
+
+SEPARATOR = "#"
+CE = LossSpec("softmax_ce")
+
+
+@dataclass(frozen=True)
+class Part:
+    index: int
+    label: str  # the names of its layers with parameters, e.g. "conv1" or "block 3 (res2_1a, res2_1b)"
+    spec: ModelSpec
+
+
+def _starts_part(layer: Layer, shape: tuple[int, ...]) -> bool:
+    """A layer with parameters starts a part; a batch norm belongs to the layer before it."""
+    return bool(layer.params(shape)) and not isinstance(layer, BatchNorm)
+
+
+def _label(layers: tuple[Layer, ...]) -> str:
+    """The part's layers with parameters by name; a residual block by its name's prefix (``s1b0``)."""
+    names = []
+    for layer in layers:
+        if isinstance(layer, Residual):
+            inner = [x.name for x in walk(layer.body) if isinstance(getattr(x, "name", None), str)]
+            names.append(inner[0].split(".")[0] if inner else "residual")
+        elif isinstance(getattr(layer, "name", None), str) and not isinstance(layer, Mark | BatchNorm):
+            names.append(layer.name)
+    return "+".join(names) or type(layers[0]).__name__
+
+
+def _input(shape: tuple[int, ...], first: InputSpec, is_first: bool) -> InputSpec | None:
+    """The input spec of a part that starts at an activation of ``shape`` (None: not an input)."""
+    if is_first:
+        return first
+    if len(shape) == 3:
+        return InputSpec("image", shape)
+    if len(shape) == 1:
+        return InputSpec("vector", shape)
+    return None
+
+
+def split(spec: ModelSpec) -> list[Part]:
+    """The model's parts, in order; one part (the whole network) when it cannot be split."""
+    if any(isinstance(layer, Mark | TiedDense) for layer in walk(spec.layers)):
+        return [_part(spec, 0, spec.layers, spec.input, last=True)]
+    groups: list[list[Layer]] = []
+    shape = spec.input.shape
+    shapes_before: list[tuple[int, ...]] = []
+    for layer in spec.layers:
+        starts = _starts_part(layer, shape) and groups and _input(shape, spec.input, False) is not None
+        if starts or not groups:
+            groups.append([])
+            shapes_before.append(shape)
+        groups[-1].append(layer)
+        shape = layer.out_shape(shape)
+    parts = []
+    for k, (layers, before) in enumerate(zip(groups, shapes_before, strict=True)):
+        inp = _input(before, spec.input, k == 0)
+        parts.append(_part(spec, k, tuple(layers), inp, last=k == len(groups) - 1))
+    return parts
+
+
+def _part(spec: ModelSpec, k: int, layers: tuple[Layer, ...], inp: InputSpec, last: bool) -> Part:
+    if last:  # the model's own loss and labels, on the part's input
+        part = replace(spec, layers=layers,
+                       input=inp if k == 0 else replace(inp, labels=spec.input.labels, classes=spec.input.classes))
+    else:
+        out = sequence_shape(layers, inp.shape)
+        if len(out) != 1:
+            layers = (*layers, Flatten())
+        part = replace(spec, layers=layers, input=replace(inp, labels="class", classes=math.prod(out)), loss=CE)
+    label = _label(layers)
+    return Part(k, label, replace(part, name=part_ref(spec.name, k), description=f"part {k} of {spec.name}: {label}",
+                                  options={**spec.options, "part": k}))
+
+
+def part_ref(model: str, k: int) -> str:
+    return f"{model}{SEPARATOR}{k}"
+
+
+def parse_part(ref: str) -> tuple[str, int | None]:
+    """``resnet-56#3`` -> ("resnet-56", 3); a plain model reference -> (ref, None)."""
+    base, sep, index = ref.rpartition(SEPARATOR)
+    if not sep:
+        return ref, None
+    if not index.isdigit():
+        raise ValueError(f"model {ref}: a part is MODEL{SEPARATOR}N with N a number")
+    return base, int(index)

@@ -1,0 +1,228 @@
+"""Where the time goes: a run's ``layers`` cells as per-part breakdowns, the report's tables of them,
+and ``dlbench explain``'s ranked account of the gap between two frameworks.
+
+A breakdown is one (framework, variant, model, scenario, batch, threads, device): each part's median
+time (:mod:`dlbench.models.split`), its analytic FLOPs and achieved GFLOP/s, the sum of the parts and
+the whole model's own measured time beside it. An explanation sets two breakdowns side by side and
+ranks the parts by how much of the difference they hold; with the run's probe figures
+(``dlbench probe --attach``) it adds each framework's GEMM and convolution rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dlbench.errors import UsageError
+from dlbench.models import UnknownModelError, get_model
+from dlbench.models.split import parse_part, split
+from dlbench.report.tables import DASH, Column, Table, Value, fmt_num
+from dlbench.results import CellResult, RunResults
+
+#: what the report's section says before its tables
+INTRO = ("Each part of the model (models/split.py: a layer with its activation and pooling, a residual block, the "
+         "LSTM) built alone through the framework's builders, gated, and timed in fresh processes like every cell: "
+         "median ms, its share of the parts' sum and the GFLOP/s it reached. The whole model's own time is below the "
+         "sum: fusion across layers makes it smaller, per-call overhead larger.")
+
+
+@dataclass
+class PartTime:
+    index: int
+    label: str
+    gflop: float  # per call (the cell's batch)
+    ms: float | None
+    status: str
+
+    @property
+    def gflops(self) -> float | None:
+        return self.gflop / (self.ms / 1e3) if self.ms else None
+
+
+@dataclass
+class Breakdown:
+    framework: str
+    variant: str
+    model: str
+    scenario: str
+    batch: int
+    threads: int
+    device: str
+    parts: list[PartTime]
+    whole_ms: float | None
+
+    @property
+    def sum_ms(self) -> float | None:
+        times = [p.ms for p in self.parts]
+        return None if any(t is None for t in times) else sum(times)  # type: ignore[arg-type]
+
+    @property
+    def where(self) -> tuple:
+        return (self.model, self.scenario, self.batch, self.threads, self.device)
+
+
+def _ms(c: CellResult | None) -> float | None:
+    return c.time_ms.median if c is not None and c.ok and c.time_ms is not None else None
+
+
+def breakdowns(res: RunResults) -> list[Breakdown]:
+    """Every breakdown the run's cells make (a part's cell names its model; the whole model's cell
+    of the same settings, when measured, is its ``whole_ms``)."""
+    by_key = {(c.cell.framework, c.cell.variant, c.cell.model, c.cell.scenario, c.cell.batch, c.cell.threads,
+               c.cell.device): c for c in res.cells}
+    groups: dict[tuple, dict[int, CellResult]] = {}
+    for (fw, variant, model, scenario, batch, threads, device), c in by_key.items():
+        whole, index = parse_part(model)
+        if index is not None:
+            groups.setdefault((fw, variant, whole, scenario, batch, threads, device), {})[index] = c
+    out = []
+    for (fw, variant, whole, scenario, batch, threads, device), cells in groups.items():
+        try:
+            parts = split(get_model(whole))
+        except UnknownModelError:  # a stored run of a model this dlbench no longer has
+            continue
+        factor = 3.0 if scenario == "gradient" else 1.0
+        times = [PartTime(p.index, p.label, p.spec.flops_per_sample * batch * factor / 1e9, _ms(cells.get(p.index)),
+                          cells[p.index].cell.status if p.index in cells else "not measured") for p in parts]
+        whole_cell = by_key.get((fw, variant, whole, scenario, batch, threads, device))
+        out.append(Breakdown(fw, variant, whole, scenario, batch, threads, device, times, _ms(whole_cell)))
+    return sorted(out, key=lambda b: (*b.where, b.framework, b.variant))
+
+
+# --- the report's table ------------------------------------------------------------------------------
+def layer_tables(res: RunResults) -> list[Table]:
+    """One table per model, scenario, batch, threads and device: a row per part, per framework its
+    time, share of the parts' sum and GFLOP/s; then the sum, the whole model and their difference."""
+    by_where: dict[tuple, list[Breakdown]] = {}
+    for b in breakdowns(res):
+        by_where.setdefault(b.where, []).append(b)
+    tables = []
+    for (model, scenario, batch, threads, device), group in by_where.items():
+        cols = [Column("part", "part", numeric=False), Column("layers", "layers", numeric=False),
+                Column("gflop", "GFLOP per call")]
+        for b in group:
+            cols.append(Column(f"{b.framework}/{b.variant}", f"{b.framework}/{b.variant} ms (share, GFLOP/s)",
+                               better="low"))
+        rows = []
+        for i, part in enumerate(group[0].parts):
+            row = [Value(f"#{part.index}"), Value(part.label), Value(fmt_num(part.gflop))]
+            for b in group:
+                p, total = b.parts[i], b.sum_ms
+                if p.ms is None:
+                    row.append(Value(DASH, detail=p.status))
+                else:
+                    share = f"{100 * p.ms / total:.0f}%" if total else "?"
+                    row.append(Value(fmt_num(p.ms), p.ms, detail=f"{share}, {fmt_num(p.gflops)} GFLOP/s"))
+            rows.append(row)
+        for label, pick in (("sum of parts", lambda b: b.sum_ms), ("whole model (measured)", lambda b: b.whole_ms)):
+            rows.append([Value(label), Value(""), Value("")] + [Value(fmt_num(pick(b)), pick(b)) for b in group])
+        rows.append([Value("whole − sum"), Value("fusion saves (<0) or per-call overhead adds (>0)"), Value("")] + [
+            Value(fmt_num(b.whole_ms - b.sum_ms) if b.whole_ms is not None and b.sum_ms is not None else DASH)
+            for b in group])
+        tables.append(Table(f"{model} {scenario}: per part (batch {batch}, {threads} thread(s), {device})", cols, rows))
+    return tables
+
+
+# --- explain ----------------------------------------------------------------------------------------------
+@dataclass
+class Explanation:
+    a: str
+    b: str
+    model: str
+    scenario: str
+    batch: int
+    threads: int
+    device: str
+    whole_ms: dict[str, float | None]
+    sum_ms: dict[str, float | None]
+    #: parts ranked by |b - a|: index, label, ms of a and b, difference, its share of the parts' total difference
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    probes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def gap_ms(self) -> float | None:
+        a, b = self.whole_ms[self.a], self.whole_ms[self.b]
+        return None if a is None or b is None else b - a
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "gap_ms": self.gap_ms}
+
+    def text(self, top: int = 5) -> str:
+        wa, wb = self.whole_ms[self.a], self.whole_ms[self.b]
+        lines = [f"{self.model} {self.scenario}, batch {self.batch}, {self.threads} thread(s), {self.device}: "
+                 f"{self.b} {fmt_num(wb)} ms vs {self.a} {fmt_num(wa)} ms (whole model; gap "
+                 f"{fmt_num(self.gap_ms) if self.gap_ms is not None else DASH} ms); sum of parts "
+                 f"{fmt_num(self.sum_ms[self.b])} vs {fmt_num(self.sum_ms[self.a])} ms"]
+        for rank, p in enumerate(self.parts[:top], 1):
+            lines.append(f"  {rank}. #{p['index']} {p['label']}: {p['diff_ms']:+.3g} ms ({p['share']:.0%} of the parts' "
+                         f"difference): {self.a} {fmt_num(p['a_ms'])} ms ({fmt_num(p['a_gflops'])} GFLOP/s), "
+                         f"{self.b} {fmt_num(p['b_ms'])} ms ({fmt_num(p['b_gflops'])} GFLOP/s)")
+        rest = self.parts[top:]
+        if rest:
+            lines.append(f"  ... {len(rest)} more part(s): {sum(p['diff_ms'] for p in rest):+.3g} ms together")
+        for p in self.probes:
+            lines.append(f"  probe {p['op']} ({p['scenario']}, {p['threads']} thread(s)), {p['framework']}: "
+                         f"{fmt_num(p.get('gflops')) + ' GFLOP/s' if p.get('gflops') else fmt_num(p['median_ms']) + ' ms'}"
+                         f" [{p['kernels']}]")
+        return "\n".join(lines)
+
+
+def explain(res: RunResults, a: str, b: str, model: str, scenario: str, threads: int | None = None) -> list[Explanation]:
+    """Why ``b`` differs from ``a`` on ``model``'s ``scenario``: one explanation per batch, thread count
+    and device the run has breakdowns of both for (``threads``: only that count)."""
+    found = [x for x in breakdowns(res) if x.model == model and x.scenario == scenario
+             and (threads is None or x.threads == threads)]
+    frameworks = {x.framework for x in found} | {f"{x.framework}/{x.variant}" for x in found}
+    if not found:
+        have = sorted({(x.model, x.scenario) for x in breakdowns(res)})
+        raise UsageError(f"run {res.run_id} has no layers cells of {model} {scenario}"
+                         + (f" (it has: {', '.join(f'{m} {s}' for m, s in have)})" if have else
+                            " (measure them with: dlbench run --scenario layers)"))
+    missing = [f for f in (a, b) if f not in frameworks]
+    if missing:
+        raise UsageError(f"run {res.run_id} has no {model} {scenario} layers cells of {', '.join(missing)} "
+                         f"(it has {', '.join(sorted(x.framework for x in found))})")
+    probes = res.environment.get("probes", [])
+    out = []
+    wheres = dict.fromkeys(x.where for x in found)
+    for where in wheres:
+        xa = next((x for x in found if x.where == where and _named(x, a)), None)
+        xb = next((x for x in found if x.where == where and _named(x, b)), None)
+        if xa is None or xb is None:
+            continue
+        rows = []
+        for pa, pb in zip(xa.parts, xb.parts, strict=True):
+            if pa.ms is None or pb.ms is None:
+                continue
+            rows.append({"index": pa.index, "label": pa.label, "a_ms": pa.ms, "b_ms": pb.ms, "diff_ms": pb.ms - pa.ms,
+                         "a_gflops": pa.gflops, "b_gflops": pb.gflops})
+        total = sum(r["diff_ms"] for r in rows)
+        for r in rows:
+            r["share"] = r["diff_ms"] / total if total else 0.0
+        rows.sort(key=lambda r: -abs(r["diff_ms"]))
+        relevant = [p for p in probes if p["framework"] in (xa.framework, xb.framework) and p["threads"] == where[3]]
+        out.append(Explanation(a, b, model, scenario, where[2], where[3], where[4],
+                               {a: xa.whole_ms, b: xb.whole_ms}, {a: xa.sum_ms, b: xb.sum_ms}, rows, relevant))
+    return out
+
+
+def _named(x: Breakdown, name: str) -> bool:
+    """``torch`` names a framework's (first measured) variant, ``torch/compile`` one variant."""
+    return name in (x.framework, f"{x.framework}/{x.variant}")
+
+
+def report_explanations(res: RunResults) -> list[str]:
+    """For the report: per breakdown setting with two or more frameworks, the fastest against the slowest."""
+    by_where: dict[tuple, list[Breakdown]] = {}
+    for x in breakdowns(res):
+        if x.whole_ms is not None:
+            by_where.setdefault(x.where, []).append(x)
+    lines = []
+    for (model, scenario, _, threads, _), group in by_where.items():
+        if len({x.framework for x in group}) < 2:
+            continue
+        group.sort(key=lambda x: x.whole_ms)
+        fast, slow = (f"{x.framework}/{x.variant}" for x in (group[0], group[-1]))
+        for e in explain(res, fast, slow, model, scenario, threads):
+            lines.append(e.text(top=3))
+    return lines

@@ -1,0 +1,116 @@
+"""The layers scenario: every zoo model splits into parts that chain and add up, each part is a model
+the gate checks, and ``dlbench explain`` ranks the parts by their share of a gap."""
+
+import json
+
+import pytest
+
+from dlbench import api
+from dlbench.cli import main
+from dlbench.models import UnknownModelError, get_model, list_models, verify_spec
+from dlbench.models.layers import Flatten, sequence_shape
+from dlbench.models.split import parse_part, part_ref, split
+from dlbench.report.layers import breakdowns, explain
+from dlbench.runner import plan_cells
+from dlbench.store import Sample, Store
+from tests.conftest import requires
+
+
+@pytest.mark.parametrize("model", list_models())
+def test_every_model_splits_into_parts_that_chain_and_add_up(model):
+    for small in (False, True):
+        spec = get_model(model, small=small)
+        parts = split(spec)
+        assert [p.index for p in parts] == list(range(len(parts)))
+        assert sum(p.spec.flops_per_sample for p in parts) == spec.flops_per_sample
+        assert sum(p.spec.param_count for p in parts) == spec.param_count
+        assert parts[0].spec.input == spec.input and parts[-1].spec.loss == spec.loss
+        for before, after in zip(parts, parts[1:], strict=False):
+            layers = tuple(x for x in before.spec.layers if not isinstance(x, Flatten))
+            assert sequence_shape(layers, before.spec.input.shape) == after.spec.input.shape
+        assert len(split(get_model(model, small=not small))) == len(parts)  # the gate's parts are the same parts
+
+
+def test_a_part_is_a_model_reference():
+    spec = get_model("resnet-56#3")
+    assert spec.name == "resnet-56#3" and spec.input.shape == (16, 32, 32) and spec.options["part"] == 3
+    assert verify_spec("resnet-56#3").input.shape == (16, 16, 16)
+    assert len(split(get_model("resnet-56"))) == 29  # stem, 27 residual blocks, the classifier
+    assert [p.label for p in split(get_model("lstm-imdb"))] == ["embed+lstm", "fc"]  # the LSTM as one layer
+    assert parse_part("alexnet:lrn=0#2") == ("alexnet:lrn=0", 2) and part_ref("lenet", 1) == "lenet#1"
+    with pytest.raises(UnknownModelError, match="lenet has 4 part"):
+        get_model("lenet#4")
+
+
+def test_layers_cells_are_the_parts_and_the_whole_model_timed():
+    from dlbench.flags import build_suite
+
+    _, cells = plan_cells(build_suite(models=["lenet"], frameworks=["torch", "onnxruntime"],
+                                      scenarios=["forward", "layers"], threads=[1]))
+    by_fw = {fw: sorted((c.model, c.scenario) for c in cells if c.framework == fw) for fw in ("torch", "onnxruntime")}
+    models = ["lenet", "lenet#0", "lenet#1", "lenet#2", "lenet#3"]
+    assert by_fw["torch"] == sorted((m, s) for m in models for s in ("forward", "gradient"))
+    assert by_fw["onnxruntime"] == sorted((m, "forward") for m in models)  # forward only; forward not twice
+
+
+@requires("torch")
+def test_every_part_passes_the_gate():
+    results = api.verify(models=[part_ref("lenet", k) for k in range(4)] + ["lstm-imdb#0"], frameworks=["torch"])
+    assert [r.verdict for r in results] == ["pass"] * 5, [r.reason for r in results]
+
+
+def _planted(tmp_path):
+    """A stored run with lenet's parts in two frameworks: ``slowfw`` is 3 ms slower on part 2 only."""
+    store = Store(tmp_path / "r.db")
+    run = store.create_run("t", {})
+    times = {"fastfw": [1.0, 2.0, 1.0, 0.5], "slowfw": [1.0, 2.0, 4.0, 0.5]}
+    for fw, ms in times.items():
+        for k, t in enumerate([*ms, sum(ms) * 0.9]):
+            model = "lenet" if k == 4 else f"lenet#{k}"
+            cell = {"framework": fw, "variant": "v", "model": model, "scenario": "forward", "batch": 64, "threads": 1,
+                    "device": "cpu", "data": "synthetic", "key": f"{fw}/v/{model}/forward/b64/t1/cpu"}
+            store.save_cell(run, cell, "ok", "", 1.0, [], {}, [Sample(r, i, "measure", t * 1e6 * (1 + 0.001 * i))
+                                                               for r in range(3) for i in range(10)])
+    store.save_environment(run, {"probes": [{"framework": "slowfw", "op": "gemm", "scenario": "forward", "threads": 1,
+                                             "gflops": 12.0, "median_ms": 1.0, "kernels": "planted BLAS"}]})
+    store.close()
+    return tmp_path / "r.db", run
+
+
+def test_explain_ranks_the_part_that_holds_the_gap(tmp_path):
+    db, run = _planted(tmp_path)
+    res = api.results(run, db)
+    assert {(b.framework, b.sum_ms is not None, b.whole_ms is not None) for b in breakdowns(res)} == {
+        ("fastfw", True, True), ("slowfw", True, True)}
+    (e,) = explain(res, "fastfw", "slowfw", "lenet", "forward")
+    top = e.parts[0]
+    assert top["index"] == 2 and top["label"] == "fc1" and top["share"] == pytest.approx(1.0, abs=0.01)
+    assert top["diff_ms"] == pytest.approx(3.0, rel=0.02)
+    assert e.gap_ms == pytest.approx(3.0 * 0.9, rel=0.02)
+    assert "planted BLAS" in e.text() and "#2 fc1" in e.text()
+
+
+def test_explain_command_text_json_and_bad_input(tmp_path, capsys):
+    db, run = _planted(tmp_path)
+    assert main(["explain", run, "--framework", "fastfw,slowfw", "--model", "lenet", "--db", str(db)]) == 0
+    assert "1. #2 fc1" in capsys.readouterr().out
+    assert main(["explain", run, "--framework", "fastfw,slowfw", "--model", "lenet", "--db", str(db), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["explanations"][0]["parts"][0]["index"] == 2
+    for argv, needle in ((["--framework", "fastfw"], "two frameworks"),
+                         (["--framework", "fastfw,nosuch"], "nosuch"),
+                         (["--framework", "fastfw,slowfw", "--model", "resnet-56"], "no layers cells of resnet-56"),
+                         (["--framework", "fastfw,slowfw", "--scenario", "gradient"], "lenet gradient")):
+        argv = [*argv, "--model", "lenet"] if "--model" not in argv else argv
+        code = main(["explain", run, "--db", str(db), *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_the_report_shows_where_the_time_goes(tmp_path):
+    db, run = _planted(tmp_path)
+    assert main(["report", run, "--db", str(db), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Where the time goes" in md and "lenet forward: per part" in md and "#2 fc1" in md
+    results = md.split("## Results")[1].split("## Where the time goes")[0]
+    assert "### lenet" in results and "lenet#" not in results  # parts are not models of the summary
