@@ -20,10 +20,14 @@ EXPECTED_PARAMS = {
     "resnet-50": 25_557_032,  # torchvision's resnet50 has the same count
     "resnet-50-cifar": 23_520_842,
     "lstm-ptb": 10_000 * 256 + 2 * ((256 + 256) * 1024 + 1024) + 256 * 10_000 + 10_000,
+    # dlbench probe's one-operation models
+    "gemm": 2048 * 4096,
+    "conv": 64 * 64 * 9,
+    "dense-1": 1 + 1,
 }
 
 
-def test_registry_has_every_paper_model():
+def test_registry_has_every_paper_model_and_the_probes():
     assert set(EXPECTED_PARAMS) == set(list_models())
 
 

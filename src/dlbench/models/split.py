@@ -3,8 +3,8 @@
 The split is defined once, from the spec, so every framework times the same parts:
 
 * a part starts at a layer with parameters (a convolution, a dense layer, a residual block, an
-  LSTM) and takes the parameter-free layers after it (activation, pooling, normalisation without
-  parameters, flatten, dropout): ``conv1 + relu + pool``;
+  LSTM) and takes the parameter-free layers after it (activation, pooling, batch norm, dropout):
+  ``conv1 + relu + pool``; a flatten starts the part of the dense layer after it;
 * a part may only end where the activation is something a model can take as input: an image
   (C, H, W) or a vector (D,). A sequence (T, D) is not, so an embedding, its LSTM and the masked
   mean over time stay one part ("the LSTM as one recurrent layer"), and a network whose every
@@ -14,18 +14,28 @@ The split is defined once, from the spec, so every framework times the same part
 Each part is a :class:`~dlbench.models.spec.ModelSpec` named ``MODEL#k`` (k from 0), fed a tensor of
 the shape it sees in the model, so it is built by each backend's own builders and passes the
 equivalence gate like any model. Its loss, for the gradient closure: the model's own for the last
-part; softmax cross-entropy over the (flattened) output for the others, labels drawn over that
-many classes. A flatten is a view and the loss an O(output) step beside the part's own work; both
-are in the part's gradient time and not in its forward time. Parts get their own seeded weights
+part; for the others softmax cross-entropy over the output, an image output first averaged over
+its positions (a global average pool: the same vector in every framework's layout, which a flatten
+of an NHWC activation is not). The pool and the loss are O(output) steps beside the part's own
+work; the pool is in the part's forward time too. Parts get their own seeded weights
 (a part's time does not depend on its weights' values).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
-from dlbench.models.layers import BatchNorm, Flatten, Layer, Mark, Residual, TiedDense, sequence_shape, walk
+from dlbench.models.layers import (
+    BatchNorm,
+    Flatten,
+    GlobalAvgPool,
+    Layer,
+    Mark,
+    Residual,
+    TiedDense,
+    sequence_shape,
+    walk,
+)
 from dlbench.models.spec import InputSpec, LossSpec, ModelSpec
 
 SEPARATOR = "#"
@@ -74,12 +84,19 @@ def split(spec: ModelSpec) -> list[Part]:
     groups: list[list[Layer]] = []
     shape = spec.input.shape
     shapes_before: list[tuple[int, ...]] = []
+    has_params = False  # the open part has its layer with parameters
     for layer in spec.layers:
-        starts = _starts_part(layer, shape) and groups and _input(shape, spec.input, False) is not None
-        if starts or not groups:
+        # a flatten opens the next part (NHWC frameworks flatten in their own order and fold the
+        # permutation into the dense layer after it, so the two must stay together)
+        main = _starts_part(layer, shape)
+        opens = not groups or ((isinstance(layer, Flatten) or (main and has_params))
+                               and _input(shape, spec.input, False) is not None)
+        if opens:
             groups.append([])
             shapes_before.append(shape)
+            has_params = False
         groups[-1].append(layer)
+        has_params = has_params or main
         shape = layer.out_shape(shape)
     parts = []
     for k, (layers, before) in enumerate(zip(groups, shapes_before, strict=True)):
@@ -94,9 +111,10 @@ def _part(spec: ModelSpec, k: int, layers: tuple[Layer, ...], inp: InputSpec, la
                        input=inp if k == 0 else replace(inp, labels=spec.input.labels, classes=spec.input.classes))
     else:
         out = sequence_shape(layers, inp.shape)
-        if len(out) != 1:
-            layers = (*layers, Flatten())
-        part = replace(spec, layers=layers, input=replace(inp, labels="class", classes=math.prod(out)), loss=CE)
+        if len(out) != 1:  # an image: pooled to its channels, a vector in every framework's layout
+            layers = (*layers, GlobalAvgPool())
+            out = out[:1]
+        part = replace(spec, layers=layers, input=replace(inp, labels="class", classes=out[0]), loss=CE)
     label = _label(layers)
     return Part(k, label, replace(part, name=part_ref(spec.name, k), description=f"part {k} of {spec.name}: {label}",
                                   options={**spec.options, "part": k}))
