@@ -13,7 +13,6 @@ from dlbench.models.split import parse_part, part_ref, split
 from dlbench.report.layers import breakdowns, explain
 from dlbench.runner import plan_cells
 from dlbench.store import Sample, Store
-from tests.conftest import requires
 
 
 @pytest.mark.parametrize("model", list_models())
