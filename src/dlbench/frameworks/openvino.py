@@ -134,7 +134,8 @@ class OpenVinoBackend(Backend):
         if self.threads and got["INFERENCE_NUM_THREADS"] != self.threads:
             raise UnsupportedError(f"OpenVINO compiled the model for {got['INFERENCE_NUM_THREADS']} threads where "
                                    f"the cell asks {self.threads} (INFERENCE_NUM_THREADS)")
-        return {key: value if isinstance(value, bool | int) else str(value) for key, value in got.items()}
+        return {key: value.get_type_name() if isinstance(value, ov.Type) else value if isinstance(value, bool | int)
+                else str(value) for key, value in got.items()}
 
     def build_compile_ns(self, model: OvModel) -> dict[str, float]:
         """Reading the ONNX graph; compiling for a shape happens in ``place`` (in the build time)."""
