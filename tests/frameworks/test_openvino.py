@@ -54,6 +54,8 @@ def test_openvino_runs_f32_on_the_cells_threads_with_a_graph_per_shape(backend, 
     assert model.build_info["INFERENCE_PRECISION_HINT"] == "f32"
     assert model.build_info["PERFORMANCE_HINT"] == "LATENCY" and model.build_info["NUM_STREAMS"] == 1
     assert len(model.compiled) >= 2 and outs[1].shape[0] == 1 and outs[4].shape[0] == 4
+    steps = backend.build_compile_ns(model)  # the compile scenario's build steps: reading, and compiling per shape
+    assert set(steps) == {"read_model", "compile_model"} and min(steps.values()) > 0
     assert np.allclose(outs[4][:1], _forward(backend, model, backend.place(make_batch(spec, 4, 0), model))[:1])
 
 
