@@ -245,6 +245,18 @@ def test_unsupported_cells_are_listed_but_do_not_fail_the_run(tmp_db, capsys):
     assert "unsupported" in out and "onnxruntime/default/lenet/gradient" in out
 
 
+@requires("openvino")
+@requires("onnxscript")
+def test_openvino_forward_cell_on_the_cells_thread_and_its_training_cells_unsupported(tmp_db):
+    res = run(tmp_db, models=["lenet"], frameworks=["openvino"], scenarios=["forward", "gradient"], batches=[4],
+              threads=[1])
+    by = {c.cell.scenario: c for c in res.cells}
+    assert by["forward"].cell.status == "ok" and by["forward"].verified == "pass" and by["forward"].samples_per_s > 0
+    assert by["forward"].cell.metrics["threads_readback"] == {"inference_num_threads": 1, "num_streams": 1}
+    assert by["forward"].cell.metrics["cores"] == [sorted(os.sched_getaffinity(0))[0]]
+    assert by["gradient"].cell.status == "unsupported" and "supports only the forward" in by["gradient"].cell.reason
+
+
 def test_convergence_curves_and_agreement_flags_a_planted_difference(tmp_db):
     res = run(tmp_db, models=["lenet"], frameworks=["torch", "fakefw"], variants=["eager", "ok", "lr"],
               scenarios=["convergence"], threads=[1], data="digits", convergence={"epochs": 2, "log_steps": 10})

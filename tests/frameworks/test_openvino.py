@@ -1,5 +1,11 @@
 """OpenVINO's own settings: the fp32 gate needs f32 inference (its CPU default may be bf16), the cell's
-thread count reaches the compiled model, and one graph per static input shape."""
+thread count reaches the compiled model and is what runs, one graph per static input shape, no
+onnxruntime needed, and a missing openvino said plainly."""
+
+import os
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -10,31 +16,162 @@ from dlbench.models import get_model
 from dlbench.weights import init_weights
 from tests.conftest import requires
 
-pytestmark = [requires("openvino"), requires("onnxruntime"), requires("onnx"), requires("onnxscript"),
-              requires("torch")]
+pytestmark = [requires("openvino"), requires("onnx"), requires("onnxscript"), requires("torch")]
 
 
-def test_openvino_runs_f32_on_the_cells_threads_with_a_graph_per_shape():
-    backend = get_backend("openvino")
-    backend.set_threads(1)
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """One lenet export for the module's builds (the run-scoped export cache a run uses)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DLBENCH_EXPORT_CACHE", str(tmp_path_factory.mktemp("exports")))
+        yield
+
+
+@pytest.fixture(scope="module")
+def backend(exports):
+    b = get_backend("openvino")
+    assert b.set_threads(1) == {"inference_num_threads": 1, "num_streams": 1}
+    return b
+
+
+@pytest.fixture(scope="module")
+def lenet(backend):
     spec = get_model("lenet")
-    model = backend.build(spec, init_weights(spec, 0))
-    outs = {}
-    for size in (1, 4):
-        placed = backend.place(make_batch(spec, size, 0), model)
-        outs[size] = backend.to_numpy(backend.forward(model, placed)())
-    assert model.build_info["inference_num_threads"] == 1
-    assert model.build_info["inference_precision"] in ("f32", "<Type: 'float32'>")
-    assert len(model.compiled) == 2 and outs[1].shape[0] == 1 and outs[4].shape[0] == 4
-    assert np.allclose(outs[4][:1], backend.to_numpy(backend.forward(model, backend.place(
-        make_batch(spec, 4, 0), model))())[:1])
+    weights = init_weights(spec, 0, mode="verify")
+    return spec, weights, backend.build(spec, weights)
 
 
-def test_openvino_is_forward_only_and_cpu_only():
-    backend = get_backend("openvino")
-    spec = get_model("lenet")
-    with pytest.raises(UnsupportedError, match="Intel GPUs"):
-        backend.build(spec, init_weights(spec, 0), "cuda")
-    model = backend.build(spec, init_weights(spec, 0))
+def _forward(backend, model, placed):
+    out = backend.forward(model, placed)()
+    backend.sync(out)
+    return backend.to_numpy(out)
+
+
+def test_openvino_runs_f32_on_the_cells_threads_with_a_graph_per_shape(backend, lenet):
+    spec, _, model = lenet
+    outs = {size: _forward(backend, model, backend.place(make_batch(spec, size, 0), model)) for size in (1, 4)}
+    assert model.build_info["INFERENCE_NUM_THREADS"] == 1
+    assert model.build_info["INFERENCE_PRECISION_HINT"] == "f32"
+    assert model.build_info["PERFORMANCE_HINT"] == "LATENCY" and model.build_info["NUM_STREAMS"] == 1
+    assert len(model.compiled) >= 2 and outs[1].shape[0] == 1 and outs[4].shape[0] == 4
+    steps = backend.build_compile_ns(model)  # the compile scenario's build steps: reading, and compiling per shape
+    assert set(steps) == {"read_model", "compile_model"} and min(steps.values()) > 0
+    assert np.allclose(outs[4][:1], _forward(backend, model, backend.place(make_batch(spec, 4, 0), model))[:1])
+
+
+def test_f32_is_asked_and_any_other_compiled_precision_or_thread_count_refused(backend):
+    """On this CPU OpenVINO's default is f32 anyway; on one with AMX it is bf16, which the refusal catches."""
+    import openvino as ov
+
+    assert backend.config()["INFERENCE_PRECISION_HINT"] == "f32" and backend.config()["INFERENCE_NUM_THREADS"] == 1
+
+    class Compiled:
+        def __init__(self, **got):
+            self.got = {"INFERENCE_PRECISION_HINT": ov.Type.f32, "INFERENCE_NUM_THREADS": 1, **got}
+
+        def get_property(self, key):
+            return self.got.get(key, "x")
+
+    assert backend.check_compiled(Compiled())["INFERENCE_PRECISION_HINT"] == "f32"
+    with pytest.raises(UnsupportedError, match="compiled the model for .*bfloat16.*f32 was asked"):
+        backend.check_compiled(Compiled(INFERENCE_PRECISION_HINT=ov.Type.bf16))
+    with pytest.raises(UnsupportedError, match="for 2 threads where the cell asks 1"):
+        backend.check_compiled(Compiled(INFERENCE_NUM_THREADS=2))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to tell 1 thread from more")
+def test_one_thread_asked_is_one_thread_computing(backend, lenet):
+    """Threads of this process that gained CPU time over many calls: OpenVINO's workers for one
+    thread must be one, though the process may use more cores (with 2 asked, this counts 2)."""
+    spec, _, model = lenet
+    run = backend.forward(model, backend.place(make_batch(spec, 64, 0), model))
+    run()
+    time.sleep(0.3)  # torch's OpenMP threads (the export) stop spinning
+
+    def ticks():
+        out = {}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                continue
+            out[tid] = int(fields[11]) + int(fields[12])
+        return out
+
+    before = ticks()
+    for _ in range(300):
+        run()
+    after = ticks()
+    busy = [t for t in after if after[t] - before.get(t, 0) >= 3]
+    assert len(busy) == 1, f"{len(busy)} threads computed for INFERENCE_NUM_THREADS=1"
+
+
+def test_params_read_back_and_training_unsupported(backend, lenet):
+    spec, weights, model = lenet
+    assert backend.param_count(model) == spec.param_count
+    params = backend.get_params(model)
+    assert params.keys() == weights.params.keys()
+    for name, value in weights.params.items():
+        np.testing.assert_array_equal(params[name], value, err_msg=name)
     with pytest.raises(UnsupportedError, match="inference engine"):
         backend.gradient(model, backend.place(make_batch(spec, 2, 0), model))
+
+
+def test_cuda_refused_and_no_exporter_is_unsupported_with_both_reasons(backend, lenet, monkeypatch):
+    from dlbench.frameworks import onnx_export
+
+    spec, weights, _ = lenet
+    with pytest.raises(UnsupportedError, match="Intel GPUs"):
+        backend.build(spec, weights, "cuda")
+
+    def broken(module, spec):
+        raise RuntimeError("planted")
+
+    for name in ("dynamo", "torchscript"):
+        monkeypatch.setitem(onnx_export.EXPORT_FUNCTIONS, name, broken)
+    monkeypatch.delenv("DLBENCH_EXPORT_CACHE")
+    with pytest.raises(UnsupportedError, match="dynamo: RuntimeError: planted; torchscript: RuntimeError: planted"):
+        backend.build(spec, weights)
+
+
+def test_model_cache_under_dlbench_cache_dir(lenet, monkeypatch, tmp_path):
+    """The compile scenario's warm process loads OpenVINO's compiled blob from DLBENCH_CACHE_DIR."""
+    spec, weights, _ = lenet
+    monkeypatch.setenv("DLBENCH_CACHE_DIR", str(tmp_path))
+    states = []
+    for _ in range(2):
+        fresh = get_backend("openvino")
+        fresh.set_threads(1)
+        model = fresh.build(spec, weights)
+        fresh.place(make_batch(spec, 2, 0), model)
+        states.append(list(model.build_info["model_cache"].values()))
+    assert states == [["miss"], ["hit"]]
+    assert list((tmp_path / "openvino").iterdir())
+
+
+def test_needs_no_onnxruntime():
+    """The extra is openvino + the torch export; an interpreter without onnxruntime builds and runs it."""
+    from dlbench.frameworks import FRAMEWORKS
+
+    assert "onnxruntime" not in FRAMEWORKS["openvino"].requires
+    code = ("import sys; sys.modules['onnxruntime'] = None\n"
+            "from dlbench.frameworks import get_backend; from dlbench.models import get_model\n"
+            "from dlbench.weights import init_weights; from dlbench.data.synthetic import make_batch\n"
+            "b = get_backend('openvino'); s = get_model('sae:phase=pretrain1'); m = b.build(s, init_weights(s, 0))\n"
+            "print(b.to_numpy(b.forward(m, b.place(make_batch(s, 2, 0), m))()).shape)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().startswith("(2,")
+
+
+def test_missing_openvino_is_a_usage_error_with_the_pip_line(monkeypatch, capsys):
+    import importlib.util
+
+    from dlbench.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name, *a))
+    assert main(["verify", "--framework", "openvino", "--model", "lenet"]) == 2
+    err = capsys.readouterr().err
+    assert "framework 'openvino' is not installed (pip install 'dlbench[openvino]')" in err

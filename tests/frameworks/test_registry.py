@@ -33,7 +33,7 @@ def test_backends_default_to_every_scenario():
     assert fw.FRAMEWORKS["torch"].scenarios == fw.Backend.scenarios == ("forward", "gradient", "train_step")
 
 
-@pytest.mark.parametrize("name", ["torch", "jax", "onnxruntime", "tensorflow", "keras"])
+@pytest.mark.parametrize("name", ["torch", "jax", "onnxruntime", "openvino", "tensorflow", "keras"])
 def test_registry_devices_mirror_the_backends(name):
     """Runs refuse a device by the registry's ``devices`` (no import); it must say what the backend does."""
     info = fw.FRAMEWORKS[name]

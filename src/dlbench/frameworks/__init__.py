@@ -59,7 +59,7 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {
                                  devices=("cpu", "cuda")),
     "openvino": FrameworkInfo("openvino", "dlbench.frameworks.openvino", "openvino", "openvino", ("default",),
                               "OpenVINO (Intel's inference engine, from the ONNX export)", scenarios=("forward",),
-                              requires=("torch", "onnx", "onnxscript", "onnxruntime")),
+                              requires=("torch", "onnx", "onnxscript")),
     "tensorflow": FrameworkInfo("tensorflow", "dlbench.frameworks.tensorflow", ("tensorflow-cpu", "tensorflow"),
                                 "tensorflow", ("function", "xla"), "TensorFlow 2 (Keras 3 layers, tf.function, XLA)",
                                 requires=("keras",), devices=("cpu", "cuda")),

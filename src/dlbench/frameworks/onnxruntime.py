@@ -51,16 +51,11 @@ Gate rules:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
-import logging
 import os
-import pickle
 import platform
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,36 +68,24 @@ import torch
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks import torch as torch_backend
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.models import layers as L
+from dlbench.frameworks.onnx_export import (  # noqa: F401 (re-exported: the tests and the survey use them here)
+    EXPORT_FUNCTIONS,
+    EXPORTERS,
+    Exported,
+    ForwardOnly,
+    export_cached,
+    export_dynamo,
+    export_torchscript,
+    forward_module,
+    lstm_extra,
+    read_params,
+    short_error,
+)
 from dlbench.models.spec import ModelSpec
 from dlbench.weights import Weights
 
 NOT_TRAINABLE = ("onnxruntime is an inference engine here: the exported ONNX graph is the eval-mode forward only "
                  "(no loss, no backward; ONNX Runtime's training API is a separate package), so {what} is not measured")
-EXPORTERS = ("dynamo", "torchscript")
-EXAMPLE_BATCH = 2
-
-
-class ForwardOnly(torch.nn.Module):
-    """The torch network's inference output alone (its Seq also returns an autoencoder target)."""
-
-    def __init__(self, net: torch.nn.Module):
-        super().__init__()
-        self.net = net
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.net(x, mask)[0]
-
-
-@dataclass
-class Exported:
-    """One exported graph: serialised, its parameter initializers by torch name, and how it was made."""
-
-    onnx_bytes: bytes
-    params: dict[str, np.ndarray]
-    exporter: str
-    opset: int
-
 
 @dataclass
 class OrtModel:
@@ -117,97 +100,6 @@ class OrtModel:
     params: dict[str, np.ndarray]
     #: exporter, opset, providers, session options, timings of export and session creation
     build_info: dict[str, Any]
-
-
-@contextlib.contextmanager
-def _quiet_export() -> Iterator[None]:
-    """The exporters warn about optional packages (torchvision) and deprecations on every call."""
-    logger = logging.getLogger("torch.onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
-
-
-def _example_inputs(spec: ModelSpec) -> tuple[tuple[torch.Tensor, ...], list[str]]:
-    """Zero inputs of the spec's full shape (only shapes and dtypes matter to the export)."""
-    shape = (EXAMPLE_BATCH, *spec.input.shape)
-    x = torch.zeros(shape, dtype=torch.int64 if spec.input.kind == "tokens" else torch.float32)
-    if spec.input.variable_length:
-        return (x, torch.ones(shape, dtype=torch.float32)), ["x", "mask"]
-    return (x,), ["x"]
-
-
-def export_dynamo(module: torch.nn.Module, spec: ModelSpec) -> Exported:
-    args, names = _example_inputs(spec)
-    batch = torch.export.Dim("batch")
-    if spec.input.variable_length:
-        steps = torch.export.Dim("steps")
-        shapes = {"x": {0: batch, 1: steps}, "mask": {0: batch, 1: steps}}
-    else:
-        shapes = {"x": {0: batch}}
-    with _quiet_export():
-        program = torch.onnx.export(module, args, dynamo=True, input_names=names, output_names=["output"],
-                                    dynamic_shapes=shapes, optimize=False, verbose=False)
-    wanted = {name for name, _ in module.named_parameters()}
-    inits = program.model.graph.initializers
-    params = {name: inits[name].const_value.numpy() for name in wanted if name in inits}
-    opset = program.model.opset_imports.get("", 0)
-    with _quiet_export():
-        program.optimize()
-    return Exported(program.model_proto.SerializeToString(), params, "dynamo", int(opset))
-
-
-def export_torchscript(module: torch.nn.Module, spec: ModelSpec) -> Exported:
-    args, names = _example_inputs(spec)
-    axes: dict[str, dict[int, str]] = {"x": {0: "batch"}, "output": {0: "batch"}}
-    if spec.input.variable_length:
-        axes.update(x={0: "batch", 1: "steps"}, mask={0: "batch", 1: "steps"})
-    buf = io.BytesIO()
-    with _quiet_export():
-        torch.onnx.export(module, args, buf, dynamo=False, input_names=names, output_names=["output"],
-                          dynamic_axes=axes, do_constant_folding=False)
-    proto = onnx.load_from_string(buf.getvalue())
-    wanted = {name for name, _ in module.named_parameters()}
-    params = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer if i.name in wanted}
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
-    return Exported(buf.getvalue(), params, "torchscript", int(opset))
-
-
-EXPORT_FUNCTIONS = {"dynamo": export_dynamo, "torchscript": export_torchscript}
-
-
-def export_cached(exporter: str, module, spec: ModelSpec, weights: Weights) -> tuple[Exported, str]:
-    """``EXPORT_FUNCTIONS[exporter]``, reusing an earlier export of the same graph and weights when
-    ``DLBENCH_EXPORT_CACHE`` names a directory (the runner sets one per run for timed cells, so an
-    export, ~15 s here, is paid once per model and not once per cell; the compile scenario and
-    verification export afresh). Returns the export and "hit", "miss" or "off"."""
-    cache_dir = os.environ.get("DLBENCH_EXPORT_CACHE")
-    if not cache_dir:
-        return EXPORT_FUNCTIONS[exporter](module, spec), "off"
-    key = hashlib.sha256(repr((spec, exporter, torch.__version__, onnx.__version__)).encode())
-    for group in (weights.params, weights.state):
-        for name in sorted(group):
-            key.update(name.encode())
-            key.update(np.ascontiguousarray(group[name]).tobytes())
-    path = Path(cache_dir) / f"{key.hexdigest()[:32]}.pkl"
-    if path.exists():
-        return pickle.loads(path.read_bytes()), "hit"
-    exported = EXPORT_FUNCTIONS[exporter](module, spec)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.stem}.{os.getpid()}.partial")
-    partial.write_bytes(pickle.dumps(exported))
-    os.replace(partial, path)  # atomic: a concurrent process reads a whole file or none
-    return exported, "miss"
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
 class OnnxRuntimeBackend(Backend):
@@ -260,10 +152,7 @@ class OnnxRuntimeBackend(Backend):
         if variant not in self.variants:
             raise UnsupportedError(f"onnxruntime has no variant {variant!r}")
         providers = self.providers(device)
-        torch_model = self._torch.build(spec, weights, "cpu", "eager")
-        module = ForwardOnly(torch_model.net).eval()
-        names = {id(p): name for name, p in module.named_parameters()}
-        bindings = {canon: (names[id(t)], from_torch) for canon, (t, _, from_torch) in torch_model.bindings.items()}
+        module, bindings = forward_module(spec, weights)
 
         fallback: list[str] = []
         for exporter in self.exporters:
@@ -278,7 +167,7 @@ class OnnxRuntimeBackend(Backend):
             except UnsupportedError:
                 raise
             except Exception as exc:
-                fallback.append(f"{exporter}: {_short(exc)}")
+                fallback.append(f"{exporter}: {short_error(exc)}")
         else:
             raise UnsupportedError(f"no torch.onnx exporter produced a graph ONNX Runtime runs for {spec.name}: "
                                    + "; ".join(fallback))
@@ -369,16 +258,10 @@ class OnnxRuntimeBackend(Backend):
         return sum(int(a.size) for a in model.params.values())
 
     def param_count_extra(self, spec: ModelSpec) -> tuple[int, str]:
-        extra = sum(4 * layer.units for layer in L.walk(spec.layers) if isinstance(layer, L.LSTM))
-        return extra, ("exported from torch's nn.LSTM, which has a second bias per gate (bias_hh, held at zero)"
-                       if extra else "")
+        return lstm_extra(spec)
 
     def get_params(self, model: OrtModel) -> dict[str, np.ndarray]:
-        missing = [canon for canon, (name, _) in model.bindings.items() if name not in model.params]
-        if missing:
-            raise UnsupportedError(f"the {model.build_info['exporter']} exporter folded parameters into other "
-                                   f"constants, so they cannot be read back: {', '.join(missing[:5])}")
-        return {canon: np.array(from_torch(model.params[name])) for canon, (name, from_torch) in model.bindings.items()}
+        return read_params(model.bindings, model.params, model.build_info["exporter"])
 
     def loss_and_grads(self, model: OrtModel, batch) -> tuple[float, dict[str, np.ndarray]]:
         raise UnsupportedError(NOT_TRAINABLE.format(what="the loss and its gradients"))

@@ -1,48 +1,81 @@
-"""OpenVINO backend: Intel's inference engine, inference only, from the same ONNX export ONNX
-Runtime runs.
+"""OpenVINO backend: Intel's inference engine, forward only, on the CPU, from the same ONNX export
+ONNX Runtime runs.
 
-The network is built by dlbench's torch backend and exported to ONNX exactly as for ONNX Runtime
-(:mod:`dlbench.frameworks.onnxruntime`, whose backend this one extends: same exporters, same
-fallback, same run-scoped export cache), so both engines run the same graph with the same weights;
-OpenVINO reads the ONNX bytes (``Core.read_model``) rather than converting from torch itself
-(``ov.convert_model``), which would be a second, different export. Parameters are read back from the
-exported graph's initializers, as for ONNX Runtime (the gate checks them there). The export path is
-shared, so this backend needs onnxruntime installed beside openvino.
+The network is built by dlbench's torch backend and exported to ONNX by
+:mod:`dlbench.frameworks.onnx_export`, the code the ONNX Runtime backend uses (same exporters, same
+fallback, the same run-scoped export cache, so a run with both engines exports once), and OpenVINO
+reads the ONNX bytes (``Core.read_model``). Why not OpenVINO's own converter from torch
+(``ov.convert_model``): that would be a second, different export; from the one export both engines
+run the same graph with bit-identical weights, read back for the gate from the same initializers,
+and a difference between them is the engine's. onnxruntime is not needed.
 
-Fast path and fairness settings (what OpenVINO's own ``benchmark_app`` does for a latency run):
+Fast path and fairness settings (what OpenVINO's own ``benchmark_app`` does for a latency run),
+read back from every compiled model and recorded in ``build_info``:
 
 * the graph is reshaped to the placed batch's static shapes and compiled for them on ``CPU``
-  (one compiled model per input shape, made in ``place``, outside any timing): OpenVINO's CPU
-  plug-in picks its kernels and layouts per static shape, a dynamic-batch graph is slower;
-* ``PERFORMANCE_HINT = LATENCY`` and ``NUM_STREAMS = 1`` (one inference at a time, like every
-  other backend's closure), ``INFERENCE_NUM_THREADS`` = the ``set_threads`` count (OpenVINO's
-  default, every core, when never set);
-* ``INFERENCE_PRECISION_HINT = f32``: on a CPU with AVX-512 BF16 or AMX, OpenVINO's default runs
-  in bf16, which would be a different precision from every other fp32 cell (and fail the gate);
-* one infer request per placed batch, its input tensors sharing the batch's memory; the timed
-  closure is the synchronous ``infer()``, which returns when the output is computed (``sync`` has
-  nothing to wait for).
+  (one compiled model per input shape, made in ``place``, outside any timing): the CPU plug-in
+  picks its kernels and layouts per static shape, a dynamic-batch graph is slower;
+* ``PERFORMANCE_HINT = LATENCY`` and ``NUM_STREAMS = 1``: one stream holding every thread, for the
+  one synchronous request a timed call is. ``THROUGHPUT`` splits the threads into several streams,
+  which pays only with several requests in flight (``AsyncInferQueue``); one synchronous request
+  would run on one stream's share of the threads;
+* ``INFERENCE_NUM_THREADS`` = the ``set_threads`` count (the CPU plug-in's default, one per
+  physical core, when never set), set on the plug-in and on every compile and read back from the
+  compiled model: a compiled model with another count is refused. ``ENABLE_HYPER_THREADING = True``
+  so that all n cores the worker pinned count, as ONNX Runtime's n intra-op threads do (the latency
+  default leaves hyper-thread siblings idle). ``ENABLE_CPU_PINNING`` keeps the plug-in's default,
+  inside the affinity the worker set;
+* ``INFERENCE_PRECISION_HINT = f32``: the CPU plug-in's default is bf16 on CPUs with AVX-512 BF16
+  or AMX (and f16 on ARM), a different precision from every other fp32 cell, which the gate would
+  fail. The compiled model's precision is read back and a model not compiled for f32 is refused;
+* one infer request per placed batch, its input tensors sharing the batch's memory (the closure
+  holds the placed batch, so the memory lives as long as it does); the timed closure is the
+  synchronous ``infer()``, which returns when the output is computed (``sync`` has nothing to wait
+  for); the output tensor is copied by ``to_numpy`` only;
+* if ``DLBENCH_CACHE_DIR`` is set, OpenVINO's model cache (``CACHE_DIR``) lives there, so the
+  compile scenario's warm process loads compiled blobs; each shape's compile time and whether its
+  blob came from the cache are in ``build_info["compile_s"]`` and ``["model_cache"]``; the compile
+  scenario reports ``read_model`` and ``compile_model`` (the shapes placed so far) as its build steps.
 
-GPU: OpenVINO's ``GPU`` plug-in drives Intel GPUs, not CUDA, so ``cuda`` is unsupported.
+Gate rules as for ONNX Runtime (``param_count``, ``get_params`` from the exported initializers,
+torch's second LSTM bias as ``param_count_extra``; ``gradient``, ``train_step`` and
+``loss_and_grads`` raise :class:`UnsupportedError`). GPU: OpenVINO's ``GPU`` plug-in drives Intel
+GPUs, not CUDA, so ``cuda`` is unsupported.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import openvino as ov
+import torch
 
 from dlbench.data.synthetic import Batch
-from dlbench.frameworks.base import UnsupportedError
-from dlbench.frameworks.onnxruntime import Exported, OnnxRuntimeBackend, _version
+from dlbench.frameworks import torch as torch_backend
+from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.onnx_export import (
+    EXPORTERS,
+    export_cached,
+    forward_module,
+    lstm_extra,
+    read_params,
+    short_error,
+)
 from dlbench.models.spec import ModelSpec
+from dlbench.weights import Weights
 
 NOT_TRAINABLE = ("openvino is an inference engine: the exported ONNX graph is the eval-mode forward only, "
                  "so {what} is not measured")
+#: the compiled model's properties recorded with every compile
+RECORDED = ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "INFERENCE_PRECISION_HINT",
+            "EXECUTION_MODE_HINT", "ENABLE_HYPER_THREADING", "ENABLE_CPU_PINNING")
 
 
 @dataclass
@@ -50,67 +83,123 @@ class OvModel:
     spec: ModelSpec
     graph: ov.Model
     input_names: tuple[str, ...]
-    device: str
+    #: canonical name -> (torch parameter name, torch layout -> canonical)
     bindings: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]]
+    #: parameter initializers of the exported graph, by torch parameter name
     params: dict[str, np.ndarray]
+    #: exporter, opset, the compiled models' settings, export and compile times
     build_info: dict[str, Any]
-    config: dict[str, Any]
     #: compiled models by the input shapes they were compiled for
     compiled: dict[tuple, ov.CompiledModel] = field(default_factory=dict)
 
 
-class OpenVinoBackend(OnnxRuntimeBackend):
+class OpenVinoBackend(Backend):
     name = "openvino"
     variants = ("default",)
     devices = ("cpu",)
     scenarios = ("forward",)
-    packages = ("openvino", "onnx", "onnxscript", "onnxruntime", "torch")
+    packages = ("openvino", "onnx", "onnxscript", "torch")
+    #: exporters tried in order (tests force the fallback by overriding this)
+    exporters: tuple[str, ...] = EXPORTERS
 
     def __init__(self) -> None:
-        super().__init__()
+        self.threads: int | None = None
+        self.exports: list[dict[str, Any]] = []
         self.core = ov.Core()
+        self._torch = torch_backend.TorchBackend()
 
+    # --- set-up -----------------------------------------------------------------------
     def set_threads(self, n: int) -> dict[str, Any]:
+        """Set on the CPU plug-in and read back from it (each compile sets and checks it again);
+        torch, used only to export, is limited too."""
         self.threads = n
         self._torch.set_threads(n)
-        return {"inference_num_threads": n}
+        self.core.set_property("CPU", {"INFERENCE_NUM_THREADS": n})
+        return {"inference_num_threads": self.core.get_property("CPU", "INFERENCE_NUM_THREADS"), "num_streams": 1}
 
-    def providers(self, device: str) -> list:
+    def config(self) -> dict[str, Any]:
+        """The ``compile_model`` settings of the module docstring."""
+        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32",
+                                  "ENABLE_HYPER_THREADING": True}
+        if self.threads:
+            config["INFERENCE_NUM_THREADS"] = self.threads
+        return config
+
+    def check_compiled(self, compiled: ov.CompiledModel) -> dict[str, Any]:
+        """The compiled model's settings, read back; a model OpenVINO did not compile for f32 or for
+        the cell's thread count is refused, so no cell measures another computation or thread count."""
+        got = {key: compiled.get_property(key) for key in RECORDED}
+        if got["INFERENCE_PRECISION_HINT"] != ov.Type.f32:
+            raise UnsupportedError(f"OpenVINO compiled the model for {got['INFERENCE_PRECISION_HINT']} although "
+                                   "INFERENCE_PRECISION_HINT=f32 was asked; the fp32 gate and timings need f32")
+        if self.threads and got["INFERENCE_NUM_THREADS"] != self.threads:
+            raise UnsupportedError(f"OpenVINO compiled the model for {got['INFERENCE_NUM_THREADS']} threads where "
+                                   f"the cell asks {self.threads} (INFERENCE_NUM_THREADS)")
+        return {key: value.get_type_name() if isinstance(value, ov.Type) else value if isinstance(value, bool | int)
+                else str(value) for key, value in got.items()}
+
+    def build_compile_ns(self, model: OvModel) -> dict[str, float]:
+        """Reading the ONNX graph, and compiling it for the shapes placed so far (``place`` compiles,
+        and the compile scenario asks after placing its batch): ONNX Runtime's session creation
+        does both at once."""
+        steps = {"read_model": float(model.build_info["read_ns"])}
+        if model.build_info["compile_ns"]:
+            steps["compile_model"] = float(model.build_info["compile_ns"])
+        return steps
+
+    def build_info(self, model: Any) -> dict[str, Any]:
+        return dict(model.build_info)
+
+    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> OvModel:
+        variant = variant or "default"
+        if variant not in self.variants:
+            raise UnsupportedError(f"openvino has no variant {variant!r}")
         if device != "cpu":
             raise UnsupportedError(f"openvino's GPU plug-in drives Intel GPUs; dlbench runs it on the CPU only, "
                                    f"not {device!r}")
-        return ["CPU"]
-
-    def config(self) -> dict[str, Any]:
-        return {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": self.threads or 0,
-                "INFERENCE_PRECISION_HINT": "f32"}
-
-    def _session(self, onnx_bytes: bytes, providers: list) -> tuple[ov.Model, str]:
-        """The graph as OpenVINO reads it (compiled per input shape in :meth:`place`)."""
-        return self.core.read_model(onnx_bytes, ov.Tensor(np.empty(0, np.uint8))), "off"
-
-    def runtime_info(self, session: ov.Model) -> dict[str, Any]:
-        return {"device": "CPU", **self.config()}
-
-    def model(self, spec: ModelSpec, session: ov.Model, device: str, bindings: dict, exported: Exported,
-              info: dict[str, Any]) -> OvModel:
-        names = tuple(i.get_any_name() for i in session.inputs)
-        return OvModel(spec, session, names, device, bindings, exported.params, info, self.config())
-
-    def build_compile_ns(self, model: OvModel) -> dict[str, float]:
-        return {"read_model": float(model.build_info["session_ns"])}
+        module, bindings = forward_module(spec, weights)
+        fallback: list[str] = []
+        for exporter in self.exporters:
+            try:
+                started = time.perf_counter()
+                exported, export_cache = export_cached(exporter, module, spec, weights)
+                export_s = time.perf_counter() - started
+                started = time.perf_counter()
+                graph = self.core.read_model(exported.onnx_bytes, ov.Tensor(np.empty(0, np.uint8)))
+                read_s = time.perf_counter() - started
+                break
+            except Exception as exc:
+                fallback.append(f"{exporter}: {short_error(exc)}")
+        else:
+            raise UnsupportedError(f"no torch.onnx exporter produced a graph OpenVINO reads for {spec.name}: "
+                                   + "; ".join(fallback))
+        info = {"exporter": exported.exporter, "opset": exported.opset, "exporter_fallback": "; ".join(fallback) or None,
+                "device": "CPU", "config": {k: str(v) for k, v in self.config().items()},
+                "onnx_bytes": len(exported.onnx_bytes), "export_s": round(export_s, 3), "export_cache": export_cache,
+                "read_s": round(read_s, 3), "read_ns": int(read_s * 1e9), "compile_s": {}, "compile_ns": 0,
+                "model_cache": {}}
+        self.exports.append({"model": spec.name, "options": dict(spec.options), **info})
+        names = tuple(i.get_any_name() for i in graph.inputs)
+        return OvModel(spec, graph, names, bindings, exported.params, info)
 
     def compiled(self, model: OvModel, shapes: dict[str, tuple[int, ...]]) -> ov.CompiledModel:
-        """The graph compiled for these input shapes (once per shape; the time goes in build_info)."""
+        """The graph compiled for these input shapes (once per shape), its settings checked."""
         key = tuple(sorted(shapes.items()))
         if key not in model.compiled:
             graph = model.graph.clone()
             graph.reshape({name: ov.PartialShape(list(shape)) for name, shape in shapes.items()})
-            started = time.perf_counter()
-            compiled = self.core.compile_model(graph, "CPU", model.config)
-            model.build_info.setdefault("compile_s", {})[str(key)] = round(time.perf_counter() - started, 3)
-            model.build_info["inference_num_threads"] = compiled.get_property("INFERENCE_NUM_THREADS")
-            model.build_info["inference_precision"] = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+            cache_dir = os.environ.get("DLBENCH_CACHE_DIR")
+            if cache_dir:
+                (Path(cache_dir) / "openvino").mkdir(parents=True, exist_ok=True)
+                self.core.set_property({"CACHE_DIR": str(Path(cache_dir) / "openvino")})
+            started = time.perf_counter_ns()
+            compiled = self.core.compile_model(graph, "CPU", self.config())
+            elapsed = time.perf_counter_ns() - started
+            model.build_info["compile_s"][str(key)] = round(elapsed / 1e9, 3)
+            model.build_info["compile_ns"] += elapsed
+            model.build_info["model_cache"][str(key)] = (
+                ("hit" if compiled.get_property("LOADED_FROM_CACHE") else "miss") if cache_dir else "off")
+            model.build_info.update(self.check_compiled(compiled))
             model.compiled[key] = compiled
         return model.compiled[key]
 
@@ -126,6 +215,7 @@ class OpenVinoBackend(OnnxRuntimeBackend):
             request.set_tensor(name, ov.Tensor(arrays[name], shared_memory=True))
         return {"arrays": arrays, "request": request}
 
+    # --- the measured closures ---------------------------------------------------------------
     def forward(self, model: OvModel, batch) -> Callable[[], Any]:
         request = batch["request"]
 
@@ -138,22 +228,35 @@ class OpenVinoBackend(OnnxRuntimeBackend):
     def gradient(self, model: OvModel, batch) -> Callable[[], Any]:
         raise UnsupportedError(NOT_TRAINABLE.format(what="the gradient scenario"))
 
-    def train_step(self, model: OvModel, batch, opt) -> Callable[[], Any]:
+    def train_step(self, model: OvModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
         raise UnsupportedError(NOT_TRAINABLE.format(what="the train_step scenario"))
 
-    def loss_and_grads(self, model: OvModel, batch) -> tuple[float, dict[str, np.ndarray]]:
-        raise UnsupportedError(NOT_TRAINABLE.format(what="the loss and its gradients"))
+    def sync(self, out: Any) -> None:
+        """Nothing to wait for: a synchronous infer returns when its outputs are computed."""
 
     def to_numpy(self, out: Any) -> np.ndarray:
         return np.array(out.data)
 
+    # --- introspection for the equivalence gate ------------------------------------------
+    def param_count(self, model: OvModel) -> int:
+        return sum(int(a.size) for a in model.params.values())
+
+    def param_count_extra(self, spec: ModelSpec) -> tuple[int, str]:
+        return lstm_extra(spec)
+
+    def get_params(self, model: OvModel) -> dict[str, np.ndarray]:
+        return read_params(model.bindings, model.params, model.build_info["exporter"])
+
+    def loss_and_grads(self, model: OvModel, batch) -> tuple[float, dict[str, np.ndarray]]:
+        raise UnsupportedError(NOT_TRAINABLE.format(what="the loss and its gradients"))
+
     def info(self) -> dict[str, Any]:
-        return {"openvino": ov.__version__, "onnx": _version("onnx"), "torch": _version("torch"),
-                "cpu_capabilities": self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"),
-                "kernels": f"OpenVINO {ov.__version__} CPU plug-in (oneDNN-based), "
-                           f"{'/'.join(self.core.get_property('CPU', 'OPTIMIZATION_CAPABILITIES'))}",
-                "inference_num_threads": self.threads or "OpenVINO default (every core)",
-                "settings": self.config(), "exports": self.exports}
+        capabilities = self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+        return {"openvino": ov.__version__, "onnx": onnx.__version__, "torch": torch.__version__,
+                "cpu": self.core.get_property("CPU", "FULL_DEVICE_NAME"), "cpu_capabilities": capabilities,
+                "kernels": f"OpenVINO {ov.__version__} CPU plug-in (oneDNN-based), {'/'.join(capabilities)}",
+                "inference_num_threads": self.threads or "OpenVINO default (one per physical core)",
+                "settings": {k: str(v) for k, v in self.config().items()}, "exports": self.exports}
 
 
 Backend_ = OpenVinoBackend
