@@ -61,11 +61,25 @@ class Backend(ABC):
     output: str = "logits"
     #: why the gate checks only the forward, for a backend without ``gradient`` (None: the default text)
     forward_only_reason: str | None = None
+    #: the precisions (dlbench.precision) the backend can build at; the cell's is set before ``build``
+    precisions: tuple[str, ...] = ("fp32",)
 
     # --- set-up -----------------------------------------------------------------
     @abstractmethod
     def set_threads(self, n: int) -> dict[str, Any]:
         """Limit the framework to ``n`` threads before its first op; return what it reports."""
+
+    def set_precision(self, precision: str) -> None:
+        """Build at ``precision`` from now on (dlbench.precision names); called before ``build``.
+        Raise :class:`UnsupportedError` with the reason for one the framework cannot run."""
+        if precision != "fp32":
+            raise UnsupportedError(f"{self.name} has no {precision} path in dlbench")
+
+    def precision_info(self, model: Any) -> dict[str, str]:
+        """The types the framework itself reports for the built model: ``param_dtype`` (its
+        parameters' storage) and ``compute_dtype`` (its layers' activations), as numpy names them
+        ("float32", "bfloat16", "float16", "int8"); the gate checks them against the precision asked."""
+        return {"param_dtype": "float32", "compute_dtype": "float32"}
 
     @abstractmethod
     def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> Any:
