@@ -108,3 +108,27 @@ def test_untied_copy_still_matches_forward():
 def test_unbroken_backend_passes_same_models():
     for model in ("lenet", "fcn-r", "alexnet-r", "sae:phase=pretrain1"):
         assert verify_model(TorchBackend(), model).verdict == "pass"
+
+
+class ScaledGradient(TorchBackend):
+    """Every gradient 1% too large: the forward and the loss are right, only the gradient check can tell."""
+
+    def loss_and_grads(self, model, batch):
+        loss, grads = super().loss_and_grads(model, batch)
+        return loss, {k: g * 1.01 for k, g in grads.items()}
+
+
+def test_gate_replaces_a_direction_whose_finite_difference_is_not_smooth():
+    """resnet-56's part 10 (the first stride-2 block, built alone) has seeded directions along which the
+    float64 reference's central difference changes with the step: before, torch and JAX both failed
+    with gradient error 3.0e-3, agreeing with each other to 1e-7."""
+    result = verify_model(TorchBackend(), "resnet-56#10")
+    assert result.verdict == "pass", result.reason
+    assert result.kinked_directions > 0
+
+
+@pytest.mark.parametrize("model", ["lenet", "resnet-56#10"])
+def test_gate_still_catches_a_one_percent_gradient_error_where_directions_are_replaced(model):
+    result = verify_model(ScaledGradient(), model)
+    assert result.verdict == "fail"
+    assert "gradient error" in result.reason, result.reason
