@@ -69,8 +69,9 @@ def test_every_part_passes_the_gate(framework):
     assert [r.verdict for r in results] == ["pass"] * 6, [r.reason for r in results]
 
 
-def _planted(tmp_path):
-    """A stored run with lenet's parts in two frameworks: ``slowfw`` is 3 ms slower on part 2 only."""
+def _planted(tmp_path, failed: str = ""):
+    """A stored run with lenet's parts in two frameworks: ``slowfw`` is 3 ms slower on part 2 only; the
+    cell keyed ``failed`` (if any) failed the gate instead."""
     store = Store(tmp_path / "r.db")
     run = store.create_run("t", {})
     times = {"fastfw": [1.0, 2.0, 1.0, 0.5], "slowfw": [1.0, 2.0, 4.0, 0.5]}
@@ -79,6 +80,9 @@ def _planted(tmp_path):
             model = "lenet" if k == 4 else f"lenet#{k}"
             cell = {"framework": fw, "variant": "v", "model": model, "scenario": "forward", "batch": 64, "threads": 1,
                     "device": "cpu", "data": "synthetic", "key": f"{fw}/v/{model}/forward/b64/t1/cpu"}
+            if cell["key"] == failed:
+                store.save_cell(run, cell, "not_equivalent", "planted", 1.0, [], {}, [])
+                continue
             store.save_cell(run, cell, "ok", "", 1.0, [], {}, [Sample(r, i, "measure", t * 1e6 * (1 + 0.001 * i))
                                                                for r in range(3) for i in range(10)])
     store.save_environment(run, {"probes": [{"framework": "slowfw", "op": "gemm", "scenario": "forward", "threads": 1,
@@ -124,3 +128,16 @@ def test_the_report_shows_where_the_time_goes(tmp_path):
     assert "## Where the time goes" in md and "lenet forward: per part" in md and "#2 fc1" in md
     results = md.split("## Results")[1].split("## Where the time goes")[0]
     assert "### lenet" in results and "lenet#" not in results  # parts are not models of the summary
+
+
+def test_a_part_without_a_time_leaves_the_others_shares_and_says_what_the_sum_covers(tmp_path):
+    """A part that failed the gate (resnet-56's part 10 once did) left every other part's share as "?"
+    and the sum as a bare dash."""
+    db, run = _planted(tmp_path, failed="slowfw/v/lenet#3/forward/b64/t1/cpu")
+    from dlbench.report.layers import layer_tables
+    (table,) = layer_tables(api.results(run, db))
+    column = [c.key for c in table.columns].index("slowfw/v")
+    rows = {r[0].text: r[column] for r in table.rows}
+    assert rows["#2"].detail.startswith("57%")  # 4 of the measured 7 ms
+    assert rows["#3"].detail == "not_equivalent"
+    assert rows["sum of parts"].detail.startswith("3 of 4 parts measured: 7.0")

@@ -57,6 +57,11 @@ class Breakdown:
         return None if any(t is None for t in times) else sum(times)  # type: ignore[arg-type]
 
     @property
+    def measured_ms(self) -> float:
+        """The sum over the parts that have a time (every part's share is of this)."""
+        return sum(p.ms for p in self.parts if p.ms is not None)
+
+    @property
     def where(self) -> tuple:
         return (self.model, self.scenario, self.batch, self.threads, self.device)
 
@@ -90,6 +95,14 @@ def breakdowns(res: RunResults) -> list[Breakdown]:
 
 
 # --- the report's table ------------------------------------------------------------------------------
+def _sum_value(b: Breakdown) -> Value:
+    """The parts' sum; where a part has no time, a dash with the sum of the measured ones beside it."""
+    if b.sum_ms is not None:
+        return Value(fmt_num(b.sum_ms), b.sum_ms)
+    measured = sum(p.ms is not None for p in b.parts)
+    return Value(DASH, detail=f"{measured} of {len(b.parts)} parts measured: {fmt_num(b.measured_ms)}")
+
+
 def layer_tables(res: RunResults) -> list[Table]:
     """One table per model, scenario, batch, threads and device: a row per part, per framework its
     time, share of the parts' sum and GFLOP/s; then the sum, the whole model and their difference."""
@@ -107,15 +120,16 @@ def layer_tables(res: RunResults) -> list[Table]:
         for i, part in enumerate(group[0].parts):
             row = [Value(f"#{part.index}"), Value(part.label), Value(fmt_num(part.gflop))]
             for b in group:
-                p, total = b.parts[i], b.sum_ms
+                p, total = b.parts[i], b.measured_ms
                 if p.ms is None:
                     row.append(Value(DASH, detail=p.status))
                 else:
-                    share = f"{100 * p.ms / total:.0f}%" if total else "?"
+                    share = f"{100 * p.ms / total:.0f}%"
                     row.append(Value(fmt_num(p.ms), p.ms, detail=f"{share}, {fmt_num(p.gflops)} GFLOP/s"))
             rows.append(row)
-        for label, pick in (("sum of parts", lambda b: b.sum_ms), ("whole model (measured)", lambda b: b.whole_ms)):
-            rows.append([Value(label), Value(""), Value("")] + [Value(fmt_num(pick(b)), pick(b)) for b in group])
+        rows.append([Value("sum of parts"), Value(""), Value("")] + [_sum_value(b) for b in group])
+        rows.append([Value("whole model (measured)"), Value(""), Value("")]
+                    + [Value(fmt_num(b.whole_ms), b.whole_ms) for b in group])
         rows.append([Value("whole − sum"), Value("fusion saves (<0) or per-call overhead adds (>0)"), Value("")] + [
             Value(fmt_num(b.whole_ms - b.sum_ms) if b.whole_ms is not None and b.sum_ms is not None else DASH)
             for b in group])
