@@ -198,11 +198,7 @@ def register(sub) -> None:
     p.add_argument("--gpu-device", default="cuda", dest="gpu_device",
                    help="where the paper's GPU rows run (default cuda; 'cpu' runs them on the CPU)")
     p.add_argument("--dry-run", action="store_true", dest="dry_run", help="print the plan and the paper's values only")
-    p.add_argument("--warmup", type=int)
-    p.add_argument("--min-iters", type=int, dest="min_iters")
-    p.add_argument("--min-time", type=float, dest="min_time", help="seconds of sampling per process")
-    p.add_argument("--repeats", type=int, help="fresh processes per cell")
-    p.add_argument("--timeout", type=float, help="seconds per cell process")
+    cli_run.add_protocol_flags(p)
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_reproduce)

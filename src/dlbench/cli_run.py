@@ -171,15 +171,27 @@ def _serving(args: argparse.Namespace) -> dict:
     return out
 
 
+def add_protocol_flags(p: argparse.ArgumentParser) -> None:
+    """The timing protocol's flags (``dlbench run`` and ``dlbench reproduce``; read by :func:`_protocol`)."""
+    p.add_argument("--warmup", type=int)
+    p.add_argument("--min-iters", type=int, dest="min_iters")
+    p.add_argument("--min-time", type=float, dest="min_time", help="seconds of sampling per process")
+    p.add_argument("--repeats", type=int, help="fresh processes per cell")
+    p.add_argument("--timeout", type=float, help="seconds per cell process")
+    p.add_argument("--profile", type=int, nargs="?", const=5, metavar="CALLS",
+                   help="after the timed calls, profile CALLS more (default 5) with the framework's own profiler: "
+                        "a Chrome trace kept with the run and a top-operations table (forward, gradient, train_step)")
+
+
 def _protocol(args: argparse.Namespace) -> dict:
     out = {}
     for flag, key in (("warmup", "warmup"), ("min_iters", "min_iters"), ("min_time", "min_time_s"),
-                      ("repeats", "repeats"), ("timeout", "timeout_s")):
+                      ("repeats", "repeats"), ("timeout", "timeout_s"), ("profile", "profile_calls")):
         value = getattr(args, flag)
         if value is not None:
             if key == "timeout_s":
                 value = resolve.timeout(value)
-            elif value < 0 or (value == 0 and key in ("min_iters", "repeats")):
+            elif value < 0 or (value == 0 and key in ("min_iters", "repeats", "profile_calls")):
                 raise UsageError(f"--{flag.replace('_', '-')} must be positive, got {value}")
             out[key] = value
     return out
@@ -440,11 +452,7 @@ def register(sub) -> None:
     p.add_argument("--batch", help="comma-separated batch sizes")
     p.add_argument("--threads", help="comma-separated thread counts; 'all' or 'half' of the cores")
     p.add_argument("--device", help="comma-separated devices (cpu, cuda)")
-    p.add_argument("--warmup", type=int)
-    p.add_argument("--min-iters", type=int, dest="min_iters")
-    p.add_argument("--min-time", type=float, dest="min_time", help="seconds of sampling per process")
-    p.add_argument("--repeats", type=int, help="fresh processes per cell")
-    p.add_argument("--timeout", type=float, help="seconds per cell process")
+    add_protocol_flags(p)
     p.add_argument("--seed", type=int)
     p.add_argument("--epochs", type=int, help="convergence: epochs of training (default 10)")
     p.add_argument("--target-accuracy", type=float, dest="target_accuracy",

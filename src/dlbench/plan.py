@@ -30,6 +30,14 @@ class ProtocolModel(BaseModel):
     repeats: int = Field(3, ge=1)
     max_time_s: float = Field(120.0, gt=0)
     timeout_s: float = Field(600.0, gt=0)
+    #: calls profiled by the framework's own profiler after the timed ones, in the first process of each
+    #: timed cell (0: no profile; dlbench.measure.profile)
+    profile_calls: int = Field(0, ge=0, le=1000)
+
+    def timer_fields(self) -> dict[str, Any]:
+        """What a measuring process's timer takes (a job carries these; the timeout and the profile are
+        the parent's settings)."""
+        return self.model_dump(exclude={"timeout_s", "profile_calls"})
 
     def protocol(self) -> Protocol:
         return Protocol(warmup=self.warmup, min_iters=self.min_iters, min_time_s=self.min_time_s,

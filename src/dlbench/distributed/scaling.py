@@ -127,7 +127,7 @@ class Session:
 
 # --- one cell ---------------------------------------------------------------------------------------
 def _job(cell: Cell, suite: Suite) -> dict[str, Any]:
-    protocol = {k: v for k, v in suite.protocol.model_dump().items() if k != "timeout_s"}
+    protocol = suite.protocol.timer_fields()
     job = {**cell.to_dict(), "seed": suite.seed, "protocol": protocol, "global_batch": cell.global_batch,
            "per_worker_batch": cell.per_worker_batch, "ps_shards": suite.distributed.ps_shards,
            "collective_timeout_s": max(10.0, min(suite.protocol.timeout_s / 2, 300.0))}

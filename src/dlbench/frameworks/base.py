@@ -26,11 +26,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dlbench.data.synthetic import Batch
+from dlbench.measure.profile import ProfileTrace
 from dlbench.models.spec import ModelSpec
 from dlbench.weights import Weights
 
@@ -158,6 +160,11 @@ class Backend(ABC):
     def predictor(self, model: Any) -> Callable[[Any], Any]:
         """``predict(placed_batch) -> output`` in inference mode (eval-mode BN, no dropout)."""
         raise UnsupportedError(f"{self.name} has no predictor for the convergence scenario yet")
+
+    def profile(self, run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace:
+        """``calls`` calls of ``run``, each synced, under the framework's own profiler, its Chrome trace
+        written in ``outdir`` (dlbench.measure.profile); made after the timed calls, never during them."""
+        raise UnsupportedError(f"{self.name} has no profiler wired into dlbench")
 
     def peak_device_memory(self, device: str) -> dict[str, int]:
         """Allocator peak on an accelerator, in bytes; empty on the CPU."""

@@ -46,6 +46,7 @@ if "keras" not in sys.modules:
 XLA_CACHE = set_tf_xla_cache()
 
 from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import keras  # noqa: E402
@@ -55,7 +56,8 @@ import tensorflow as tf  # noqa: E402
 from dlbench.data.synthetic import Batch  # noqa: E402
 from dlbench.frameworks import keras_model as km  # noqa: E402
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
-from dlbench.frameworks.tf_util import set_tf_threads, sync_tf, tf_device, tf_info  # noqa: E402
+from dlbench.frameworks.tf_util import set_tf_threads, sync_tf, tf_device, tf_info, tf_profile  # noqa: E402
+from dlbench.measure.profile import ProfileTrace  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
 from dlbench.weights import Weights  # noqa: E402
 
@@ -188,6 +190,9 @@ class TensorFlowBackend(Backend):
 
     def sync(self, out: Any) -> None:
         sync_tf()
+
+    def profile(self, run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace:
+        return tf_profile(run, calls, outdir)
 
     def to_numpy(self, out: Any) -> np.ndarray:
         if isinstance(out, tuple | list):

@@ -4,12 +4,15 @@ device names, the sync barrier, thread pools and build facts. Imports TensorFlow
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import keras
 import tensorflow as tf
 
 from dlbench.frameworks.base import UnsupportedError
+from dlbench.measure.profile import ProfileTrace, complete_events, write_trace, xspace_events
 
 
 def tf_device(device: str) -> str:
@@ -62,3 +65,24 @@ def set_tf_threads(n: int) -> dict[str, Any]:
     if note:
         out["note"] = note
     return out
+
+
+def tf_profile(run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace:
+    """TensorFlow's profiler over the calls: its XSpace (``*.xplane.pb``, what TensorBoard's profile
+    plug-in reads) converted to a Chrome trace; operations are the events TensorFlow gives an op type
+    (``matmul:MatMul``), XLA clusters included."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    tf.profiler.experimental.start(str(outdir))
+    try:
+        for _ in range(calls):
+            run()
+            sync_tf()
+    finally:
+        tf.profiler.experimental.stop()
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(max(outdir.glob("plugins/profile/*/*.xplane.pb")).read_bytes())
+    events = xspace_events(space)
+    path = write_trace(events, outdir / "trace.json")
+    return ProfileTrace(path, complete_events(events, lambda e: "op_type" in e.get("args", {})),
+                        f"tf.profiler (tensorflow {tf.__version__})")

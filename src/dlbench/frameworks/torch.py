@@ -20,6 +20,7 @@ Fast path and fairness settings:
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from torch import nn
 
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.weights import Weights
@@ -365,6 +367,20 @@ class TorchBackend(Backend):
     def sync(self, out: Any) -> None:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
+
+    def profile(self, run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace:
+        """torch.profiler over the calls (CUDA kernels too once CUDA is in use); operations are its
+        ``cpu_op`` events (aten::*) and GPU ``kernel`` events."""
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(calls):
+                self.sync(run())
+        path = outdir / "trace.json"
+        prof.export_chrome_trace(str(path))
+        ops = complete_events(read_trace(path), lambda e: e.get("cat") in ("cpu_op", "kernel"))
+        return ProfileTrace(path, ops, f"torch.profiler (torch {torch.__version__})")
 
     def to_numpy(self, out: Any) -> np.ndarray:
         return out.detach().float().cpu().numpy()

@@ -15,8 +15,6 @@ import html
 from collections.abc import Iterable
 from typing import Any
 
-from dlbench.report.latency import INTRO as LATENCY_INTRO
-from dlbench.report.layers import INTRO as LAYERS_INTRO
 from dlbench.report.plots import Plot, Skipped
 from dlbench.report.tables import Footnote, ReportContent, Table, Value
 
@@ -150,16 +148,12 @@ def render_report(content: ReportContent, plots: list[Plot], skipped: list[Skipp
                          "compares the training loss step by step with the reference framework (repeat 0).")]
         for t in content.convergence:
             body += [el("h3", t.title), table_html(t)]
-    if content.layers:
-        body += [el("h2", "Where the time goes"), el("p", LAYERS_INTRO)]
-        for t in content.layers:
+    for section in content.sections:
+        body += [el("h2", section.title), el("p", section.intro)]
+        for t in section.tables:
             body += [el("h3", t.title), table_html(t)]
-        if content.explanations:
-            body += [el("h3", "The largest gaps, part by part"), el("pre", "\n\n".join(content.explanations))]
-    if content.latency:
-        body += [el("h2", "Latency and load"), el("p", LATENCY_INTRO)]
-        for t in content.latency:
-            body += [el("h3", t.title), table_html(t)]
+        if section.text and section.text[1]:
+            body += [el("h3", section.text[0]), el("pre", "\n\n".join(section.text[1]))]
     if content.verification:
         body += [el("h3", "Equivalence gate: not passed"), kv_table(content.verification)]
     body.append(el("h2", "Plots"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from dlbench.report.plots import Plot, Skipped, _by, _figure, _safe, _svg
-from dlbench.report.tables import DASH, Column, Table, Value, fmt_num
+from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_num
 from dlbench.results import CellResult, RunResults
 from dlbench.scenarios.latency import tail
 
@@ -28,6 +28,10 @@ def _latency_cells(res: RunResults) -> list[CellResult]:
 
 def _loadgen_cells(res: RunResults) -> list[CellResult]:
     return [c for c in res.cells if c.ok and c.cell.scenario.startswith("loadgen-") and "loadgen" in c.cell.metrics]
+
+
+def section(res: RunResults) -> Section:
+    return Section("Latency and load", INTRO, latency_tables(res))
 
 
 def latency_tables(res: RunResults) -> list[Table]:

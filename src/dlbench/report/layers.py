@@ -16,7 +16,7 @@ from typing import Any
 from dlbench.errors import UsageError
 from dlbench.models import UnknownModelError, get_model
 from dlbench.models.split import parse_part, split
-from dlbench.report.tables import DASH, Column, Table, Value, fmt_num
+from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_num
 from dlbench.results import CellResult, RunResults
 
 #: what the report's section says before its tables
@@ -240,3 +240,9 @@ def report_explanations(res: RunResults) -> list[str]:
         for e in explain(res, fast, slow, model, scenario, threads):
             lines.append(e.text(top=3))
     return lines
+
+
+def section(res: RunResults) -> Section:
+    """The report's "Where the time goes": the per-part tables, then the largest gaps explained."""
+    return Section("Where the time goes", INTRO, layer_tables(res),
+                   ("The largest gaps, part by part", report_explanations(res)))

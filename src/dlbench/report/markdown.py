@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import html
 
-from dlbench.report.latency import INTRO as LATENCY_INTRO
-from dlbench.report.layers import INTRO as LAYERS_INTRO
 from dlbench.report.plots import Plot, Skipped
 from dlbench.report.tables import ReportContent, Table, Value
 
@@ -59,16 +57,12 @@ def render_markdown(content: ReportContent, plots: list[Plot], skipped: list[Ski
                 "dlbench over the full splits in eval mode.", ""]
         for t in content.convergence:
             out += [f"### {md(t.title)}", ""] + table_md(t)
-    if content.layers:
-        out += ["## Where the time goes", "", LAYERS_INTRO, ""]
-        for t in content.layers:
+    for section in content.sections:
+        out += [f"## {md(section.title)}", "", section.intro, ""]
+        for t in section.tables:
             out += [f"### {md(t.title)}", ""] + table_md(t)
-        if content.explanations:
-            out += ["### The largest gaps, part by part", "", "```", *content.explanations, "```", ""]
-    if content.latency:
-        out += ["## Latency and load", "", LATENCY_INTRO, ""]
-        for t in content.latency:
-            out += [f"### {md(t.title)}", ""] + table_md(t)
+        if section.text and section.text[1]:
+            out += [f"### {md(section.text[0])}", "", "```", *section.text[1], "```", ""]
     if content.verification:
         out += ["### Equivalence gate: not passed", ""] + [f"- {md(k)}: {md(v)}" for k, v in content.verification]
         out.append("")

@@ -82,9 +82,22 @@ class ReportContent:
     warnings: list[tuple[str, str]]  # (cell key, warning)
     verification: list[tuple[str, str]]  # (framework/variant/model/device, verdict and reason) for non-passes
     convergence: list[Table] = field(default_factory=list)  # final accuracy, time-to-accuracy; the agreement check
-    latency: list[Table] = field(default_factory=list)  # percentiles and LoadGen (dlbench.report.latency)
-    layers: list[Table] = field(default_factory=list)  # per-part breakdowns (dlbench.report.layers)
-    explanations: list[str] = field(default_factory=list)  # the fastest against the slowest, part by part
+    #: the scenario-specific sections after the results (layers, latency, profiles), each from its own module
+    sections: list[Section] = field(default_factory=list)
+
+
+@dataclass
+class Section:
+    """A report section a module of ``dlbench.report`` makes: its tables, then preformatted text."""
+
+    title: str
+    intro: str
+    tables: list[Table]
+    #: (sub-title, lines) shown preformatted after the tables
+    text: tuple[str, list[str]] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.tables or (self.text and self.text[1]))
 
 
 class _Notes:

@@ -134,7 +134,7 @@ class Scenario(ABC):
         """The job a measuring process gets for this cell (JSON-serialisable)."""
         return {"kind": "scenario", **cell.to_dict(), "seed": suite.seed, "data_dir": suite.data_dir,
                 "convergence": suite.convergence.model_dump(),
-                "protocol": {k: v for k, v in suite.protocol.model_dump().items() if k != "timeout_s"}}
+                "protocol": suite.protocol.timer_fields()}
 
     def estimate(self, cell: Cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
         """A rough guess at the cell's wall time before anything is measured (``dlbench run --dry-run``

@@ -17,7 +17,11 @@ A framework that has only these declares which per-batch scenario each stands in
 ``predict`` and ``epoch`` instead, in their own, clearly labelled columns.
 
 The parent starts ``repeats`` fresh processes per cell; each builds the model, places the batch,
-makes the closure (untimed) and times it (:func:`dlbench.measure.timer.time_callable`).
+makes the closure (untimed) and times it (:func:`dlbench.measure.timer.time_callable`). With
+``protocol.profile_calls`` (``--profile``) the first process then runs that many more calls under the
+framework's profiler (:mod:`dlbench.measure.profile`): after the timed calls, so no sample holds the
+profiler's cost; the trace is kept in the cell's artifact directory and the operations table in its
+metrics.
 """
 
 from __future__ import annotations
@@ -25,16 +29,18 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.measure.memory import current_rss_bytes, nvml_used_bytes, peak_rss_bytes
+from dlbench.measure.profile import profile_closure
 from dlbench.measure.stats import summarize
 from dlbench.measure.timer import Protocol, time_callable
 from dlbench.models.spec import ModelSpec
-from dlbench.scenarios.base import CellOutcome, Context, Scenario, run_in_turn
+from dlbench.scenarios.base import CellOutcome, Context, Scenario, cell_artifacts, run_in_turn
 from dlbench.scenarios.prepare import prepare, versions
 from dlbench.store import Sample
 
@@ -71,7 +77,12 @@ class Timed(Scenario):
     def measure(self, cell, ctx: Context) -> CellOutcome:
         suite = ctx.suite
         out = CellOutcome("ok")
-        jobs = (self.job(cell, suite) for _ in range(suite.protocol.repeats))
+        jobs = [self.job(cell, suite) for _ in range(suite.protocol.repeats)]
+        outdir = cell_artifacts(cell, ctx)
+        if suite.protocol.profile_calls and outdir is not None:
+            jobs[0]["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir / "profile")}
+        elif suite.protocol.profile_calls:
+            out.warnings.append("no profile: the run has no directory to keep a trace in")
         per_repeat = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s, out)
         if out.status == "unsupported":
             return out
@@ -91,6 +102,12 @@ class Timed(Scenario):
                                      groups=[s.repeat for s in measured]).warnings + out.warnings
         if per_repeat:
             out.metrics = self.metrics(cell, per_repeat, out.warnings)
+        if per_repeat and "profile" in jobs[0]:
+            profile = per_repeat[0]["profile"]
+            if "ops" in profile:
+                out.metrics["profile"] = {**profile, "trace": f"{outdir.name}/profile/{profile['trace']}"}
+            else:
+                out.warnings.append(f"no profile: {profile['failed']}")
         return out
 
     def metrics(self, cell, per_repeat: list[dict], warnings: list[str]) -> dict[str, Any]:
@@ -135,13 +152,26 @@ class Timed(Scenario):
         build_ns = time.perf_counter_ns() - t0
         del p.weights
         timing = time_callable(fn, backend.sync, Protocol(**job["protocol"]))
+        profile = _profile(backend, fn, job["profile"]) if "profile" in job else {}
         return {
             "timing": timing.to_dict(), "build_ns": build_ns, "threads_readback": p.readback,
             "rss_before_build_bytes": rss_before, "peak_rss_bytes": peak_rss_bytes(),
             "device_memory": {**backend.peak_device_memory(device), **(nvml_used_bytes() if device != "cpu" else {})},
             "python": sys.executable, "versions": versions(backend),
             "framework_metrics": backend.cell_metrics(model), "call_samples": backend.call_samples(placed),
+            "profile": profile,
         }
+
+
+def _profile(backend: Backend, fn: Callable[[], Any], job: dict[str, Any]) -> dict[str, Any]:
+    """The profile a job asks for, or why there is none: a profiler that fails costs the cell its
+    profile, never its timings (taken before)."""
+    try:
+        return profile_closure(backend.profile, fn, job["calls"], Path(job["outdir"]))
+    except UnsupportedError as exc:
+        return {"failed": str(exc)}
+    except Exception as exc:  # the framework's profiler failed: said beside the cell's figures
+        return {"failed": f"the profiler failed: {type(exc).__name__}: {exc}"}
 
 
 FORWARD = Timed("forward", "a batch to the network's output, inference mode", 1.0)

@@ -1,0 +1,122 @@
+"""Framework profiles of a timed closure: a Chrome trace kept with the run and a top-operations table.
+
+A profile answers "which operations" where a timing answers "how long". It is taken in the first
+measuring process of a cell, after its timed calls and never during them (a profiler's hooks cost
+time; the timed samples hold none of it), over a few more calls of the same closure. Each backend
+runs its framework's own profiler (``Backend.profile``) and returns the trace it wrote, in the Chrome
+trace event format (``{"traceEvents": [...]}``, which chrome://tracing and Perfetto read), and which
+of its events are operations; this module turns those into the table: per operation name its calls,
+self time (its duration minus that of the operations nested in it on the same thread) and total time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+#: operations kept in the stored table (the trace file keeps every event)
+TOP = 25
+
+
+@dataclass(frozen=True)
+class ProfileTrace:
+    """What a backend's profiler left: the trace file and the events that are operations."""
+
+    path: Path
+    ops: list[dict[str, Any]]
+    #: the profiler, as the framework names it (e.g. ``torch.profiler``)
+    tool: str
+
+
+@dataclass(frozen=True)
+class OpTime:
+    name: str
+    calls: int
+    self_us: float
+    total_us: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    """The events of a Chrome trace file (plain or gzipped JSON; an object with ``traceEvents`` or a
+    bare list, both forms the format allows)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        data = json.load(f)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def write_trace(events: Iterable[dict[str, Any]], path: Path) -> Path:
+    path.write_text(json.dumps({"traceEvents": list(events), "displayTimeUnit": "ms"}))
+    return path
+
+
+def complete_events(events: Iterable[dict[str, Any]], keep: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    """The complete (``ph == "X"``) events ``keep`` selects."""
+    return [e for e in events if e.get("ph") == "X" and "dur" in e and keep(e)]
+
+
+def op_table(ops: list[dict[str, Any]]) -> list[OpTime]:
+    """Operations by self time, largest first: a nested operation's time is its parent's total, not
+    its parent's self time (torch's ``aten::linear`` holds its ``aten::addmm``)."""
+    self_us: dict[str, float] = {}
+    total_us: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    by_thread: dict[tuple, list[dict[str, Any]]] = {}
+    for e in ops:
+        by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    for events in by_thread.values():
+        events.sort(key=lambda e: (float(e["ts"]), -float(e["dur"])))
+        stack: list[tuple[float, str]] = []  # (end time, name) of the enclosing operations
+        for e in events:
+            start, dur, name = float(e["ts"]), float(e["dur"]), str(e["name"])
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            if stack:  # nested: its time is not its parent's own
+                self_us[stack[-1][1]] -= dur
+            self_us[name] = self_us.get(name, 0.0) + dur
+            total_us[name] = total_us.get(name, 0.0) + dur
+            calls[name] = calls.get(name, 0) + 1
+            stack.append((start + dur, name))
+    rows = [OpTime(n, calls[n], max(self_us[n], 0.0), total_us[n]) for n in calls]
+    return sorted(rows, key=lambda r: -r.self_us)
+
+
+def profile_closure(profile: Callable[[Callable[[], Any], int, Path], ProfileTrace], fn: Callable[[], Any],
+                    calls: int, outdir: Path) -> dict[str, Any]:
+    """Run ``calls`` calls of ``fn`` under a backend's profiler writing into ``outdir``; what a cell
+    stores: the trace file (relative to ``outdir``), the profiler, every operation's self time summed and
+    the :data:`TOP` operations."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    trace = profile(fn, calls, outdir)
+    table = op_table(trace.ops)
+    return {"trace": str(trace.path.relative_to(outdir)), "tool": trace.tool, "calls": calls,
+            "self_us_total": sum(r.self_us for r in table), "ops": [r.to_dict() for r in table[:TOP]]}
+
+
+def xspace_events(space: Any) -> list[dict[str, Any]]:
+    """Chrome trace events from an XSpace (the protobuf TensorFlow's and XLA's profilers write as
+    ``*.xplane.pb``): one process per plane, one thread per line; an event's metadata display name
+    (TensorFlow's op type, e.g. ``MatMul``) is kept as ``args.op_type``."""
+    events: list[dict[str, Any]] = []
+    for pid, plane in enumerate(space.planes):
+        events.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": plane.name}})
+        for line in plane.lines:
+            tid = line.id
+            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
+                           "args": {"name": line.display_name or line.name}})
+            origin_ps = line.timestamp_ns * 1000
+            for ev in line.events:
+                meta = plane.event_metadata[ev.metadata_id]
+                out = {"ph": "X", "pid": pid, "tid": tid, "name": meta.name,
+                       "ts": (origin_ps + ev.offset_ps) / 1e6, "dur": ev.duration_ps / 1e6}
+                if meta.display_name:
+                    out["args"] = {"op_type": meta.display_name}
+                events.append(out)
+    return events
