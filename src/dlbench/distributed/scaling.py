@@ -38,7 +38,7 @@ from dlbench.scenarios.base import CellOutcome
 from dlbench.store import Sample
 
 if TYPE_CHECKING:  # the suite model (pydantic) is the parent's; annotations only
-    from dlbench.plan import Suite
+    from dlbench.suite import Suite
 
 #: framework -> the module run by each data-parallel worker
 WORKERS = {"torch": "dlbench.distributed.torch_ddp", "jax": "dlbench.distributed.jax_dp",

@@ -33,10 +33,20 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # the registry imports this module; the caller passes the framework's entry
-    from dlbench.frameworks import FrameworkInfo
+
+class FrameworkEntry(Protocol):
+    """What building an environment reads of a framework's registry entry
+    (:class:`dlbench.frameworks.FrameworkInfo`; the registry imports this module, not the reverse)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def import_name(self) -> str: ...
+    @property
+    def distribution(self) -> str | tuple[str, ...]:
+        """The pip distribution whose version is recorded (a tuple: alternatives, the first one wins)."""
 
 RECORD = "dlbench-env.json"
 LOG = "create.log"
@@ -213,7 +223,7 @@ def _version_of(versions: dict[str, str], distribution: str | tuple[str, ...]) -
     return None
 
 
-def create(info: FrameworkInfo, python: str | None = None, force: bool = False,
+def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
            progress: Callable[[str], None] = lambda s: None) -> EnvRecord:
     """Build (or, unless ``force``, reuse) the framework's environment and record it.
 

@@ -39,10 +39,10 @@ from dlbench.models import UnknownModelError, get_model
 from dlbench.models.spec import ModelSpec
 from dlbench.store import Sample
 
-if TYPE_CHECKING:  # annotations only: results imports the registry, and a measuring process in a
-    # framework's own environment has no pydantic for the suite model
-    from dlbench.plan import Suite
-    from dlbench.results import CellResult
+if TYPE_CHECKING:  # annotations only: a measuring process in a framework's own environment has no
+    # pydantic for the suite model
+    from dlbench.cell_result import CellResult
+    from dlbench.suite import Suite
 
 Progress = Callable[..., None]
 

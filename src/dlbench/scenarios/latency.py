@@ -26,9 +26,9 @@ from dlbench.scenarios.timed import make_closure
 from dlbench.store import Sample
 
 if TYPE_CHECKING:
+    from dlbench.cell_result import CellResult
     from dlbench.models.spec import ModelSpec
-    from dlbench.plan import Suite
-    from dlbench.results import CellResult
+    from dlbench.suite import Suite
 
 
 def tail(metrics: dict[str, Any]) -> list[dict[str, Any]]:

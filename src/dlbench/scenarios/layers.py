@@ -25,7 +25,7 @@ from dlbench.scenarios.base import CellOutcome, Context, Scenario
 
 if TYPE_CHECKING:
     from dlbench.cell import Cell
-    from dlbench.plan import Suite
+    from dlbench.suite import Suite
 
 #: what each part (and the whole model) is timed in, where the framework has it
 TIMED = ("forward", "gradient")

@@ -41,9 +41,9 @@ from dlbench.scenarios.prepare import prepare, real_batch, versions
 from dlbench.scenarios.timed import make_closure
 
 if TYPE_CHECKING:
+    from dlbench.cell_result import CellResult
     from dlbench.models.spec import ModelSpec
-    from dlbench.plan import Suite
-    from dlbench.results import CellResult
+    from dlbench.suite import Suite
 
 INSTALL = "pip install mlcommons-loadgen"
 #: samples LoadGen may ask for (its performance sample count): at least this, and two batches
