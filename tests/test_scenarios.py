@@ -77,18 +77,12 @@ def test_runner_worker_and_results_name_no_scenario():
 
 
 def _imports(path: Path, module: str) -> set[str]:
-    """Modules of dlbench ``module`` imports, at module level or in functions (``if TYPE_CHECKING:``
-    blocks import nothing at run time and are left out)."""
+    """Modules of dlbench ``module`` imports, at module level, in functions or for annotations only
+    (``if TYPE_CHECKING:``: a cycle there is still two modules that each need the other to be read)."""
     tree = ast.parse(path.read_text())
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
