@@ -29,6 +29,7 @@ class Prepared:
 def prepare(job: dict[str, Any]) -> Prepared:
     backend = get_backend(job["framework"])
     readback = backend.set_threads(job["threads"]) if job.get("threads") else {}
+    backend.set_precision(job.get("precision", "fp32"))
     spec = get_model(job["model"])
     weights = init_weights(spec, job.get("seed", 0))
     batch = real_batch(job, spec) if job.get("data", "synthetic") != "synthetic" else \

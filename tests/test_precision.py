@@ -1,0 +1,190 @@
+"""Precision as an axis: names and bad values, cell keys, the store's migration, the gate per precision
+(tolerances, the dtype check that catches a backend silently running float32), int8 inference only,
+and a run's summary and report at several precisions."""
+
+import json
+import sqlite3
+
+import pytest
+
+from dlbench import api
+from dlbench.cell import Cell
+from dlbench.cli import main
+from dlbench.errors import UsageError
+from dlbench.frameworks.torch import TorchBackend
+from dlbench.precision import PRECISIONS, cpu_support, parse_precisions
+from dlbench.report.build import write_report
+from dlbench.runner import gate
+from dlbench.store import Store
+from dlbench.verify import TOLERANCES, verify_model
+from tests.conftest import requires
+
+FAST = {"repeats": 1, "warmup": 1, "min_iters": 3, "min_time_s": 0.1}
+
+
+def test_precision_names_parse_and_bad_ones_are_usage_errors():
+    assert parse_precisions("fp32,bf16,fp32") == ("fp32", "bf16")
+    for bad in ("fp8", "", "bf16,", "BF16"):
+        with pytest.raises(UsageError):
+            parse_precisions(bad)
+
+
+@pytest.mark.parametrize("argv", [["run", "--precision", "fp8"], ["run", "--precision", ","],
+                                  ["verify", "--precision", "int4"]])
+def test_a_bad_precision_flag_is_one_line_and_exit_2(argv, tmp_db, capsys):
+    code = main([*argv, "--model", "lenet", "--framework", "torch", *(["--db", str(tmp_db)] if argv[0] == "run" else [])])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "precision" in err, err
+    assert not tmp_db.exists()
+
+
+def test_float32_keys_are_unchanged_and_the_gate_is_per_precision():
+    fp32 = Cell("torch", "eager", "lenet", "forward", 64, 1)
+    bf16 = Cell("torch", "eager", "lenet", "forward", 64, 1, precision="bf16")
+    assert fp32.key == "torch/eager/lenet/forward/b64/t1/cpu"  # every stored result keeps its key
+    assert bf16.key == "torch/eager/lenet/forward/b64/t1/cpu/bf16"
+    assert fp32.group != bf16.group and bf16.group[-1] == "bf16"
+
+
+def test_every_precision_has_tolerances_and_float32_keeps_its_own():
+    assert set(TOLERANCES) == set(PRECISIONS)
+    assert (TOLERANCES["fp32"].forward, TOLERANCES["fp32"].gradient, TOLERANCES["fp32"].loss) == (1e-4, 1e-3, 1e-4)
+    for name, tol in TOLERANCES.items():
+        assert tol.why and tol.forward >= TOLERANCES["fp32"].forward, name
+    assert TOLERANCES["bf16"].forward > TOLERANCES["fp16"].forward  # 8 mantissa bits against 11
+
+
+@pytest.mark.parametrize(("precision", "scenario", "device", "needle"), [
+    ("int8", "train_step", "cpu", "inference only"), ("int8", "gradient", "cpu", "inference only"),
+    ("tf32", "forward", "cpu", "GPU only")])
+def test_cells_no_framework_can_run_at_a_precision_are_unsupported_with_the_reason(precision, scenario, device, needle):
+    outcome = gate(Cell("torch", "eager", "lenet", scenario, 64, 1, device, precision=precision), {"verdict": "pass"})
+    assert outcome is not None and outcome.status == "unsupported" and needle in outcome.reason
+    assert gate(Cell("torch", "eager", "lenet", "forward", 64, 1, precision="int8"), {"verdict": "pass"}) is None
+
+
+def test_a_schema_2_database_migrates_with_every_result_at_fp32(tmp_db):
+    conn = sqlite3.connect(tmp_db)  # the version-2 schema, as dlbench wrote it before precision
+    conn.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('app', 'dlbench'), ('schema_version', '2');
+        CREATE TABLE runs (id TEXT PRIMARY KEY, started_at REAL NOT NULL, finished_at REAL, status TEXT NOT NULL,
+            suite_name TEXT, suite_json TEXT NOT NULL, argv TEXT);
+        CREATE TABLE environments (run_id TEXT PRIMARY KEY REFERENCES runs(id), data TEXT NOT NULL);
+        CREATE TABLE peaks (run_id TEXT REFERENCES runs(id), threads INTEGER, engine TEXT, gflops REAL,
+            PRIMARY KEY (run_id, threads, engine));
+        CREATE TABLE verifications (run_id TEXT REFERENCES runs(id), framework TEXT, variant TEXT, model TEXT,
+            device TEXT, verdict TEXT NOT NULL, reason TEXT, data TEXT,
+            PRIMARY KEY (run_id, framework, variant, model, device));
+        CREATE TABLE cells (id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id), key TEXT NOT NULL,
+            framework TEXT, variant TEXT, model TEXT, scenario TEXT, batch INTEGER, threads INTEGER, device TEXT,
+            data TEXT NOT NULL DEFAULT 'synthetic', status TEXT NOT NULL, reason TEXT, finished_at REAL, seconds REAL,
+            warnings TEXT, metrics TEXT, UNIQUE (run_id, key));
+        CREATE TABLE samples (cell_id INTEGER NOT NULL REFERENCES cells(id), repeat INTEGER NOT NULL,
+            idx INTEGER NOT NULL, phase TEXT NOT NULL, value_ns REAL NOT NULL, loop_k INTEGER NOT NULL DEFAULT 1);
+        CREATE TABLE leases (run_id TEXT PRIMARY KEY REFERENCES runs(id), pid INTEGER NOT NULL, host TEXT NOT NULL,
+            token TEXT NOT NULL, heartbeat REAL NOT NULL);
+        INSERT INTO runs VALUES ('r1', 0, 1, 'complete', 'old', '{"models": ["lenet"]}', NULL);
+        INSERT INTO verifications VALUES ('r1', 'torch', 'eager', 'lenet', 'cpu', 'pass', '', '{"forward_error": 1e-7}');
+        INSERT INTO cells VALUES (1, 'r1', 'torch/eager/lenet/forward/b64/t1/cpu', 'torch', 'eager', 'lenet',
+            'forward', 64, 1, 'cpu', 'synthetic', 'ok', '', 1, 1, '[]', '{}');
+        INSERT INTO samples VALUES (1, 0, 0, 'measure', 1e6, 1);
+    """)
+    conn.commit()
+    conn.close()
+    store = Store(tmp_db)
+    try:
+        assert store.version == 3
+        assert store.verifications("r1")[("torch", "eager", "lenet", "cpu", "fp32")]["verdict"] == "pass"
+        (cell,) = store.cells("r1")
+        assert cell.precision == "fp32" and cell.key == "torch/eager/lenet/forward/b64/t1/cpu"
+        assert len(store.samples(cell.id)) == 1
+        store.save_verification("r1", "torch", "eager", "lenet", "cpu", "pass", "", {}, "bf16")  # a second verdict
+        assert len(store.verifications("r1")) == 2
+    finally:
+        store.close()
+
+
+def test_the_cpu_record_says_what_is_native():
+    assert cpu_support({"avx2"})["bf16"].startswith("no ")
+    assert cpu_support({"avx2", "avx512_bf16", "avx512_vnni"}) == {
+        "bf16": "native (avx512_bf16)", "fp16": "no amx_fp16 / avx512_fp16: emulated or widened",
+        "int8": "native (avx512_vnni)"}
+
+
+class SilentFloat32(TorchBackend):
+    """Accepts bf16 and builds float32: timing it would label float32 figures bf16."""
+
+    def build(self, spec, weights, device="cpu", variant=None):
+        asked, self.precision = self.precision, "fp32"
+        try:
+            return super().build(spec, weights, device, variant)
+        finally:
+            self.precision = asked
+
+
+@requires("torch")
+def test_the_gate_catches_a_backend_that_silently_runs_float32():
+    result = verify_model(SilentFloat32(), "lenet", precision="bf16")
+    assert result.verdict == "fail" and "asked bf16: param_dtype float32 (expected bfloat16)" in result.reason
+    assert result.checks["forward"]  # its output is closer to float64 than bf16 needs: only the dtype tells
+
+
+@requires("torch")
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "amp-bf16", "amp-fp16", "int8"])
+def test_torch_passes_the_gate_at_each_precision_with_the_types_it_reports(precision):
+    result = verify_model(TorchBackend(), "lenet", precision=precision)
+    assert result.verdict == "pass", result.reason
+    assert result.precision == precision and result.forward_error > TOLERANCES["fp32"].forward  # really reduced
+    assert (result.gradient_error is None) == (precision == "int8")
+
+
+@requires("torch")
+def test_torch_int8_refuses_a_model_its_dynamic_quantization_does_not_cover():
+    result = verify_model(TorchBackend(), "resnet-56", precision="int8")
+    assert result.verdict == "unsupported" and "static quantization" in result.reason
+
+
+@requires("onnxruntime")
+def test_onnxruntime_quantizes_dynamically_and_offers_no_other_reduced_precision():
+    from dlbench.frameworks.onnxruntime import OnnxRuntimeBackend
+
+    result = verify_model(OnnxRuntimeBackend(), "lenet", precision="int8")
+    assert result.verdict == "pass" and result.dtypes == {"param_dtype": "int8", "compute_dtype": "int8"}
+    assert result.build["int8"]["weight_type"] == "QInt8"
+    assert verify_model(OnnxRuntimeBackend(), "lenet", precision="bf16").verdict == "unsupported"
+
+
+@requires("torch")
+def test_a_run_at_three_precisions_keeps_them_apart_in_summary_and_report(tmp_db, tmp_path, monkeypatch, capsys):
+    res = api.run(models=["lenet"], frameworks=["torch"], scenarios=["forward", "train_step"], threads=[1],
+                  protocol=FAST, precisions=["fp32", "bf16", "int8"], db=tmp_db)
+    status = {(c.cell.precision, c.cell.scenario): c.cell.status for c in res.cells}
+    assert status == {("fp32", "forward"): "ok", ("fp32", "train_step"): "ok", ("bf16", "forward"): "ok",
+                      ("bf16", "train_step"): "ok", ("int8", "forward"): "ok", ("int8", "train_step"): "unsupported"}
+    assert {k[4] for k in res.verifications} == {"fp32", "bf16", "int8"}
+    md = write_report(res, tmp_path / "rep", db=tmp_db).markdown.read_text()
+    assert "## Precision: speed against error" in md and "speed-up over its fp32" in md
+    assert "| torch/eager | bf16 | forward |" in md
+    assert main(["show", res.run_id, "--db", str(tmp_db), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["models"]["lenet"]
+    assert sorted(r["precision"] for r in rows) == ["bf16", "fp32", "int8"]
+    assert all((r["forward_error"] > 1e-3) == (r["precision"] != "fp32") for r in rows)
+
+
+@pytest.mark.parametrize("framework", ["fakefw"])
+def test_a_run_marks_the_silent_float32_backend_not_equivalent(framework, tmp_db, monkeypatch):
+    from pathlib import Path
+
+    from dlbench.frameworks import FRAMEWORKS, load_plugins
+
+    pytest.importorskip("torch")
+    monkeypatch.setenv("DLBENCH_PLUGINS", str(Path(__file__).parent / "fakefw.py"))
+    load_plugins()
+    try:
+        res = api.run(models=["lenet"], frameworks=[framework], variants=["fp32only"], scenarios=["forward"],
+                      threads=[1], protocol=FAST, precisions=["bf16"], db=tmp_db)
+    finally:
+        FRAMEWORKS.pop("fakefw", None)
+    (cell,) = res.cells
+    assert cell.cell.status == "not_equivalent" and "param_dtype float32" in cell.cell.reason
