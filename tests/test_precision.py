@@ -3,7 +3,6 @@
 and a run's summary and report at several precisions."""
 
 import json
-import sqlite3
 
 import pytest
 
@@ -18,6 +17,7 @@ from dlbench.runner import gate
 from dlbench.store import Store
 from dlbench.verify import TOLERANCES, verify_model
 from tests.conftest import requires
+from tests.old_schema import make_v2
 
 FAST = {"repeats": 1, "warmup": 1, "min_iters": 3, "min_time_s": 0.1}
 
@@ -64,41 +64,14 @@ def test_cells_no_framework_can_run_at_a_precision_are_unsupported_with_the_reas
 
 
 def test_a_schema_2_database_migrates_with_every_result_at_fp32(tmp_db):
-    conn = sqlite3.connect(tmp_db)  # the version-2 schema, as dlbench wrote it before precision
-    conn.executescript("""
-        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-        INSERT INTO meta VALUES ('app', 'dlbench'), ('schema_version', '2');
-        CREATE TABLE runs (id TEXT PRIMARY KEY, started_at REAL NOT NULL, finished_at REAL, status TEXT NOT NULL,
-            suite_name TEXT, suite_json TEXT NOT NULL, argv TEXT);
-        CREATE TABLE environments (run_id TEXT PRIMARY KEY REFERENCES runs(id), data TEXT NOT NULL);
-        CREATE TABLE peaks (run_id TEXT REFERENCES runs(id), threads INTEGER, engine TEXT, gflops REAL,
-            PRIMARY KEY (run_id, threads, engine));
-        CREATE TABLE verifications (run_id TEXT REFERENCES runs(id), framework TEXT, variant TEXT, model TEXT,
-            device TEXT, verdict TEXT NOT NULL, reason TEXT, data TEXT,
-            PRIMARY KEY (run_id, framework, variant, model, device));
-        CREATE TABLE cells (id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id), key TEXT NOT NULL,
-            framework TEXT, variant TEXT, model TEXT, scenario TEXT, batch INTEGER, threads INTEGER, device TEXT,
-            data TEXT NOT NULL DEFAULT 'synthetic', status TEXT NOT NULL, reason TEXT, finished_at REAL, seconds REAL,
-            warnings TEXT, metrics TEXT, UNIQUE (run_id, key));
-        CREATE TABLE samples (cell_id INTEGER NOT NULL REFERENCES cells(id), repeat INTEGER NOT NULL,
-            idx INTEGER NOT NULL, phase TEXT NOT NULL, value_ns REAL NOT NULL, loop_k INTEGER NOT NULL DEFAULT 1);
-        CREATE TABLE leases (run_id TEXT PRIMARY KEY REFERENCES runs(id), pid INTEGER NOT NULL, host TEXT NOT NULL,
-            token TEXT NOT NULL, heartbeat REAL NOT NULL);
-        INSERT INTO runs VALUES ('r1', 0, 1, 'complete', 'old', '{"models": ["lenet"]}', NULL);
-        INSERT INTO verifications VALUES ('r1', 'torch', 'eager', 'lenet', 'cpu', 'pass', '', '{"forward_error": 1e-7}');
-        INSERT INTO cells VALUES (1, 'r1', 'torch/eager/lenet/forward/b64/t1/cpu', 'torch', 'eager', 'lenet',
-            'forward', 64, 1, 'cpu', 'synthetic', 'ok', '', 1, 1, '[]', '{}');
-        INSERT INTO samples VALUES (1, 0, 0, 'measure', 1e6, 1);
-    """)
-    conn.commit()
-    conn.close()
+    make_v2(tmp_db, run_id="r1")
     store = Store(tmp_db)
     try:
         assert store.version == 3
         assert store.verifications("r1")[("torch", "eager", "lenet", "cpu", "fp32")]["verdict"] == "pass"
         (cell,) = store.cells("r1")
         assert cell.precision == "fp32" and cell.key == "torch/eager/lenet/forward/b64/t1/cpu"
-        assert len(store.samples(cell.id)) == 1
+        assert len(store.samples(cell.id)) == 2
         store.save_verification("r1", "torch", "eager", "lenet", "cpu", "pass", "", {}, "bf16")  # a second verdict
         assert len(store.verifications("r1")) == 2
     finally:
@@ -188,3 +161,22 @@ def test_a_run_marks_the_silent_float32_backend_not_equivalent(framework, tmp_db
         FRAMEWORKS.pop("fakefw", None)
     (cell,) = res.cells
     assert cell.cell.status == "not_equivalent" and "param_dtype float32" in cell.cell.reason
+
+
+@requires("torch")
+def test_convergence_trains_at_the_precision_and_is_compared_with_its_own_fp32(tmp_db):
+    """The convergence worker made its backend itself and never set the precision: its amp-bf16 losses
+    equalled the fp32 ones to the last bit."""
+    from dlbench.report.convergence import agreement
+
+    res = api.run(models=["lenet"], frameworks=["torch"], scenarios=["convergence"], threads=[1], data="digits",
+                  protocol={"repeats": 1}, convergence={"epochs": 1}, precisions=["fp32", "amp-bf16"], db=tmp_db)
+    assert all(c.ok for c in res.cells), [c.cell.reason for c in res.cells]
+    (row,) = agreement(res.cells)
+    assert (row["reference"], row["framework"]) == ("torch/eager", "torch/eager amp-bf16")
+    assert 0 < row["rel_diff_step1"] < 1e-2  # bf16 compute changes the loss, within its rounding
+
+
+def test_data_parallel_cells_at_a_reduced_precision_are_unsupported_with_the_reason():
+    outcome = gate(Cell("torch", "eager", "lenet", "scaling", 64, 1, workers=2, precision="bf16"), {"verdict": "pass"})
+    assert outcome is not None and outcome.status == "unsupported" and "float32" in outcome.reason

@@ -35,6 +35,7 @@ Precisions (dlbench.precision), each torch's own idiom:
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -268,8 +269,11 @@ class TorchModel:
         self.trainable = [p for p in net.parameters() if p.requires_grad]
         self.loss_fn = _loss_fn(spec, net)
         #: int8: the dynamically quantized copy the forward runs (the float ``net`` keeps the bindings)
-        self.qnet = torch.ao.quantization.quantize_dynamic(net.eval(), set(QUANTIZABLE), dtype=torch.qint8) \
-            if precision == "int8" else None
+        self.qnet = None
+        if precision == "int8":
+            with warnings.catch_warnings():  # torch.ao.quantization's notices that it moves to torchao
+                warnings.simplefilter("ignore")
+                self.qnet = torch.ao.quantization.quantize_dynamic(net.eval(), set(QUANTIZABLE), dtype=torch.qint8)
         infer_net = self.qnet if self.qnet is not None else net
         self.infer_fn = lambda x, mask: infer_net(x, mask)[0]
         if variant == "compile":

@@ -24,6 +24,8 @@ class Scaling(Scenario):
     requires = "train_step"
     flop_factor = 3.0
     in_summary = False
+    float32_only = ("data-parallel workers build float32 models: reduced-precision data parallelism (and its "
+                    "gradient-averaging check) is not built in dlbench")
 
     def cells(self, cell, suite) -> list:
         """A cell per (exchange, worker count). Strong scaling needs the global batch to split evenly:
