@@ -180,3 +180,11 @@ def test_convergence_trains_at_the_precision_and_is_compared_with_its_own_fp32(t
 def test_data_parallel_cells_at_a_reduced_precision_are_unsupported_with_the_reason():
     outcome = gate(Cell("torch", "eager", "lenet", "scaling", 64, 1, workers=2, precision="bf16"), {"verdict": "pass"})
     assert outcome is not None and outcome.status == "unsupported" and "float32" in outcome.reason
+
+
+def test_a_suite_file_with_an_unknown_precision_is_refused_in_one_line(tmp_path, capsys):
+    suite = tmp_path / "s.yaml"
+    suite.write_text("models: [lenet]\nframeworks: [torch]\nprecisions: [fp32, fp8]\n")
+    code = main(["run", "--suite", str(suite), "--db", str(tmp_path / "r.db"), "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "fp8" in err, err

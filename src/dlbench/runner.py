@@ -216,7 +216,7 @@ def gate(cell: Cell, verdict: dict[str, Any]) -> CellOutcome | None:
     """What its framework cannot run or the gate refused, as the cell's stored outcome (None: measure it)."""
     scenario = registry.get(cell.scenario)
     why = scenario.unsupported(FRAMEWORKS[cell.framework]) or precision_unsupported(
-        cell.precision, scenario.requires in ("gradient", "train_step"), cell.device) or (
+        cell.precision, scenario.trains, cell.device) or (
         scenario.float32_only if cell.precision != "fp32" else None)
     if why is not None:
         return CellOutcome("unsupported", why)

@@ -133,6 +133,7 @@ class Convergence(Scenario):
     name = "convergence"
     description = "E epochs on a real data set: accuracy curves, time-to-accuracy, agreement between frameworks"
     requires = "train_step"
+    trains = True
     per_iteration = False
     # accuracy curves do not depend on the thread count: train to accuracy once, on every core, unless
     # --threads asks for more (1 and all cores doubled the run's time)
