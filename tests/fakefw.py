@@ -6,7 +6,8 @@ never returns), ``oom`` (the process is SIGKILLed, as the kernel's OOM killer do
 ``broken`` (a transposed kernel: fails the equivalence gate), ``slow`` (sleeps 30% of a forward
 on top of it: a planted slowdown for compare), ``lr`` (a learning rate 10x the spec's), ``held``
 (the closure waits while the file named by ``$DLBENCH_FAKE_HOLD`` exists and lists the batch size,
-then runs as ``ok``: a test holds a cell mid-measurement for as long as it needs, and releases it).
+then runs as ``ok``: a test holds a cell mid-measurement for as long as it needs, and releases it),
+``fp32only`` (accepts any precision and silently builds float32: the gate's precision check must catch it).
 """
 
 import os
@@ -16,8 +17,8 @@ import time
 from dlbench.frameworks import FrameworkInfo
 
 FRAMEWORK_INFO = FrameworkInfo("fakefw", __file__, "torch", "torch",
-                               ("ok", "crash", "hang", "oom", "broken", "slow", "lr", "held"), "test double (torch)",
-                               devices=("cpu", "cuda"))
+                               ("ok", "crash", "hang", "oom", "broken", "slow", "lr", "held", "fp32only"),
+                               "test double (torch)", devices=("cpu", "cuda"))
 
 
 def _backend():
@@ -41,10 +42,13 @@ def _backend():
             self.mode = variant or "ok"
             self.builder_class = TransposedKernel if self.mode == "broken" else Builder
             saved, self.variants = self.variants, TorchBackend.variants
+            asked = self.precision
+            if self.mode == "fp32only":
+                self.precision = "fp32"
             try:
                 return super().build(spec, weights, device, "eager")
             finally:
-                self.variants = saved
+                self.variants, self.precision = saved, asked
 
         def _wrap(self, fn, batch):
             """Misbehave from a closure's second call on: the equivalence gate calls each closure once,

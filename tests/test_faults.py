@@ -23,8 +23,9 @@ import pytest
 
 from dlbench import lease
 from dlbench.cli import main
-from dlbench.store import Store
+from dlbench.store import SCHEMA_VERSION, Store
 from tests.conftest import FAKE, requires
+from tests.old_schema import make_v2
 
 pytestmark = requires("torch")
 
@@ -317,9 +318,7 @@ def test_a_recycled_pid_does_not_keep_a_run_alive(tmp_db):
 
 
 def test_a_database_from_before_leases_opens_and_is_migrated(tmp_db):
-    store = Store(tmp_db)
-    run_id = store.create_run("old", {"models": ["lenet"]})
-    store.close()
+    run_id = make_v2(tmp_db, status="running")  # version 2 less its leases is version 1
     conn = sqlite3.connect(tmp_db)
     with conn:
         conn.execute("DROP TABLE leases")
@@ -332,7 +331,7 @@ def test_a_database_from_before_leases_opens_and_is_migrated(tmp_db):
     finally:
         store.close()
     conn = sqlite3.connect(tmp_db)
-    assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("2",)
+    assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
     assert conn.execute("SELECT COUNT(*) FROM leases").fetchone() == (0,)
     conn.close()
 

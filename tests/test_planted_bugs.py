@@ -132,3 +132,21 @@ def test_gate_still_catches_a_one_percent_gradient_error_where_directions_are_re
     result = verify_model(ScaledGradient(), model)
     assert result.verdict == "fail"
     assert "gradient error" in result.reason, result.reason
+
+
+class OverflowedGradient(TorchBackend):
+    """One gradient entry overflowed to inf (a float16 backward without enough loss scaling)."""
+
+    def loss_and_grads(self, model, batch):
+        loss, grads = super().loss_and_grads(model, batch)
+        first = next(iter(grads))
+        grads[first] = grads[first].copy()
+        grads[first].flat[0] = np.inf
+        return loss, grads
+
+
+def test_gate_fails_a_non_finite_gradient():
+    """The gradient check's floor is relative to the gradient's norm: an infinite norm made every
+    direction's error inf/inf = NaN, which no comparison fails, and the gate passed."""
+    result = verify_model(OverflowedGradient(), "lenet")
+    assert result.verdict == "fail" and "non-finite gradient" in result.reason, result.reason

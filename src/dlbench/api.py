@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import product
 from pathlib import Path
 
 from dlbench import envs, flags, resolve, runner
@@ -15,28 +16,31 @@ from dlbench.verify import VerifyResult
 
 
 def verify(models: list[str] | None = None, frameworks: list[str] | None = None, variants: list[str] | None = None,
-           device: str = "cpu", threads: int | str | None = None, timeout_s: float = 1800.0) -> list[VerifyResult]:
-    """Run the equivalence gate, one fresh process per (framework, variant), in the framework's
-    environment's interpreter when it has one (``dlbench envs``). Input is resolved as :func:`run`
-    resolves it (:mod:`dlbench.resolve`); ``threads`` is one count, ``all`` or ``half``."""
+           device: str = "cpu", threads: int | str | None = None, timeout_s: float = 1800.0,
+           precisions: list[str] | None = None) -> list[VerifyResult]:
+    """Run the equivalence gate, one fresh process per (framework, variant, precision), in the
+    framework's environment's interpreter when it has one (``dlbench envs``). Input is resolved as
+    :func:`run` resolves it (:mod:`dlbench.resolve`); ``threads`` is one count, ``all`` or ``half``;
+    ``precisions`` default to float32 (dlbench.precision)."""
     models = resolve.models(models)
     frameworks = resolve.frameworks(frameworks)
     chosen = resolve.variant_map(frameworks, variants) if variants is not None else {}
     resolve.devices(frameworks, [device])
     threads = resolve.thread_count(threads)
     timeout_s = resolve.timeout(timeout_s)
+    precisions = resolve.precisions(precisions)
     results: list[VerifyResult] = []
-    for fw in frameworks:
+    for fw, precision in product(frameworks, precisions):
         for variant in resolve.variants(fw, chosen.get(fw)):
             job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
-                   "threads": threads}
+                   "threads": threads, "precision": precision}
             outcome = run_job(job, timeout_s=timeout_s, threads=threads, python=envs.python_for(fw),
                               extra_env=FRAMEWORKS[fw].variant_env.get(variant))
             if outcome.status == "ok":
                 results += [VerifyResult(**r) for r in outcome.result["results"]]
             else:
-                results += [VerifyResult(model=m, framework=fw, variant=variant, verdict="fail", reason=outcome.reason)
-                            for m in models]
+                results += [VerifyResult(model=m, framework=fw, variant=variant, verdict="fail", reason=outcome.reason,
+                                         precision=precision) for m in models]
     return results
 
 
@@ -45,20 +49,23 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
         threads: list[int | str] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
         seed: int | None = None, data: str | None = None, data_dir: str | None = None, convergence: dict | None = None,
         db: str | Path = DEFAULT_DB, resume: str | None = None, progress=None, argv: list[str] | None = None,
-        distributed: dict | None = None, serving: dict | None = None) -> RunResults:
+        distributed: dict | None = None, serving: dict | None = None,
+        precisions: list[str] | None = None) -> RunResults:
     """Run a suite (the built-in ``quick`` by default) and return its analysed results.
 
     Mirrors ``dlbench run``: ``suite`` is a name, a YAML file or a :class:`~dlbench.plan.Suite`; flags
     override the suite's axes; ``resume`` finishes a stored run; ``distributed`` sets the scaling
     scenario's options (workers, scaling, exchange, launcher, cluster); ``serving`` the latency and
-    LoadGen scenarios' (:class:`~dlbench.plan.ServingModel`). A resumed run is measured as
+    LoadGen scenarios' (:class:`~dlbench.plan.ServingModel`); ``precisions`` the numeric precisions
+    (dlbench.precision). A resumed run is measured as
     it was stored: any other setting given with ``resume`` is refused."""
     kwargs = {"progress": progress} if progress else {}
     if resume:
         settings = {"suite": suite, "models": models, "frameworks": frameworks, "variants": variants,
                     "scenarios": scenarios, "batches": batches, "threads": threads, "devices": devices,
                     "protocol": protocol, "seed": seed, "data": data, "data_dir": data_dir,
-                    "convergence": convergence, "distributed": distributed, "serving": serving}
+                    "convergence": convergence, "distributed": distributed, "serving": serving,
+                    "precisions": precisions}
         given = [name for name, value in settings.items() if value is not None]
         if given:
             raise UsageError(f"resume measures run {resume} as it was stored; it takes no {', '.join(given)}")
@@ -67,7 +74,7 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
         s = flags.build_suite(suite, models=models, frameworks=frameworks, variants=variants, scenarios=scenarios,
                                batches=batches, threads=threads, devices=devices, protocol=protocol, seed=seed,
                                data=data, data_dir=data_dir, convergence=convergence, distributed=distributed,
-                               serving=serving)
+                               serving=serving, precisions=precisions)
         handle = runner.start(s, db, argv, **kwargs)
     return results(handle.run_id, db)
 

@@ -26,10 +26,13 @@ class Cell:
     exchange: str = ""  # allreduce, ps-sync, ps-async
     launcher: str = "subprocess"  # subprocess (one node), torchrun (nodes joined by --rdzv-endpoint), ray
     cluster: str = ""  # "" (loopback) or "netns" (one worker per network namespace)
+    precision: str = "fp32"  # dlbench.precision: fp32, bf16, fp16, amp-bf16, amp-fp16, int8, tf32
 
     @property
     def key(self) -> str:
         key = f"{self.framework}/{self.variant}/{self.model}/{self.scenario}/b{self.batch}/t{self.threads}/{self.device}"
+        if self.precision != "fp32":  # float32 cells keep the keys they had before precision was an axis
+            key += f"/{self.precision}"
         if self.data != "synthetic":
             key += f"/{self.data}"
         if self.scaling or self.workers != 1:  # a data-parallel cell (scaling scenario)
@@ -50,9 +53,9 @@ class Cell:
         return self.per_worker_batch * self.workers
 
     @property
-    def group(self) -> tuple[str, str, str, str]:
-        """What one verification covers."""
-        return (self.framework, self.variant, self.model, self.device)
+    def group(self) -> tuple[str, str, str, str, str]:
+        """What one verification covers: the gate is per precision too."""
+        return (self.framework, self.variant, self.model, self.device, self.precision)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -39,7 +39,8 @@ class CellResult:
         c = self.cell
         return {
             "key": c.key, "framework": c.framework, "variant": c.variant, "model": c.model, "scenario": c.scenario,
-            "batch": c.batch, "threads": c.threads, "device": c.device, "data": c.data, "status": c.status,
+            "batch": c.batch, "threads": c.threads, "device": c.device, "data": c.data, "precision": c.precision,
+            "status": c.status,
             "reason": c.reason,
             "verified": self.verified, "warnings": c.warnings,
             "time_ms": self.time_ms.to_dict() if self.time_ms else None,

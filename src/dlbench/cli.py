@@ -71,25 +71,27 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise UsageError(f"--threads: verify takes one thread count, got {args.threads!r}")
     results = verify(models=names(args.model, "--model"), frameworks=names(args.framework, "--framework"),
                      variants=names(args.variant, "--variant"), device=args.device,
-                     threads=None if threads is None else threads[0], timeout_s=args.timeout)
+                     threads=None if threads is None else threads[0], timeout_s=args.timeout,
+                     precisions=names(args.precision, "--precision"))
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:
         table = Table(title="equivalence gate")
-        for col in ("model", "framework", "variant", "params (spec / framework)", "forward err", "gradient err",
-                    "verdict"):
+        for col in ("model", "framework", "variant", "precision", "params (spec / framework)", "forward err",
+                    "gradient err", "verdict"):
             table.add_column(col)
         for r in results:
             fw = "-" if r.framework_params is None else f"{r.framework_params:,}"
             extra = f" (+{r.params_extra:,} documented)" if r.params_extra else ""
             verdict = {"pass": Text("pass", "green"), "unsupported": Text("unsupported", "yellow")}.get(
                 r.verdict, Text("FAIL", "red"))
-            table.add_row(*texts(r.model, r.framework, r.variant, f"{r.spec_params:,} / {fw}{extra}",
+            table.add_row(*texts(r.model, r.framework, r.variant, r.precision, f"{r.spec_params:,} / {fw}{extra}",
                                  _fmt_err(r.forward_error), _fmt_err(r.gradient_error), verdict))
         console.print(table)
         for r in results:
             if r.reason:
-                console.print(f"[bold]{escape(f'{r.model} / {r.framework} / {r.variant}')}[/]: {escape(r.reason)}",
+                console.print(f"[bold]{escape(f'{r.model} / {r.framework} / {r.variant} / {r.precision}')}[/]: "
+                              f"{escape(r.reason)}",
                               highlight=False)
     return 0 if all(r.verdict in ("pass", "unsupported") for r in results) else 1
 
@@ -115,6 +117,7 @@ def build_parser() -> Parser:
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N where the framework has it")
     p.add_argument("--threads", help="one thread count, 'all' or 'half' of the cores (default: the framework's)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per framework")
+    p.add_argument("--precision", help="comma-separated precisions (default fp32; docs/precision.md)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)
 

@@ -262,7 +262,7 @@ def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
                                    devices=names(args.device, "--device"), protocol=_protocol(args) or None,
                                    seed=args.seed, data=args.data, data_dir=args.data_dir,
                                    convergence=_convergence(args) or None, distributed=distributed_flags(args),
-                                   serving=_serving(args) or None)
+                                   serving=_serving(args) or None, precisions=names(args.precision, "--precision"))
         done = set()
     _, cells = runner.plan_cells(suite)
     todo = [c for c in cells if c.key not in done]
@@ -337,8 +337,9 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
         return 1 if res.errors else 0
     tables = summary_rows(res)
     every = [r for rows in tables.values() for r in rows]
-    axes = ("framework", "variant", "batch", "threads", "device", "data")
+    axes = ("framework", "variant", "batch", "threads", "device", "data", "precision")
     shown = [a for a in axes if a in ("framework", "variant") or len({getattr(r, a) for r in every}) > 1]
+    shown_as = {"precision": "precision_text"}
     fixed = [f"{a} {getattr(every[0], a)}" for a in axes if a not in shown] if every else []
     for model, rows in tables.items():
         scenarios = summary_scenarios(rows)
@@ -360,7 +361,7 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
                 if s in rated:
                     cols.append(r.throughput_text(s))
             mem = f"{r.peak_rss_mib:,.0f}" if r.peak_rss_mib else "–"
-            table.add_row(*texts(*(getattr(r, a) for a in shown), *cols, mem,
+            table.add_row(*texts(*(getattr(r, shown_as.get(a, a)) for a in shown), *cols, mem,
                                  {"pass": "yes", "fail": Text("NO", "red")}.get(r.verified, r.verified)))
         console.print(table)
     agree = agreement(res.cells)
@@ -452,6 +453,8 @@ def register(sub) -> None:
     p.add_argument("--batch", help="comma-separated batch sizes")
     p.add_argument("--threads", help="comma-separated thread counts; 'all' or 'half' of the cores")
     p.add_argument("--device", help="comma-separated devices (cpu, cuda)")
+    p.add_argument("--precision", help="comma-separated precisions: fp32 (default), bf16, fp16, amp-bf16, amp-fp16, "
+                                       "int8 (inference), tf32 (GPU); see docs/precision.md")
     add_protocol_flags(p)
     p.add_argument("--seed", type=int)
     p.add_argument("--epochs", type=int, help="convergence: epochs of training (default 10)")

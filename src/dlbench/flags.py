@@ -18,7 +18,8 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
                 threads: list[int | str] | None = None, devices: list[str] | None = None,
                 protocol: dict | None = None, seed: int | None = None, data: str | None = None,
                 data_dir: str | None = None, convergence: dict | None = None,
-                distributed: dict | None = None, serving: dict | None = None) -> Suite:
+                distributed: dict | None = None, serving: dict | None = None,
+                precisions: list[str] | None = None) -> Suite:
     """A suite from a name, a file or a built :class:`Suite`, and flag overrides (flags alone build one
     on the spot). None leaves an axis as the suite has it; an empty list is refused."""
     if models is not None:
@@ -57,6 +58,8 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
             base["threads"] = defaults[0]
     if devices is not None:
         base["devices"] = devices
+    if precisions is not None:
+        base["precisions"] = resolve.precisions(precisions)
     if protocol:
         base["protocol"] = {**base.get("protocol", {}), **protocol}
     if seed is not None:

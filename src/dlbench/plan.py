@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from importlib import resources
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -120,11 +121,10 @@ def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, c
                         if size not in batches:
                             batches.append(size)
                     for batch in batches:
-                        for t in threads:
-                            for device in suite.devices:
-                                base = Cell(fw, variant, model, scenario, batch, t, device, data)
-                                for cell in (cells_of(base) if cells_of else [base]):
-                                    if not _excluded(cell, suite.exclude) and cell.key not in seen:
-                                        seen.add(cell.key)
-                                        cells.append(cell)
+                        for t, device, precision in product(threads, suite.devices, suite.precisions):
+                            base = Cell(fw, variant, model, scenario, batch, t, device, data, precision=precision)
+                            for cell in (cells_of(base) if cells_of else [base]):
+                                if not _excluded(cell, suite.exclude) and cell.key not in seen:
+                                    seen.add(cell.key)
+                                    cells.append(cell)
     return cells

@@ -19,6 +19,7 @@ that silently runs float32 when asked for bf16 fails the gate rather than timing
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from dlbench.errors import UsageError
 
@@ -74,3 +75,40 @@ def expected_dtypes(name: str) -> dict[str, str]:
     """What ``Backend.precision_info`` must report for a model built at this precision."""
     p = get_precision(name)
     return {"param_dtype": p.param_dtype, "compute_dtype": p.compute_dtype}
+
+
+def unsupported(name: str, trains: bool, device: str) -> str | None:
+    """Why a cell cannot run at this precision whatever the framework (None: it may)."""
+    p = get_precision(name)
+    if p.inference_only and trains:
+        return f"{name} is {p.summary}: inference only, no training at this precision"
+    if p.accelerator_only and device == "cpu":
+        return f"{name} ({p.summary}) runs on a GPU only"
+    return None
+
+
+#: CPU flags (as Linux names them) that compute each reduced precision natively
+NATIVE = {"bf16": ("amx_bf16", "avx512_bf16"), "fp16": ("amx_fp16", "avx512_fp16"),
+          "int8": ("amx_int8", "avx512_vnni", "avx_vnni")}
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them in /proc/cpuinfo (empty elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_support(flags: frozenset[str] | set[str]) -> dict[str, str]:
+    """What the CPU does natively for each reduced precision: recorded with a run and shown beside its
+    reduced-precision cells, because a slow bf16 on a CPU without bf16 instructions is the CPU's
+    emulation (conversion to float32 around float32 arithmetic), not the framework's."""
+    out = {}
+    for kind, native in NATIVE.items():
+        have = [f for f in native if f in flags]
+        out[kind] = f"native ({', '.join(have)})" if have else f"no {' / '.join(native)}: emulated or widened"
+    return out

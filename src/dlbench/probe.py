@@ -63,7 +63,8 @@ def rows(res: RunResults) -> list[ProbeRow]:
     for c in res.cells:
         if c.cell.model not in PROBES:
             continue
-        v = res.verifications.get((c.cell.framework, c.cell.variant, c.cell.model, c.cell.device), {})
+        v = res.verifications.get((c.cell.framework, c.cell.variant, c.cell.model, c.cell.device,
+                                     c.cell.precision), {})
         kernels = v.get("framework_info", {}).get("kernels") or "not reported by the backend"
         out.append(ProbeRow(c.cell.framework, c.cell.variant, c.cell.model, c.cell.scenario, c.cell.threads,
                             c.time_ms.median if c.ok and c.time_ms else None,

@@ -17,6 +17,7 @@ from dlbench.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, installed_version
 from dlbench.models import UnknownModelError, list_models, parse_model_ref
 from dlbench.plan import Suite, check_batches, check_threads, resolve_threads
+from dlbench.precision import get_precision
 
 
 def not_empty(values: list | None, what: str) -> None:
@@ -119,6 +120,14 @@ def devices(frameworks: list[str], names: list[str]) -> list[str]:
 def _device_forms(framework: str) -> list[str]:
     declared = FRAMEWORKS[framework].devices
     return [*declared, *(f"{d}:N" for d in declared if d != "cpu")]
+
+
+def precisions(names: list[str] | None) -> list[str]:
+    """Precision names (dlbench.precision); None: float32 alone; unknown or none: a usage error."""
+    if names is None:
+        return ["fp32"]
+    not_empty(names, "precisions")
+    return list(dict.fromkeys(get_precision(n).name for n in names))
 
 
 def threads(values: list[int | str]) -> list[int | str]:

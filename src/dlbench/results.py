@@ -47,7 +47,8 @@ class RunResults:
     def to_dict(self) -> dict[str, Any]:
         return {"run": self.run, "environment": self.environment,
                 "peaks": {str(k): v for k, v in self.peaks.items()},
-                "verifications": [{"framework": k[0], "variant": k[1], "model": k[2], "device": k[3], **v}
+                "verifications": [{"framework": k[0], "variant": k[1], "model": k[2], "device": k[3],
+                                   "precision": k[4], **v}
                                   for k, v in self.verifications.items()],
                 "cells": [c.to_dict() for c in self.cells]}
 
@@ -67,7 +68,8 @@ def load_run(store: Store, run_id: str | None = None) -> RunResults:
     verifications = store.verifications(run_id)
     cells = []
     for cell in store.cells(run_id):
-        v = verifications.get((cell.framework, cell.variant, cell.model, cell.device), {}).get("verdict", "unknown")
+        v = verifications.get((cell.framework, cell.variant, cell.model, cell.device, cell.precision),
+                              {}).get("verdict", "unknown")
         rates = peaks.get(cell.threads)
         cells.append(analyse_cell(store, cell, v, max(rates.values()) if rates else None))
     return RunResults(run, store.environment(run_id), peaks, verifications, cells)

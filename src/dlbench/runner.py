@@ -31,6 +31,7 @@ from dlbench.launch.subprocess import run_job
 from dlbench.measure import environment
 from dlbench.models import get_model
 from dlbench.plan import Cell, Suite, expand, suite_from_dict
+from dlbench.precision import unsupported as precision_unsupported
 from dlbench.scenarios import registry
 from dlbench.scenarios.base import CellOutcome, Context, JobRunner, Progress
 from dlbench.store import DEFAULT_DB, Store
@@ -100,26 +101,28 @@ class RunHandle:
 def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, progress: Progress,
                    run_job: JobRunner = run_job) -> None:
     done = store.verifications(run_id)
-    groups: dict[tuple[str, str, str], list[str]] = {}
+    groups: dict[tuple[str, str, str, str], list[str]] = {}
     for c in cells:
-        if (c.framework, c.variant, c.model, c.device) not in done:
-            models = groups.setdefault((c.framework, c.variant, c.device), [])
+        if c.group not in done:
+            models = groups.setdefault((c.framework, c.variant, c.device, c.precision), [])
             if c.model not in models:
                 models.append(c.model)
-    for (fw, variant, device), models in groups.items():
-        progress("phase", text=f"verify {fw}/{variant}: {len(models)} model(s)")
+    for (fw, variant, device, precision), models in groups.items():
+        at = f" at {precision}" if precision != "fp32" else ""
+        progress("phase", text=f"verify {fw}/{variant}{at}: {len(models)} model(s)")
         job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
-               "threads": None}
+               "threads": None, "precision": precision}
         timeout = max(suite.protocol.timeout_s, 60.0) * len(models)
         o = run_job(job, timeout, None, python=envs.python_for(fw), extra_env=FRAMEWORKS[fw].variant_env.get(variant))
         if o.status == "ok":
             info = o.result.get("info", {})
             for r in o.result["results"]:
                 store.save_verification(run_id, fw, variant, r["model"], device, r["verdict"], r["reason"],
-                                        {**r, "framework_info": info})
+                                        {**r, "framework_info": info}, precision)
         else:
             for m in models:
-                store.save_verification(run_id, fw, variant, m, device, "fail", f"verification process: {o.reason}", {})
+                store.save_verification(run_id, fw, variant, m, device, "fail", f"verification process: {o.reason}", {},
+                                        precision)
 
 
 def _peak_cache() -> tuple[Path | None, dict]:
@@ -211,7 +214,10 @@ def _in_turn(todo: list[Cell], ctx: Context, verdict: Callable[[Cell], dict[str,
 
 def gate(cell: Cell, verdict: dict[str, Any]) -> CellOutcome | None:
     """What its framework cannot run or the gate refused, as the cell's stored outcome (None: measure it)."""
-    why = registry.get(cell.scenario).unsupported(FRAMEWORKS[cell.framework])
+    scenario = registry.get(cell.scenario)
+    why = scenario.unsupported(FRAMEWORKS[cell.framework]) or precision_unsupported(
+        cell.precision, scenario.trains, cell.device) or (
+        scenario.float32_only if cell.precision != "fp32" else None)
     if why is not None:
         return CellOutcome("unsupported", why)
     if verdict["verdict"] == "fail":

@@ -24,7 +24,7 @@ from typing import Any
 from dlbench.errors import UsageError
 from dlbench.lease import judge
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APP = "dlbench"
 DEFAULT_DB = Path("dlbench-results") / "results.db"
 
@@ -39,13 +39,13 @@ CREATE TABLE IF NOT EXISTS peaks (
     PRIMARY KEY (run_id, threads, engine));
 CREATE TABLE IF NOT EXISTS verifications (
     run_id TEXT REFERENCES runs(id), framework TEXT, variant TEXT, model TEXT, device TEXT,
-    verdict TEXT NOT NULL, reason TEXT, data TEXT,
-    PRIMARY KEY (run_id, framework, variant, model, device));
+    verdict TEXT NOT NULL, reason TEXT, data TEXT, precision TEXT NOT NULL DEFAULT 'fp32',
+    PRIMARY KEY (run_id, framework, variant, model, device, precision));
 CREATE TABLE IF NOT EXISTS cells (
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id), key TEXT NOT NULL,
     framework TEXT, variant TEXT, model TEXT, scenario TEXT, batch INTEGER, threads INTEGER, device TEXT,
     data TEXT NOT NULL DEFAULT 'synthetic', status TEXT NOT NULL, reason TEXT, finished_at REAL, seconds REAL,
-    warnings TEXT, metrics TEXT,
+    warnings TEXT, metrics TEXT, precision TEXT NOT NULL DEFAULT 'fp32',
     UNIQUE (run_id, key));
 CREATE TABLE IF NOT EXISTS samples (
     cell_id INTEGER NOT NULL REFERENCES cells(id), repeat INTEGER NOT NULL, idx INTEGER NOT NULL,
@@ -58,8 +58,22 @@ LEASES = """CREATE TABLE IF NOT EXISTS leases (
     run_id TEXT PRIMARY KEY REFERENCES runs(id), pid INTEGER NOT NULL, host TEXT NOT NULL, token TEXT NOT NULL,
     heartbeat REAL NOT NULL)"""
 
-#: what takes a database from version v to v + 1, one statement each (version 1 had no leases)
-MIGRATIONS = {1: [LEASES]}
+#: version 2 had no precision: every cell and verdict was float32, and a verdict's key had no
+#: precision (SQLite cannot widen a primary key in place: the table is copied)
+TO_V3 = [
+    "ALTER TABLE cells ADD COLUMN precision TEXT NOT NULL DEFAULT 'fp32'",
+    """CREATE TABLE verifications_v3 (
+    run_id TEXT REFERENCES runs(id), framework TEXT, variant TEXT, model TEXT, device TEXT,
+    verdict TEXT NOT NULL, reason TEXT, data TEXT, precision TEXT NOT NULL DEFAULT 'fp32',
+    PRIMARY KEY (run_id, framework, variant, model, device, precision))""",
+    "INSERT INTO verifications_v3 (run_id, framework, variant, model, device, verdict, reason, data) "
+    "SELECT run_id, framework, variant, model, device, verdict, reason, data FROM verifications",
+    "DROP TABLE verifications",
+    "ALTER TABLE verifications_v3 RENAME TO verifications",
+]
+
+#: what takes a database from version v to v + 1 (version 1 had no leases, version 2 no precision)
+MIGRATIONS = {1: [LEASES], 2: TO_V3}
 
 CELL_STATUSES = ("ok", "failed", "unsupported", "timeout", "not_equivalent")
 
@@ -91,6 +105,7 @@ class CellRecord:
     seconds: float
     warnings: list[str]
     metrics: dict[str, Any]
+    precision: str = "fp32"
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -386,15 +401,18 @@ class Store:
         return out
 
     def save_verification(self, run_id: str, framework: str, variant: str, model: str, device: str, verdict: str,
-                          reason: str, data: dict) -> None:
+                          reason: str, data: dict, precision: str = "fp32") -> None:
         with self.conn:
-            self.conn.execute("INSERT OR REPLACE INTO verifications VALUES (?,?,?,?,?,?,?,?)",
-                              (run_id, framework, variant, model, device, verdict, reason, json.dumps(data, default=str)))
+            self.conn.execute("INSERT OR REPLACE INTO verifications (run_id, framework, variant, model, device, "
+                              "verdict, reason, data, precision) VALUES (?,?,?,?,?,?,?,?,?)",
+                              (run_id, framework, variant, model, device, verdict, reason, json.dumps(data, default=str),
+                               precision))
 
-    def verifications(self, run_id: str) -> dict[tuple[str, str, str, str], dict]:
-        rows = self.conn.execute("SELECT framework, variant, model, device, verdict, reason, data FROM verifications "
-                                 "WHERE run_id=?", (run_id,))
-        return {(r[0], r[1], r[2], r[3]): {"verdict": r[4], "reason": r[5], **json.loads(r[6] or "{}")} for r in rows}
+    def verifications(self, run_id: str) -> dict[tuple[str, str, str, str, str], dict]:
+        """Verdicts by :attr:`dlbench.cell.Cell.group`: (framework, variant, model, device, precision)."""
+        rows = self.conn.execute("SELECT framework, variant, model, device, precision, verdict, reason, data "
+                                 "FROM verifications WHERE run_id=?", (run_id,))
+        return {tuple(r[:5]): {"verdict": r[5], "reason": r[6], **json.loads(r[7] or "{}")} for r in rows}
 
     # --- files kept with a run ---------------------------------------------------------------
     def artifacts_dir(self, run_id: str) -> Path:
@@ -410,11 +428,11 @@ class Store:
         with self.conn:
             cur = self.conn.execute(
                 "INSERT INTO cells (run_id, key, framework, variant, model, scenario, batch, threads, device, data, "
-                "status, reason, finished_at, seconds, warnings, metrics) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "status, reason, finished_at, seconds, warnings, metrics, precision) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, cell["key"], cell["framework"], cell["variant"], cell["model"], cell["scenario"], cell["batch"],
                  cell["threads"], cell["device"], cell.get("data", "synthetic"), status, reason, time.time(), seconds,
-                 json.dumps(warnings),
-                 json.dumps(metrics, default=str)))
+                 json.dumps(warnings), json.dumps(metrics, default=str), cell.get("precision", "fp32")))
             cell_id = cur.lastrowid
             self.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)",
                                   [(cell_id, s.repeat, s.idx, s.phase, s.value_ns, s.loop_k) for s in samples])
@@ -426,9 +444,9 @@ class Store:
     def cells(self, run_id: str) -> list[CellRecord]:
         rows = self.conn.execute(
             "SELECT id, run_id, key, framework, variant, model, scenario, batch, threads, device, data, status, reason, "
-            "seconds, warnings, metrics FROM cells WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
-        return [CellRecord(*r[:12], r[12] or "", r[13] or 0.0, json.loads(r[14] or "[]"), json.loads(r[15] or "{}"))
-                for r in rows]
+            "seconds, warnings, metrics, precision FROM cells WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
+        return [CellRecord(*r[:12], r[12] or "", r[13] or 0.0, json.loads(r[14] or "[]"), json.loads(r[15] or "{}"),
+                           r[16]) for r in rows]
 
     def samples(self, cell_id: int, phase: str | None = None) -> list[Sample]:
         query = "SELECT repeat, idx, phase, value_ns, loop_k FROM samples WHERE cell_id=?"

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from dlbench.distributed.cluster import ClusterError, parse_latency, parse_rate
 from dlbench.measure.timer import Protocol
+from dlbench.precision import PRECISIONS
 
 
 class ProtocolModel(BaseModel):
@@ -154,6 +155,8 @@ class Suite(BaseModel):
     batch_sizes: list[int | str] | dict[str, list[int | str]] = Field(default_factory=lambda: ["default"])
     threads: list[int | str] = Field(default_factory=lambda: [1, "all"])
     devices: list[str] = Field(default_factory=lambda: ["cpu"])
+    #: numeric precisions (dlbench.precision); every cell is measured at each
+    precisions: list[str] = Field(default_factory=lambda: ["fp32"])
     exclude: list[dict[str, Any]] = Field(default_factory=list)
     #: with ``frameworks: installed``, installed frameworks to leave out (named ones are always run)
     installed_except: list[str] = Field(default_factory=list)
@@ -171,6 +174,15 @@ class Suite(BaseModel):
         if not v:
             raise ValueError("the list names nothing")
         return v
+
+    @field_validator("precisions")
+    @classmethod
+    def _precisions(cls, v: list[str]) -> list[str]:
+        bad = [p for p in v if p not in PRECISIONS]
+        if not v or bad:
+            raise ValueError(f"unknown precision(s) {bad}; known: {', '.join(PRECISIONS)}" if bad
+                             else "the list names nothing")
+        return list(dict.fromkeys(v))
 
     @field_validator("threads")
     @classmethod

@@ -21,6 +21,12 @@ as ONNX Runtime, or H2O, which exposes no gradients) gets (a) and (b); it passes
 whose API returns class probabilities only (``output = "probabilities"``, H2O's predict) is compared
 with the softmax of the reference's output.
 
+At a reduced precision (dlbench.precision) the same checks run against the same float64 reference,
+with the tolerances of :data:`TOLERANCES` (each with why), and one more: (e) the types the framework
+reports for the built model (``Backend.precision_info``) are the precision's, so a backend that
+silently runs float32 when asked for bf16 fails with what it holds. int8 is inference only: (a), (b)
+and (e).
+
 The weights are drawn in ``verify`` mode (random biases and BN statistics) so a dropped bias or
 ignored running statistic cannot hide behind zeros and ones.
 """
@@ -38,11 +44,42 @@ from dlbench import reference
 from dlbench.data.synthetic import Batch, make_batch
 from dlbench.frameworks.base import Backend, UnsupportedError
 from dlbench.models import ModelSpec, verify_spec
+from dlbench.precision import expected_dtypes, get_precision
 from dlbench.weights import Weights, directions, init_weights
 
 FORWARD_TOL = 1e-4
 GRADIENT_TOL = 1e-3
 LOSS_TOL = 1e-4
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    forward: float
+    gradient: float
+    loss: float
+    why: str
+
+
+#: per precision: relative forward error, gradient error (as in (c)) and loss error allowed against the
+#: float64 reference. A type's unit roundoff u (float32 6e-8, float16 4.9e-4, bfloat16 3.9e-3) bounds
+#: one rounding; a network rounds at every layer and accumulates dot products of hundreds of terms, so
+#: the bound is a small multiple of u times the depth, and what the zoo measures (docs/precision.md)
+#: sits inside it. A framework that accumulates in the low type (not float32) exceeds it: a finding.
+TOLERANCES: dict[str, Tolerance] = {
+    "fp32": Tolerance(FORWARD_TOL, GRADIENT_TOL, LOSS_TOL, "float32 rounding only"),
+    "tf32": Tolerance(1e-2, 3e-2, 1e-2, "TensorFloat-32 multiplies with 10 mantissa bits, float32 accumulation"),
+    "bf16": Tolerance(2e-2, 1e-1, 1e-2, "bfloat16 keeps 8 mantissa bits (u = 3.9e-3), parameters rounded too; "
+                      "a gradient passes back through every rounded layer (ResNet-56: 56)"),
+    "amp-bf16": Tolerance(2e-2, 1e-1, 1e-2, "bfloat16 compute (u = 3.9e-3) from float32 master parameters; "
+                          "a gradient passes back through every rounded layer"),
+    "fp16": Tolerance(3e-3, 5e-2, 2e-3, "float16 keeps 11 mantissa bits (u = 4.9e-4), parameters rounded too; "
+                      "a gradient passes back through every rounded layer"),
+    "amp-fp16": Tolerance(3e-3, 5e-2, 2e-3, "float16 compute (u = 4.9e-4) from float32 master parameters; "
+                          "a gradient passes back through every rounded layer"),
+    "int8": Tolerance(5e-2, math.inf, math.inf,
+                      "int8 weights, one scale per tensor (256 levels) and activations quantized per call: "
+                      "inference only, no gradient or loss"),
+}
 DIRECTIONS = 3
 FORWARD_ONLY = "forward only (inference engine): gradient and loss checks do not apply"
 FD_STEP = 1e-6
@@ -64,6 +101,9 @@ class VerifyResult:
     params_extra_reason: str = ""
     forward_error: float | None = None
     gradient_error: float | None = None
+    precision: str = "fp32"
+    #: the types the framework reported for the built model (``Backend.precision_info``)
+    dtypes: dict = field(default_factory=dict)
     #: gradient-check directions replaced because the reference's finite difference crossed a kink
     kinked_directions: int = 0
     loss: float | None = None
@@ -102,19 +142,30 @@ def _central_difference(spec: ModelSpec, weights: Weights, v: dict[str, np.ndarr
 
 
 def verify_model(backend: Backend, model_ref: str, variant: str | None = None, device: str = "cpu",
-                 seed: int = 0) -> VerifyResult:
-    """Run checks (a)-(d); never raises: a crash is a failed verdict with its reason."""
+                 seed: int = 0, precision: str = "fp32") -> VerifyResult:
+    """Run checks (a)-(e); never raises: a crash is a failed verdict with its reason."""
     variant = variant or backend.variants[0]
     started = time.perf_counter()
     spec = verify_spec(model_ref).without_dropout()
-    res = VerifyResult(model=model_ref, framework=backend.name, variant=variant, spec_params=spec.param_count)
+    res = VerifyResult(model=model_ref, framework=backend.name, variant=variant, spec_params=spec.param_count,
+                       precision=precision)
+    tol = TOLERANCES[precision]
     failures: list[str] = []
     try:
+        backend.set_precision(precision)
         weights = init_weights(spec, seed, mode="verify")
         batch = make_batch(spec, VERIFY_BATCH, seed)
         model = backend.build(spec, weights, device, variant)
         res.build = backend.build_info(model)
         placed = backend.place(batch, model)
+
+        # (e) the precision the framework holds is the one asked for
+        res.dtypes = backend.precision_info(model)
+        expected = expected_dtypes(precision)
+        res.checks["precision"] = res.dtypes == expected
+        if not res.checks["precision"]:
+            failures.append(f"asked {precision}: " + ", ".join(
+                f"{k} {res.dtypes.get(k)} (expected {v})" for k, v in expected.items() if res.dtypes.get(k) != v))
 
         # (a) parameter count
         res.framework_params = backend.param_count(model)
@@ -134,16 +185,18 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
         out = fwd()
         backend.sync(out)
         res.forward_error = _rel(backend.to_numpy(out), ref_out)
-        res.checks["forward"] = res.forward_error <= FORWARD_TOL
+        res.checks["forward"] = res.forward_error <= tol.forward
         if not res.checks["forward"]:
-            failures.append(f"forward error {res.forward_error:.2e} > {FORWARD_TOL:g}")
+            failures.append(f"forward error {res.forward_error:.2e} > {tol.forward:g}")
 
-        # (c) gradients and (d) loss, unless the backend is an inference engine
-        forward_only = "gradient" not in backend.scenarios
+        # (c) gradients and (d) loss, unless the backend is an inference engine or the precision is
+        inference_only = get_precision(precision).inference_only
+        forward_only = "gradient" not in backend.scenarios or inference_only
         if not forward_only:
-            _check_gradients(backend, model, placed, spec, weights, batch, seed, res, failures)
+            _check_gradients(backend, model, placed, spec, weights, batch, seed, res, failures, tol)
         res.verdict = "fail" if failures else "pass"
-        only = backend.forward_only_reason or FORWARD_ONLY
+        only = (f"{precision} is inference only: gradient and loss checks do not apply" if inference_only
+                else backend.forward_only_reason or FORWARD_ONLY)
         res.reason = "; ".join([*failures, only] if forward_only else failures)
     except UnsupportedError as exc:
         res.verdict, res.reason = "unsupported", str(exc)
@@ -156,13 +209,16 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
 
 
 def _check_gradients(backend: Backend, model, placed, spec: ModelSpec, weights: Weights, batch: Batch, seed: int,
-                     res: VerifyResult, failures: list[str]) -> None:
+                     res: VerifyResult, failures: list[str], tol: Tolerance) -> None:
     """Checks (c) gradients and (d) loss, recorded on ``res``; each failed check is added to ``failures``."""
     loss, grads = backend.loss_and_grads(model, placed)
     res.loss = loss
+    inf = sorted(k for k, g in grads.items() if not np.isfinite(g).all())
+    if inf:  # the error floor below is relative to the gradient's norm: an infinite one would excuse anything
+        raise ValueError(f"non-finite gradient for {', '.join(inf[:3])}{' ...' if len(inf) > 3 else ''}")
     res.reference_loss = reference.loss(spec, weights, batch)
     loss_err = abs(loss - res.reference_loss) / max(abs(res.reference_loss), 1e-12)
-    res.checks["loss"] = math.isfinite(loss) and loss_err <= LOSS_TOL
+    res.checks["loss"] = math.isfinite(loss) and loss_err <= tol.loss
     if not res.checks["loss"]:
         failures.append(f"loss {loss:.6g} vs reference {res.reference_loss:.6g}")
     gnorm = math.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values()))
@@ -175,12 +231,12 @@ def _check_gradients(backend: Backend, model, placed, spec: ModelSpec, weights: 
         numeric = _central_difference(spec, weights, v, batch, FD_STEP)
         floor = max(0.01 * gnorm, 1e-30)
         err = abs(analytic - numeric) / max(abs(numeric), floor)
-        if err > GRADIENT_TOL:
+        if err > tol.gradient:
             # the same difference at a 10x coarser and a 10x finer step: where the loss is smooth at the
             # step's scale all three agree far below the tolerance; where they do not (a ReLU input
             # crosses zero within the step), this direction measures nothing about the framework's gradient
             spread = [_central_difference(spec, weights, v, batch, FD_STEP * f) for f in (10.0, 0.1)]
-            if max(abs(d - numeric) for d in spread) / max(abs(numeric), floor) > GRADIENT_TOL / 2:
+            if max(abs(d - numeric) for d in spread) / max(abs(numeric), floor) > tol.gradient / 2:
                 kinks += 1
                 continue
         worst = max(worst, err)
@@ -192,6 +248,6 @@ def _check_gradients(backend: Backend, model, placed, spec: ModelSpec, weights: 
         raise ValueError(f"the reference loss is not smooth within the finite-difference step along {kinks} "
                          f"of {DIRECTIONS + KINK_REDRAWS} directions: no gradient check possible")
     res.gradient_error = worst
-    res.checks["gradient"] = worst <= GRADIENT_TOL
+    res.checks["gradient"] = worst <= tol.gradient
     if not res.checks["gradient"]:
-        failures.append(f"gradient error {worst:.2e} > {GRADIENT_TOL:g}")
+        failures.append(f"gradient error {worst:.2e} > {tol.gradient:g}")

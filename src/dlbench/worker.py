@@ -39,7 +39,8 @@ def run_verify(job: dict[str, Any]) -> dict[str, Any]:
     results = []
     for model in job["models"]:
         for variant in job.get("variants") or backend.variants:
-            results.append(verify_model(backend, model, variant, job.get("device", "cpu")).to_dict())
+            results.append(verify_model(backend, model, variant, job.get("device", "cpu"),
+                                        precision=job.get("precision", "fp32")).to_dict())
     return {"results": results, "info": backend.info()}
 
 
@@ -58,9 +59,13 @@ def run_survey(job: dict[str, Any]) -> dict[str, Any]:
 
 def run_scenario(job: dict[str, Any]) -> dict[str, Any]:
     """One job of a cell: what its scenario does in a measuring process."""
+    from dlbench.frameworks.base import UnsupportedError
     from dlbench.scenarios import registry
 
-    return registry.get(job["scenario"]).work(job)
+    try:
+        return registry.get(job["scenario"]).work(job)
+    except UnsupportedError as exc:  # e.g. a precision the backend cannot build at (set in prepare)
+        return {"unsupported": str(exc)}
 
 
 JOBS = {"scenario": run_scenario, "verify": run_verify, "peak": run_peak, "survey": run_survey}

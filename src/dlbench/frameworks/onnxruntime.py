@@ -47,6 +47,17 @@ Gate rules:
   converted to canonical layout; inference never changes them.
 * ``gradient``, ``train_step`` and ``loss_and_grads`` raise :class:`UnsupportedError`: the backend
   declares ``scenarios = ("forward",)`` and the gate checks parameters and forward only.
+
+Precision ``int8``: ONNX Runtime's own post-training dynamic quantization
+(``onnxruntime.quantization.quantize_dynamic``, its defaults: int8 weights per tensor, uint8
+activations quantized per call; MatMul/Gemm, Conv, LSTM and Gather nodes become their integer forms)
+of the exported float graph, before the session is made. On a CPU without VNNI (AVX2, AVX-512
+without VNNI) the weights are quantized to 7 bits (``reduce_range=True``), as ONNX Runtime's
+quantization guide says for that case: the u8 x s8 multiply-add those CPUs have saturates its 16-bit
+sums with 8-bit weights. Recorded in ``build_info["int8"]``. Parameters are still read from the float
+export (what was quantized); ``precision_info`` counts the quantized graph's initializers by type.
+Other precisions are not offered: the exported graph is float32, and ORT's CPU provider has no
+bfloat16 kernels for most operators.
 """
 
 from __future__ import annotations
@@ -54,6 +65,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,6 +76,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
+from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks import torch as torch_backend
@@ -82,6 +95,7 @@ from dlbench.frameworks.onnx_export import (  # noqa: F401 (re-exported: the tes
     short_error,
 )
 from dlbench.models.spec import ModelSpec
+from dlbench.precision import NATIVE, cpu_flags
 from dlbench.weights import Weights
 
 NOT_TRAINABLE = ("onnxruntime is an inference engine here: the exported ONNX graph is the eval-mode forward only "
@@ -100,6 +114,8 @@ class OrtModel:
     params: dict[str, np.ndarray]
     #: exporter, opset, providers, session options, timings of export and session creation
     build_info: dict[str, Any]
+    #: initializer elements of the graph the session runs, by element type (``precision_info``)
+    elements: dict[str, int]
 
 
 class OnnxRuntimeBackend(Backend):
@@ -110,11 +126,39 @@ class OnnxRuntimeBackend(Backend):
     packages = ("onnxruntime", "onnx", "onnxscript", "torch")
     #: exporters tried in order (tests force the fallback by overriding this)
     exporters: tuple[str, ...] = EXPORTERS
+    precisions = ("fp32", "int8")
 
     def __init__(self) -> None:
         self.threads: int | None = None
+        self.precision = "fp32"
         self.exports: list[dict[str, Any]] = []
         self._torch = torch_backend.TorchBackend()
+
+    def set_precision(self, precision: str) -> None:
+        if precision not in self.precisions:
+            raise UnsupportedError(f"onnxruntime runs the float32 export or its int8 dynamic quantization here, "
+                                   f"not {precision}")
+        self.precision = precision
+
+    def graph(self, onnx_bytes: bytes) -> bytes:
+        """The graph the session runs: the export, or its int8 dynamic quantization."""
+        if self.precision != "int8":
+            return onnx_bytes
+        with tempfile.TemporaryDirectory(prefix="dlbench-int8-") as tmp:
+            out = Path(tmp) / "int8.onnx"
+            quantize_dynamic(onnx.load_from_string(onnx_bytes), out, weight_type=QuantType.QInt8,
+                             reduce_range=self.reduce_range())
+            return out.read_bytes()
+
+    def reduce_range(self) -> bool:
+        """7-bit weights where the CPU has no VNNI (ONNX Runtime's advice against u8s8 saturation)."""
+        return not any(f in cpu_flags() for f in NATIVE["int8"])
+
+    def precision_info(self, model: OrtModel) -> dict[str, str]:
+        """The element type holding most of the running graph's initializer elements (the parameters'
+        storage; the integer operators compute in it)."""
+        kind = max(model.elements, key=model.elements.__getitem__)
+        return {"param_dtype": kind, "compute_dtype": kind}
 
     # --- set-up -----------------------------------------------------------------------
     def set_threads(self, n: int) -> dict[str, Any]:
@@ -161,7 +205,8 @@ class OnnxRuntimeBackend(Backend):
                 exported, export_cache = export_cached(exporter, module, spec, weights)
                 export_s = time.perf_counter() - started
                 started = time.perf_counter()
-                session, cache = self._session(exported.onnx_bytes, providers)
+                graph = self.graph(exported.onnx_bytes)
+                session, cache = self._session(graph, providers)
                 session_s = time.perf_counter() - started
                 break
             except UnsupportedError:
@@ -178,8 +223,11 @@ class OnnxRuntimeBackend(Backend):
             "export_s": round(export_s, 3), "export_cache": export_cache, "session_s": round(session_s, 3),
             "session_ns": int(session_s * 1e9),
         }
+        if self.precision == "int8":
+            info["int8"] = {"quantizer": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
+                            "reduce_range": self.reduce_range()}
         self.exports.append({"model": spec.name, "options": dict(spec.options), **info})
-        return self.model(spec, session, device, bindings, exported, info)
+        return self.model(spec, session, device, bindings, exported, info, _elements(graph))
 
     def runtime_info(self, session: ort.InferenceSession) -> dict[str, Any]:
         """The session's settings, as built (recorded in ``build_info``)."""
@@ -188,9 +236,10 @@ class OnnxRuntimeBackend(Backend):
                 "inter_op_threads": so.inter_op_num_threads, "graph_optimization_level": "ORT_ENABLE_ALL"}
 
     def model(self, spec: ModelSpec, session: ort.InferenceSession, device: str, bindings: dict, exported: Exported,
-              info: dict[str, Any]) -> OrtModel:
+              info: dict[str, Any], elements: dict[str, int]) -> OrtModel:
         inputs = tuple(i.name for i in session.get_inputs())
-        return OrtModel(spec, session, inputs, session.get_outputs()[0].name, device, bindings, exported.params, info)
+        return OrtModel(spec, session, inputs, session.get_outputs()[0].name, device, bindings, exported.params, info,
+                        elements)
 
     def _session(self, onnx_bytes: bytes, providers: list) -> tuple[ort.InferenceSession, str]:
         """The session, and whether the optimised graph came from the cache ("hit"), went to it
@@ -290,3 +339,13 @@ def _version(module: str) -> str | None:
 
 
 Backend_ = OnnxRuntimeBackend
+
+
+def _elements(onnx_bytes: bytes) -> dict[str, int]:
+    """Initializer elements of a graph by numpy element type (uint8 counted as int8)."""
+    out: dict[str, int] = {}
+    for init in onnx.load_from_string(onnx_bytes).graph.initializer:
+        kind = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)).name
+        kind = "int8" if kind == "uint8" else kind  # 8-bit integers either way (Gather's weights are uint8)
+        out[kind] = out.get(kind, 0) + int(np.prod(init.dims))
+    return out

@@ -15,10 +15,27 @@ Fast path and fairness settings:
   valid steps do not depend on later padding), which is faster on CPU than packed sequences.
 * CUDA: written the standard way (``torch.cuda.synchronize`` as sync, allocator peak from
   ``torch.cuda.max_memory_allocated``) but untested unless a GPU run is recorded in docs.
+
+Precisions (dlbench.precision), each torch's own idiom:
+
+* ``bf16`` / ``fp16``: the module cast with ``.to(dtype)`` after the float32 weights are loaded,
+  floating inputs cast when placed; the fused SGD updates the low-precision parameters in place.
+* ``amp-bf16`` / ``amp-fp16``: float32 parameters, forward and loss under ``torch.autocast`` (the
+  backward runs outside it, as the AMP recipe says); fp16 training scales the loss with
+  ``torch.amp.GradScaler`` (``scaler.step`` unscales and skips a step with inf/NaN gradients);
+  ``gradient`` scales the loss too, and ``loss_and_grads`` divides the scale back out.
+* ``int8``: ``torch.ao.quantization.quantize_dynamic`` of the ``nn.Linear`` and ``nn.LSTM`` layers
+  (qint8 weights, one scale per tensor; activations quantized per call), inference only; torch's
+  dynamic quantization has no convolution, so a model whose parameters are mostly in convolutions is
+  ``unsupported`` (static quantization needs a calibration set dlbench does not define). torch 2.13
+  warns that this API moves to torchao.
+* ``tf32`` (CUDA only): ``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32`` on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -234,18 +251,45 @@ class Builder:
         return ResidualBlock(nn.Sequential(*body), nn.Sequential(*short), layer.post == "relu")
 
 
-class TorchModel:
-    """The built network with what the closures need: bindings, device, compiled function."""
+#: storage types of the cast precisions, and compute types of the autocast ones
+CAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+AUTOCAST = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
+#: what torch's dynamic quantization covers
+QUANTIZABLE = (nn.Linear, nn.LSTM)
 
-    def __init__(self, spec: ModelSpec, net: Seq, builder: Builder, device: torch.device, variant: str):
-        self.spec, self.net, self.device, self.variant = spec, net, device, variant
+
+class TorchModel:
+    """The built network with what the closures need: bindings, device, compiled function, and the
+    precision's context (autocast), loss scaler and quantized copy."""
+
+    def __init__(self, spec: ModelSpec, net: Seq, builder: Builder, device: torch.device, variant: str,
+                 precision: str = "fp32"):
+        self.spec, self.net, self.device, self.variant, self.precision = spec, net, device, variant, precision
         self.bindings, self.state = builder.params, builder.state
         self.trainable = [p for p in net.parameters() if p.requires_grad]
         self.loss_fn = _loss_fn(spec, net)
-        self.infer_fn = lambda x, mask: net(x, mask)[0]
+        #: int8: the dynamically quantized copy the forward runs (the float ``net`` keeps the bindings)
+        self.qnet = None
+        if precision == "int8":
+            with warnings.catch_warnings():  # torch.ao.quantization's notices that it moves to torchao
+                warnings.simplefilter("ignore")
+                self.qnet = torch.ao.quantization.quantize_dynamic(net.eval(), set(QUANTIZABLE), dtype=torch.qint8)
+        infer_net = self.qnet if self.qnet is not None else net
+        self.infer_fn = lambda x, mask: infer_net(x, mask)[0]
         if variant == "compile":
             self.loss_fn = torch.compile(self.loss_fn)
             self.infer_fn = torch.compile(self.infer_fn)
+        #: amp-fp16 training scales its loss (torch's GradScaler; it refuses float16 parameters, so a cast
+        #: fp16 model trains unscaled, as torch has no other idiom for it)
+        self.scaler = torch.amp.GradScaler(device.type) if precision == "amp-fp16" else None
+
+    def compute(self) -> Any:
+        """The context the forward and the loss run in: autocast for amp-*, nothing otherwise."""
+        dtype = AUTOCAST.get(self.precision)
+        return torch.autocast(self.device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
 
 def _loss_fn(spec: ModelSpec, net: Seq) -> Callable:
@@ -267,6 +311,15 @@ class TorchBackend(Backend):
     devices = ("cpu", "cuda")
     packages = ("torch",)
     builder_class = Builder
+    precisions = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "int8", "tf32")
+
+    def __init__(self) -> None:
+        self.precision = "fp32"
+
+    def set_precision(self, precision: str) -> None:
+        if precision not in self.precisions:
+            raise UnsupportedError(f"torch has no {precision} path in dlbench")
+        self.precision = precision
 
     def set_threads(self, n: int) -> dict[str, Any]:
         torch.set_num_threads(n)
@@ -283,8 +336,10 @@ class TorchBackend(Backend):
         if device.startswith("cuda"):
             if not torch.cuda.is_available():
                 raise UnsupportedError("CUDA is not available to this torch build")
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = self.precision == "tf32"
+            torch.backends.cudnn.allow_tf32 = self.precision == "tf32"
+        elif self.precision == "tf32":
+            raise UnsupportedError("tf32 is a CUDA (Ampere or later) matmul mode; this cell is on the CPU")
         torch.manual_seed(0)
         builder = self.builder_class()
         modules, _ = builder.sequence(spec.layers, spec.input.shape)
@@ -300,67 +355,114 @@ class TorchBackend(Backend):
                 tensor.copy_(value)
             for name, tensor in builder.state.items():
                 tensor.copy_(torch.from_numpy(weights.state[name]))
+        if self.precision in CAST:
+            net.to(CAST[self.precision])
+        if self.precision == "int8":
+            quantized = sum(p.numel() for m in net.modules() if isinstance(m, QUANTIZABLE) for p in m.parameters())
+            if 2 * quantized <= sum(p.numel() for p in net.parameters()):
+                raise UnsupportedError(
+                    f"torch's dynamic quantization covers Linear and LSTM layers, which hold {quantized:,} of "
+                    f"{spec.name}'s {spec.param_count:,} parameters (its convolutions need static quantization "
+                    "with calibration, not in dlbench)")
         net.to(torch.device(device))
-        return TorchModel(spec, net, builder, torch.device(device), variant)
+        return TorchModel(spec, net, builder, torch.device(device), variant, self.precision)
 
     def place(self, batch: Batch, model: TorchModel) -> dict[str, torch.Tensor | None]:
+        dtype = CAST.get(model.precision)
+
         def put(a: np.ndarray | None):
-            return None if a is None else torch.from_numpy(np.ascontiguousarray(a)).to(model.device)
+            if a is None:
+                return None
+            t = torch.from_numpy(np.ascontiguousarray(a)).to(model.device)
+            return t.to(dtype) if dtype is not None and t.is_floating_point() else t
         return {"x": put(batch.x), "y": put(batch.y), "mask": put(batch.mask)}
+
+    def precision_info(self, model: TorchModel) -> dict[str, str]:
+        """The parameters' storage type (int8: the type holding most parameters, quantized weights
+        counted as int8) and the type a forward's inner activations come out in, read from a forward
+        hook on the first layer with parameters, run in eval mode (batch norm's statistics untouched)
+        on a zero input of the model's shape."""
+        if model.qnet is not None:
+            packed = sum(m.weight().numel() for m in model.qnet.modules()
+                         if isinstance(m, torch.ao.nn.quantized.dynamic.Linear))
+            packed += sum(p.numel() for m in model.net.modules() if isinstance(m, nn.LSTM) for p in m.parameters())
+            kind = "int8" if 2 * packed > sum(p.numel() for p in model.net.parameters()) else "float32"
+            return {"param_dtype": kind, "compute_dtype": kind}
+        param = next(iter(model.net.parameters())).dtype
+        seen: list[torch.dtype] = []
+        layer = next(m for m in model.net.modules() if any(True for _ in m.parameters(recurse=False)))
+        hook = layer.register_forward_hook(lambda m, i, o: seen.append((o[0] if isinstance(o, tuple) else o).dtype))
+        training = model.net.training
+        model.net.eval()
+        try:
+            spec = model.spec
+            shape = (1, *spec.input.shape) if spec.input.kind != "tokens" else (1, spec.input.shape[0])
+            x = torch.zeros(shape, dtype=CAST.get(model.precision, torch.float32)
+                            if spec.input.kind != "tokens" else torch.long, device=model.device)
+            with torch.inference_mode(), model.compute():
+                model.net(x, None)
+        finally:
+            hook.remove()
+            model.net.train(training)
+        return {"param_dtype": _np_name(param), "compute_dtype": _np_name(seen[0])}
 
     def forward(self, model: TorchModel, batch) -> Callable[[], Any]:
         model.net.eval()
         infer, x, mask = model.infer_fn, batch["x"], batch["mask"]
 
         def run():
-            with torch.inference_mode():
+            with torch.inference_mode(), model.compute():
                 return infer(x, mask)
         return run
 
     def gradient(self, model: TorchModel, batch) -> Callable[[], Any]:
+        self._trains(model)
         model.net.train()
         net, loss_fn, x, y, mask = model.net, model.loss_fn, batch["x"], batch["y"], batch["mask"]
 
         def run():
             net.zero_grad(set_to_none=True)
-            loss = loss_fn(x, y, mask)
-            loss.backward()
+            with model.compute():
+                loss = loss_fn(x, y, mask)
+            model.backward(loss)
             return loss
         return run
 
     def train_step(self, model: TorchModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
-        model.net.train()
-        optimizer = torch.optim.SGD(model.trainable, lr=opt.lr, momentum=opt.momentum, fused=True)
-        loss_fn, x, y, mask = model.loss_fn, batch["x"], batch["y"], batch["mask"]
-
-        def run():
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(x, y, mask)
-            loss.backward()
-            optimizer.step()
-            return loss
-        return run
+        step = self.trainer(model, opt)
+        return lambda: step(batch)
 
     def trainer(self, model: TorchModel, opt: OptimizerSpec) -> Callable[[Any], Any]:
+        self._trains(model)
         model.net.train()
         optimizer = torch.optim.SGD(model.trainable, lr=opt.lr, momentum=opt.momentum, fused=True)
-        loss_fn = model.loss_fn
+        loss_fn, scaler = model.loss_fn, model.scaler
 
         def step(batch):
             model.net.train()
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(batch["x"], batch["y"], batch["mask"])
-            loss.backward()
-            optimizer.step()
+            with model.compute():
+                loss = loss_fn(batch["x"], batch["y"], batch["mask"])
+            if scaler is None:
+                loss.backward()
+                optimizer.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
             return loss
         return step
+
+    def _trains(self, model: TorchModel) -> None:
+        if model.qnet is not None:
+            raise UnsupportedError("int8 is post-training dynamic quantization: inference only")
 
     def predictor(self, model: TorchModel) -> Callable[[Any], Any]:
         infer = model.infer_fn
 
         def predict(batch):
             model.net.eval()
-            with torch.inference_mode():
+            with torch.inference_mode(), model.compute():
                 return infer(batch["x"], batch["mask"])
         return predict
 
@@ -393,7 +495,8 @@ class TorchBackend(Backend):
         return extra, ("nn.LSTM has a second bias per gate (bias_hh, held at zero)" if extra else "")
 
     def get_params(self, model: TorchModel) -> dict[str, np.ndarray]:
-        return {n: from_torch(t.detach().cpu().numpy()).copy() for n, (t, _, from_torch) in model.bindings.items()}
+        return {n: from_torch(t.detach().float().cpu().numpy()).copy()
+                for n, (t, _, from_torch) in model.bindings.items()}
 
     def grads_to_canonical(self, model: TorchModel) -> dict[str, np.ndarray]:
         """The trainable parameters' ``.grad`` (after a backward pass: this backend's ``gradient``, or
@@ -403,12 +506,23 @@ class TorchBackend(Backend):
             tensor, _, from_torch = model.bindings[name]
             g = tensor.grad
             grads[name] = np.zeros(tensor.shape[::-1] if from_torch is _t else tensor.shape, np.float32) \
-                if g is None else from_torch(g.detach().cpu().numpy())
+                if g is None else from_torch(g.detach().float().cpu().numpy())
         return grads
 
     def loss_and_grads(self, model: TorchModel, batch) -> tuple[float, dict[str, np.ndarray]]:
-        loss = self.gradient(model, batch)()
-        return float(loss.detach().cpu()), self.grads_to_canonical(model)
+        run = self.gradient(model, batch)
+        loss = run()
+        grads = self.grads_to_canonical(model)
+        if model.scaler is not None:  # the gradient closure scaled the loss
+            # the scale GradScaler settles on in training: halved (a skipped step each time) until the
+            # float16 backward no longer overflows
+            while not all(np.isfinite(g).all() for g in grads.values()) and model.scaler.get_scale() > 1:
+                model.scaler.update(new_scale=model.scaler.get_scale() / 2)
+                loss = run()
+                grads = self.grads_to_canonical(model)
+            scale = float(model.scaler.get_scale())
+            grads = {k: g / scale for k, g in grads.items()}
+        return float(loss.detach().float().cpu()), grads
 
     def peak_device_memory(self, device: str) -> dict[str, int]:
         if device.startswith("cuda") and torch.cuda.is_available():
@@ -437,3 +551,8 @@ def kernels() -> str:
 
 
 Backend_ = TorchBackend
+
+
+def _np_name(dtype: torch.dtype) -> str:
+    """torch's dtype as numpy names it ("bfloat16" included, which numpy itself lacks)."""
+    return str(dtype).removeprefix("torch.")

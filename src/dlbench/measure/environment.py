@@ -13,6 +13,7 @@ from typing import Any
 import psutil
 
 from dlbench import __version__
+from dlbench.precision import cpu_support
 
 
 def git_commit() -> str | None:
@@ -39,7 +40,8 @@ def cpu_info() -> dict[str, Any]:
         simd = ("avx", "fma", "amx", "sse4", "neon", "sve")
         return {"model": info.get("brand_raw"), "arch": info.get("arch_string_raw"),
                 "hz": info.get("hz_advertised_friendly"),
-                "flags": sorted(f for f in info.get("flags", []) if f.startswith(simd))}
+                "flags": sorted(f for f in info.get("flags", []) if f.startswith(simd)),
+                "precision": cpu_support(set(info.get("flags", [])))}
     except Exception as exc:  # py-cpuinfo can fail on exotic machines; record why
         return {"model": platform.processor(), "error": str(exc)}
 

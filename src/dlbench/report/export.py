@@ -7,7 +7,8 @@ from typing import IO
 
 from dlbench.results import RunResults
 
-EXPORT_COLUMNS = ("key", "framework", "variant", "model", "scenario", "batch", "threads", "device", "data", "status",
+EXPORT_COLUMNS = ("key", "framework", "variant", "model", "scenario", "batch", "threads", "device", "data", "precision",
+                  "status",
                   "reason",
                   "verified", "median_ms", "ci_low_ms", "ci_high_ms", "mean_ms", "std_ms", "min_ms", "p5_ms", "p95_ms",
                   "iqr_ms", "n", "samples_per_s", "gflops", "pct_peak", "first_call_ms", "peak_rss_bytes",

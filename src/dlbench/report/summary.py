@@ -1,4 +1,4 @@
-"""The end-of-run summary: per model, rows framework + variant (+ batch, threads, device),
+"""The end-of-run summary: per model, rows framework + variant (+ batch, threads, device, precision),
 columns each scenario's own (the median time with its 95% CI, and beside it that scenario's
 samples/s), memory and the verdict. Each scenario says how its cell reads
 (:meth:`dlbench.scenarios.base.Scenario.text`): whole-data-set scenarios (``epoch``, ``predict``:
@@ -24,8 +24,18 @@ class SummaryRow:
     threads: int
     device: str
     data: str
+    precision: str
     verified: str
     cells: dict[str, CellResult] = field(default_factory=dict)  # scenario -> result
+    #: the gate's forward error against the float64 reference at this precision (None: not checked)
+    forward_error: float | None = None
+
+    @property
+    def precision_text(self) -> str:
+        """The precision, and beside a reduced one its forward error against float64."""
+        if self.precision == "fp32" or self.forward_error is None:
+            return self.precision
+        return f"{self.precision} (error {self.forward_error:.1e})"
 
     def text(self, scenario: str) -> str:
         """The scenario's cell, as the scenario writes it ("" when the row has no such cell)."""
@@ -50,7 +60,8 @@ class SummaryRow:
     def to_dict(self) -> dict[str, Any]:
         per_batch = registry.per_batch()
         return {"framework": self.framework, "variant": self.variant, "batch": self.batch, "threads": self.threads,
-                "device": self.device, "data": self.data, "verified": self.verified,
+                "device": self.device, "data": self.data, "precision": self.precision,
+                "forward_error": self.forward_error, "verified": self.verified,
                 **{f"{s}_ms": (c.time_ms.to_dict() if c.time_ms else None) for s, c in self.cells.items()
                    if s in per_batch},
                 **{f"{s}_samples_per_s": self.throughput(s) for s in self.cells},
@@ -68,10 +79,13 @@ def summary_rows(results: RunResults) -> dict[str, list[SummaryRow]]:
             continue
         if parse_part(c.cell.model)[1] is not None:  # a model's part: see dlbench.report.layers
             continue
-        k = (c.cell.framework, c.cell.variant, c.cell.batch, c.cell.threads, c.cell.device, c.cell.data)
+        k = (c.cell.framework, c.cell.variant, c.cell.batch, c.cell.threads, c.cell.device, c.cell.data,
+             c.cell.precision)
         rows = tables.setdefault(c.cell.model, {})
         if k not in rows:
-            rows[k] = SummaryRow(*k, verified=c.verified)
+            gate = results.verifications.get((c.cell.framework, c.cell.variant, c.cell.model, c.cell.device,
+                                              c.cell.precision), {})
+            rows[k] = SummaryRow(*k, verified=c.verified, forward_error=gate.get("forward_error"))
         rows[k].cells[c.cell.scenario] = c
     return {m: list(rows.values()) for m, rows in tables.items()}
 

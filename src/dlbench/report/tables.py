@@ -172,8 +172,11 @@ def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
     scenarios = [s for s in registry.per_batch() if any(s in r.cells for r in rows)]
     rate = _rate_scenario(rows)
     has_compile = any("compile" in r.cells for r in rows)
+    reduced = any(r.precision != "fp32" for r in rows)
     columns = [Column("framework", "framework", numeric=False), Column("variant", "variant", numeric=False),
                Column("device", "device", numeric=False), Column("threads", "threads"), Column("batch", "batch")]
+    if reduced:
+        columns.append(Column("precision", "precision (forward error vs float64)", numeric=False))
     columns += [Column(s, f"{s} ms (median [95% CI])", "low") for s in scenarios]
     if rate:
         columns += [Column("samples_per_s", f"samples/s ({rate})", "high"),
@@ -187,6 +190,8 @@ def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
     groups: list[tuple] = []
     for r in rows:
         values = [Value(r.framework), Value(r.variant), Value(r.device), Value(str(r.threads)), Value(str(r.batch))]
+        if reduced:
+            values.append(Value(r.precision_text))
         values += [_time_value(r.cells.get(s), notes) for s in scenarios]
         if rate:
             c = r.cells.get(rate)
@@ -204,7 +209,7 @@ def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
             values.append(_compile_value(r.cells.get("compile"), notes))
         values.append(Value(VERIFIED.get(r.verified, r.verified)))
         out.append(values)
-        groups.append((r.batch, r.threads, r.device))
+        groups.append((r.batch, r.threads, r.device, r.precision))  # the best of each precision is bold
     table = Table(model, columns, out, groups)
     mark_best(table)
     return table
@@ -331,7 +336,9 @@ def build_content(res: RunResults) -> ReportContent:
     tables = [model_table(m, [r for r in rows if set(r.cells) - {"convergence"}], notes)
               for m, rows in summary_rows(res).items() if any(set(r.cells) - {"convergence"} for r in rows)]
     warnings = [(c.cell.key, w) for c in res.cells for w in c.cell.warnings]
-    verification = [(f"{fw}/{variant}/{model}/{device}", f"{v['verdict']}: {v.get('reason') or ''}".strip(": "))
-                    for (fw, variant, model, device), v in res.verifications.items() if v.get("verdict") != "pass"]
+    verification = [("/".join([fw, variant, model, device] + ([precision] if precision != "fp32" else [])),
+                     f"{v['verdict']}: {v.get('reason') or ''}".strip(": "))
+                    for (fw, variant, model, device, precision), v in res.verifications.items()
+                    if v.get("verdict") != "pass"]
     return ReportContent(res.run, environment_items(res), peaks_table(res), tables, notes.list(), warnings,
                          verification, convergence_tables(res))

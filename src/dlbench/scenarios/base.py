@@ -99,6 +99,10 @@ class Scenario(ABC):
     whole_dataset: bool = False
     #: the summary shows cells of this scenario in its per-model table (scaling has its own table)
     in_summary: bool = True
+    #: the scenario computes gradients or updates (an inference-only precision such as int8 cannot run it)
+    trains: bool = False
+    #: why the scenario runs float32 only (None: it runs at every precision a backend builds at)
+    float32_only: str | None = None
     #: thread counts a run of only this scenario from flags uses when ``--threads`` is not given
     #: (None: the suite's default, 1 and all cores)
     default_threads: list[int | str] | None = None

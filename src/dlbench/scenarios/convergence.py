@@ -21,12 +21,11 @@ import numpy as np
 from dlbench.data import DataError, adapt, load_dataset
 from dlbench.data.dataset import Dataset
 from dlbench.errors import UsageError
-from dlbench.frameworks import get_backend
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.models import get_model
 from dlbench.models.spec import ModelSpec
 from dlbench.scenarios.base import CellOutcome, Context, Scenario, run_in_turn
-from dlbench.scenarios.prepare import versions
+from dlbench.scenarios.prepare import backend_for, versions
 from dlbench.store import Sample
 from dlbench.weights import init_weights
 
@@ -134,6 +133,7 @@ class Convergence(Scenario):
     name = "convergence"
     description = "E epochs on a real data set: accuracy curves, time-to-accuracy, agreement between frameworks"
     requires = "train_step"
+    trains = True
     per_iteration = False
     # accuracy curves do not depend on the thread count: train to accuracy once, on every core, unless
     # --threads asks for more (1 and all cores doubled the run's time)
@@ -174,8 +174,7 @@ class Convergence(Scenario):
 
     def work(self, job: dict[str, Any]) -> dict[str, Any]:
         """Train on the real data set for the configured epochs; curves measured by dlbench itself."""
-        backend = get_backend(job["framework"])
-        readback = backend.set_threads(job["threads"]) if job.get("threads") else {}
+        backend, readback = backend_for(job)
         spec = get_model(job["model"])
         train_set = adapt(load_dataset(job["data"], job.get("data_dir"), "train"), spec)
         test_set = adapt(load_dataset(job["data"], job.get("data_dir"), "test"), spec)

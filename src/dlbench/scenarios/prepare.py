@@ -26,9 +26,17 @@ class Prepared:
     batch: Batch
 
 
-def prepare(job: dict[str, Any]) -> Prepared:
+def backend_for(job: dict[str, Any]) -> tuple[Backend, dict[str, Any]]:
+    """The job's backend with its threads and precision set (before anything is built), and the
+    thread settings it reports: every measuring process makes its backend here."""
     backend = get_backend(job["framework"])
     readback = backend.set_threads(job["threads"]) if job.get("threads") else {}
+    backend.set_precision(job.get("precision", "fp32"))
+    return backend, readback
+
+
+def prepare(job: dict[str, Any]) -> Prepared:
+    backend, readback = backend_for(job)
     spec = get_model(job["model"])
     weights = init_weights(spec, job.get("seed", 0))
     batch = real_batch(job, spec) if job.get("data", "synthetic") != "synthetic" else \

@@ -22,8 +22,11 @@ class Scaling(Scenario):
     name = "scaling"
     description = "data-parallel train_step at W workers: speedup, efficiency, compute/communication split"
     requires = "train_step"
+    trains = True
     flop_factor = 3.0
     in_summary = False
+    float32_only = ("data-parallel workers build float32 models: reduced-precision data parallelism (and its "
+                    "gradient-averaging check) is not built in dlbench")
 
     def cells(self, cell, suite) -> list:
         """A cell per (exchange, worker count). Strong scaling needs the global batch to split evenly:

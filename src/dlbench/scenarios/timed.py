@@ -69,6 +69,7 @@ class Timed(Scenario):
     def __init__(self, name: str, description: str, flop_factor: float, whole_dataset: bool = False):
         self.name, self.description, self.requires = name, description, name
         self.flop_factor, self.whole_dataset = flop_factor, whole_dataset
+        self.trains = name in ("gradient", "train_step", "epoch")
 
     def closure(self, backend: Backend, model: Any, placed: Any, spec: ModelSpec) -> Callable[[], Any]:
         return make_closure(self.name, backend, model, placed, spec)

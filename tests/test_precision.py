@@ -1,0 +1,190 @@
+"""Precision as an axis: names and bad values, cell keys, the store's migration, the gate per precision
+(tolerances, the dtype check that catches a backend silently running float32), int8 inference only,
+and a run's summary and report at several precisions."""
+
+import json
+
+import pytest
+
+from dlbench import api
+from dlbench.cell import Cell
+from dlbench.cli import main
+from dlbench.errors import UsageError
+from dlbench.frameworks.torch import TorchBackend
+from dlbench.precision import PRECISIONS, cpu_support, parse_precisions
+from dlbench.report.build import write_report
+from dlbench.runner import gate
+from dlbench.store import Store
+from dlbench.verify import TOLERANCES, verify_model
+from tests.conftest import requires
+from tests.old_schema import make_v2
+
+FAST = {"repeats": 1, "warmup": 1, "min_iters": 3, "min_time_s": 0.1}
+
+
+def test_precision_names_parse_and_bad_ones_are_usage_errors():
+    assert parse_precisions("fp32,bf16,fp32") == ("fp32", "bf16")
+    for bad in ("fp8", "", "bf16,", "BF16"):
+        with pytest.raises(UsageError):
+            parse_precisions(bad)
+
+
+@pytest.mark.parametrize("argv", [["run", "--precision", "fp8"], ["run", "--precision", ","],
+                                  ["verify", "--precision", "int4"]])
+def test_a_bad_precision_flag_is_one_line_and_exit_2(argv, tmp_db, capsys):
+    code = main([*argv, "--model", "lenet", "--framework", "torch", *(["--db", str(tmp_db)] if argv[0] == "run" else [])])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "precision" in err, err
+    assert not tmp_db.exists()
+
+
+def test_float32_keys_are_unchanged_and_the_gate_is_per_precision():
+    fp32 = Cell("torch", "eager", "lenet", "forward", 64, 1)
+    bf16 = Cell("torch", "eager", "lenet", "forward", 64, 1, precision="bf16")
+    assert fp32.key == "torch/eager/lenet/forward/b64/t1/cpu"  # every stored result keeps its key
+    assert bf16.key == "torch/eager/lenet/forward/b64/t1/cpu/bf16"
+    assert fp32.group != bf16.group and bf16.group[-1] == "bf16"
+
+
+def test_every_precision_has_tolerances_and_float32_keeps_its_own():
+    assert set(TOLERANCES) == set(PRECISIONS)
+    assert (TOLERANCES["fp32"].forward, TOLERANCES["fp32"].gradient, TOLERANCES["fp32"].loss) == (1e-4, 1e-3, 1e-4)
+    for name, tol in TOLERANCES.items():
+        assert tol.why and tol.forward >= TOLERANCES["fp32"].forward, name
+    assert TOLERANCES["bf16"].forward > TOLERANCES["fp16"].forward  # 8 mantissa bits against 11
+
+
+@pytest.mark.parametrize(("precision", "scenario", "device", "needle"), [
+    ("int8", "train_step", "cpu", "inference only"), ("int8", "gradient", "cpu", "inference only"),
+    ("tf32", "forward", "cpu", "GPU only")])
+def test_cells_no_framework_can_run_at_a_precision_are_unsupported_with_the_reason(precision, scenario, device, needle):
+    outcome = gate(Cell("torch", "eager", "lenet", scenario, 64, 1, device, precision=precision), {"verdict": "pass"})
+    assert outcome is not None and outcome.status == "unsupported" and needle in outcome.reason
+    assert gate(Cell("torch", "eager", "lenet", "forward", 64, 1, precision="int8"), {"verdict": "pass"}) is None
+
+
+def test_a_schema_2_database_migrates_with_every_result_at_fp32(tmp_db):
+    make_v2(tmp_db, run_id="r1")
+    store = Store(tmp_db)
+    try:
+        assert store.version == 3
+        assert store.verifications("r1")[("torch", "eager", "lenet", "cpu", "fp32")]["verdict"] == "pass"
+        (cell,) = store.cells("r1")
+        assert cell.precision == "fp32" and cell.key == "torch/eager/lenet/forward/b64/t1/cpu"
+        assert len(store.samples(cell.id)) == 2
+        store.save_verification("r1", "torch", "eager", "lenet", "cpu", "pass", "", {}, "bf16")  # a second verdict
+        assert len(store.verifications("r1")) == 2
+    finally:
+        store.close()
+
+
+def test_the_cpu_record_says_what_is_native():
+    assert cpu_support({"avx2"})["bf16"].startswith("no ")
+    assert cpu_support({"avx2", "avx512_bf16", "avx512_vnni"}) == {
+        "bf16": "native (avx512_bf16)", "fp16": "no amx_fp16 / avx512_fp16: emulated or widened",
+        "int8": "native (avx512_vnni)"}
+
+
+class SilentFloat32(TorchBackend):
+    """Accepts bf16 and builds float32: timing it would label float32 figures bf16."""
+
+    def build(self, spec, weights, device="cpu", variant=None):
+        asked, self.precision = self.precision, "fp32"
+        try:
+            return super().build(spec, weights, device, variant)
+        finally:
+            self.precision = asked
+
+
+@requires("torch")
+def test_the_gate_catches_a_backend_that_silently_runs_float32():
+    result = verify_model(SilentFloat32(), "lenet", precision="bf16")
+    assert result.verdict == "fail" and "asked bf16: param_dtype float32 (expected bfloat16)" in result.reason
+    assert result.checks["forward"]  # its output is closer to float64 than bf16 needs: only the dtype tells
+
+
+@requires("torch")
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "amp-bf16", "amp-fp16", "int8"])
+def test_torch_passes_the_gate_at_each_precision_with_the_types_it_reports(precision):
+    result = verify_model(TorchBackend(), "lenet", precision=precision)
+    assert result.verdict == "pass", result.reason
+    assert result.precision == precision and result.forward_error > TOLERANCES["fp32"].forward  # really reduced
+    assert (result.gradient_error is None) == (precision == "int8")
+
+
+@requires("torch")
+def test_torch_int8_refuses_a_model_its_dynamic_quantization_does_not_cover():
+    result = verify_model(TorchBackend(), "resnet-56", precision="int8")
+    assert result.verdict == "unsupported" and "static quantization" in result.reason
+
+
+@requires("onnxruntime")
+def test_onnxruntime_quantizes_dynamically_and_offers_no_other_reduced_precision():
+    from dlbench.frameworks.onnxruntime import OnnxRuntimeBackend
+
+    result = verify_model(OnnxRuntimeBackend(), "lenet", precision="int8")
+    assert result.verdict == "pass" and result.dtypes == {"param_dtype": "int8", "compute_dtype": "int8"}
+    assert result.build["int8"]["weight_type"] == "QInt8"
+    assert verify_model(OnnxRuntimeBackend(), "lenet", precision="bf16").verdict == "unsupported"
+
+
+@requires("torch")
+def test_a_run_at_three_precisions_keeps_them_apart_in_summary_and_report(tmp_db, tmp_path, monkeypatch, capsys):
+    res = api.run(models=["lenet"], frameworks=["torch"], scenarios=["forward", "train_step"], threads=[1],
+                  protocol=FAST, precisions=["fp32", "bf16", "int8"], db=tmp_db)
+    status = {(c.cell.precision, c.cell.scenario): c.cell.status for c in res.cells}
+    assert status == {("fp32", "forward"): "ok", ("fp32", "train_step"): "ok", ("bf16", "forward"): "ok",
+                      ("bf16", "train_step"): "ok", ("int8", "forward"): "ok", ("int8", "train_step"): "unsupported"}
+    assert {k[4] for k in res.verifications} == {"fp32", "bf16", "int8"}
+    md = write_report(res, tmp_path / "rep", db=tmp_db).markdown.read_text()
+    assert "## Precision: speed against error" in md and "speed-up over its fp32" in md
+    assert "| torch/eager | bf16 | forward |" in md
+    assert main(["show", res.run_id, "--db", str(tmp_db), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["models"]["lenet"]
+    assert sorted(r["precision"] for r in rows) == ["bf16", "fp32", "int8"]
+    assert all((r["forward_error"] > 1e-3) == (r["precision"] != "fp32") for r in rows)
+
+
+@pytest.mark.parametrize("framework", ["fakefw"])
+def test_a_run_marks_the_silent_float32_backend_not_equivalent(framework, tmp_db, monkeypatch):
+    from pathlib import Path
+
+    from dlbench.frameworks import FRAMEWORKS, load_plugins
+
+    pytest.importorskip("torch")
+    monkeypatch.setenv("DLBENCH_PLUGINS", str(Path(__file__).parent / "fakefw.py"))
+    load_plugins()
+    try:
+        res = api.run(models=["lenet"], frameworks=[framework], variants=["fp32only"], scenarios=["forward"],
+                      threads=[1], protocol=FAST, precisions=["bf16"], db=tmp_db)
+    finally:
+        FRAMEWORKS.pop("fakefw", None)
+    (cell,) = res.cells
+    assert cell.cell.status == "not_equivalent" and "param_dtype float32" in cell.cell.reason
+
+
+@requires("torch")
+def test_convergence_trains_at_the_precision_and_is_compared_with_its_own_fp32(tmp_db):
+    """The convergence worker made its backend itself and never set the precision: its amp-bf16 losses
+    equalled the fp32 ones to the last bit."""
+    from dlbench.report.convergence import agreement
+
+    res = api.run(models=["lenet"], frameworks=["torch"], scenarios=["convergence"], threads=[1], data="digits",
+                  protocol={"repeats": 1}, convergence={"epochs": 1}, precisions=["fp32", "amp-bf16"], db=tmp_db)
+    assert all(c.ok for c in res.cells), [c.cell.reason for c in res.cells]
+    (row,) = agreement(res.cells)
+    assert (row["reference"], row["framework"]) == ("torch/eager", "torch/eager amp-bf16")
+    assert 0 < row["rel_diff_step1"] < 1e-2  # bf16 compute changes the loss, within its rounding
+
+
+def test_data_parallel_cells_at_a_reduced_precision_are_unsupported_with_the_reason():
+    outcome = gate(Cell("torch", "eager", "lenet", "scaling", 64, 1, workers=2, precision="bf16"), {"verdict": "pass"})
+    assert outcome is not None and outcome.status == "unsupported" and "float32" in outcome.reason
+
+
+def test_a_suite_file_with_an_unknown_precision_is_refused_in_one_line(tmp_path, capsys):
+    suite = tmp_path / "s.yaml"
+    suite.write_text("models: [lenet]\nframeworks: [torch]\nprecisions: [fp32, fp8]\n")
+    code = main(["run", "--suite", str(suite), "--db", str(tmp_path / "r.db"), "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "fp8" in err, err
