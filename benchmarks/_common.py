@@ -6,10 +6,16 @@ import datetime
 import os
 import platform
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def dlbench(*argv: str) -> subprocess.CompletedProcess:
+    """``dlbench ARGV`` in a fresh process of this Python, its output captured."""
+    return subprocess.run([sys.executable, "-m", "dlbench", *argv], capture_output=True, text=True)
 
 
 def machine() -> str:

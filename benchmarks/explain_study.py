@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import header
+from _common import dlbench, header
 
 FULL = ["--model", "fcn-r,resnet-56,lstm-imdb,alexnet-r", "--framework", "torch,jax,tensorflow,onnxruntime",
         "--threads", "1,2"]
@@ -28,9 +26,6 @@ EXPLAIN = [("torch,tensorflow", "fcn-r", "forward"), ("torch,jax", "resnet-56", 
 #: --quick: one run per explanation, of its model and two frameworks only, 1 thread, 1 process per cell
 QUICK = ["--threads", "1", "--repeats", "1", "--min-time", "0.5"]
 
-
-def dlbench(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlbench", *argv], capture_output=True, text=True)
 
 
 def main() -> None:

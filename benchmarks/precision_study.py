@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import header
+from _common import dlbench, header
 
 FRAMEWORKS = "torch,jax,tensorflow,onnxruntime"
 VERIFY_PRECISIONS = "bf16,amp-bf16,fp16,amp-fp16,int8"
@@ -29,9 +27,6 @@ MODELS = "lenet,resnet-56,lstm-imdb,fcn-r"
 QUICK_MODELS = "lenet,fcn-r"
 QUICK_PROTOCOL = ["--repeats", "1", "--warmup", "2", "--min-iters", "5", "--min-time", "0.3"]
 
-
-def dlbench(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlbench", *argv], capture_output=True, text=True)
 
 
 def main() -> None:

@@ -17,17 +17,19 @@ import io
 import logging
 import os
 import pickle
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
 import torch
 
 from dlbench.frameworks import torch as torch_backend
-from dlbench.frameworks.base import UnsupportedError
+from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.weights import Weights
@@ -171,3 +173,61 @@ def read_params(bindings: dict[str, tuple[str, Callable]], params: dict[str, np.
         raise UnsupportedError(f"the {exporter} exporter folded parameters into other "
                                f"constants, so they cannot be read back: {', '.join(missing[:5])}")
     return {canon: np.array(from_torch(params[name])) for canon, (name, from_torch) in bindings.items()}
+
+
+T = TypeVar("T")
+
+
+class ExportEngine(Backend):
+    """What every engine running the export shares: inference only, and the gate reads its parameters
+    from the export's initializers (its model holds ``params``, ``bindings`` and ``build_info``)."""
+
+    scenarios: tuple[str, ...] = ("forward",)
+    #: why training is not measured, with ``{what}`` for the closure refused
+    not_trainable: str = "{what} is not measured: the exported ONNX graph is the eval-mode forward only"
+    #: exporters tried in order (tests force the fallback by overriding this)
+    exporters: tuple[str, ...] = EXPORTERS
+
+    def export_and_load(self, module: torch.nn.Module, spec: ModelSpec, weights: Weights,
+                        load: Callable[[Exported], T], engine: str) -> tuple[Exported, T, dict[str, Any]]:
+        """The first exporter's graph that ``load`` (the engine's reading or session creation) accepts;
+        the export's facts for ``build_info``: exporter, opset, the fallback's reasons, times."""
+        fallback: list[str] = []
+        for exporter in self.exporters:
+            try:
+                started = time.perf_counter()
+                exported, export_cache = export_cached(exporter, module, spec, weights)
+                export_s = time.perf_counter() - started
+                started = time.perf_counter()
+                loaded = load(exported)
+                load_s = time.perf_counter() - started
+                break
+            except UnsupportedError:
+                raise
+            except Exception as exc:
+                fallback.append(f"{exporter}: {short_error(exc)}")
+        else:
+            raise UnsupportedError(f"no torch.onnx exporter produced a graph {engine} for {spec.name}: "
+                                   + "; ".join(fallback))
+        return exported, loaded, {
+            "exporter": exported.exporter, "opset": exported.opset, "exporter_fallback": "; ".join(fallback) or None,
+            "onnx_bytes": len(exported.onnx_bytes), "export_s": round(export_s, 3), "export_cache": export_cache,
+            "load_s": load_s}
+
+    def gradient(self, model: Any, batch: Any) -> Callable[[], Any]:
+        raise UnsupportedError(self.not_trainable.format(what="the gradient scenario"))
+
+    def train_step(self, model: Any, batch: Any, opt: OptimizerSpec) -> Callable[[], Any]:
+        raise UnsupportedError(self.not_trainable.format(what="the train_step scenario"))
+
+    def loss_and_grads(self, model: Any, batch: Any) -> tuple[float, dict[str, np.ndarray]]:
+        raise UnsupportedError(self.not_trainable.format(what="the loss and its gradients"))
+
+    def param_count(self, model: Any) -> int:
+        return sum(int(a.size) for a in model.params.values())
+
+    def param_count_extra(self, spec: ModelSpec) -> tuple[int, str]:
+        return lstm_extra(spec)
+
+    def get_params(self, model: Any) -> dict[str, np.ndarray]:
+        return read_params(model.bindings, model.params, model.build_info["exporter"])

@@ -66,7 +66,6 @@ import hashlib
 import os
 import platform
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,26 +79,23 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks import torch as torch_backend
-from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.base import UnsupportedError
 from dlbench.frameworks.onnx_export import (  # noqa: F401 (re-exported: the tests and the survey use them here)
     EXPORT_FUNCTIONS,
     EXPORTERS,
     Exported,
+    ExportEngine,
     ForwardOnly,
     export_cached,
     export_dynamo,
     export_torchscript,
     forward_module,
-    lstm_extra,
-    read_params,
     short_error,
 )
 from dlbench.models.spec import ModelSpec
 from dlbench.precision import NATIVE, cpu_flags
 from dlbench.weights import Weights
 
-NOT_TRAINABLE = ("onnxruntime is an inference engine here: the exported ONNX graph is the eval-mode forward only "
-                 "(no loss, no backward; ONNX Runtime's training API is a separate package), so {what} is not measured")
 
 @dataclass
 class OrtModel:
@@ -118,14 +114,13 @@ class OrtModel:
     elements: dict[str, int]
 
 
-class OnnxRuntimeBackend(Backend):
+class OnnxRuntimeBackend(ExportEngine):
     name = "onnxruntime"
+    not_trainable = ("onnxruntime is an inference engine here: the exported ONNX graph is the eval-mode forward only "
+                     "(no loss, no backward; ONNX Runtime's training API is a separate package), so {what} is not measured")
     variants = ("default",)
     devices = ("cpu", "cuda")
-    scenarios = ("forward",)
     packages = ("onnxruntime", "onnx", "onnxscript", "torch")
-    #: exporters tried in order (tests force the fallback by overriding this)
-    exporters: tuple[str, ...] = EXPORTERS
     precisions = ("fp32", "int8")
 
     def __init__(self) -> None:
@@ -198,31 +193,14 @@ class OnnxRuntimeBackend(Backend):
         providers = self.providers(device)
         module, bindings = forward_module(spec, weights)
 
-        fallback: list[str] = []
-        for exporter in self.exporters:
-            try:
-                started = time.perf_counter()
-                exported, export_cache = export_cached(exporter, module, spec, weights)
-                export_s = time.perf_counter() - started
-                started = time.perf_counter()
-                graph = self.graph(exported.onnx_bytes)
-                session, cache = self._session(graph, providers)
-                session_s = time.perf_counter() - started
-                break
-            except UnsupportedError:
-                raise
-            except Exception as exc:
-                fallback.append(f"{exporter}: {short_error(exc)}")
-        else:
-            raise UnsupportedError(f"no torch.onnx exporter produced a graph ONNX Runtime runs for {spec.name}: "
-                                   + "; ".join(fallback))
-
-        info = {
-            "exporter": exported.exporter, "opset": exported.opset, "exporter_fallback": "; ".join(fallback) or None,
-            **self.runtime_info(session), "session_cache": cache, "onnx_bytes": len(exported.onnx_bytes),
-            "export_s": round(export_s, 3), "export_cache": export_cache, "session_s": round(session_s, 3),
-            "session_ns": int(session_s * 1e9),
-        }
+        def load(exported: Exported) -> tuple[bytes, ort.InferenceSession, str]:
+            graph = self.graph(exported.onnx_bytes)
+            return (graph, *self._session(graph, providers))
+        exported, (graph, session, cache), info = self.export_and_load(module, spec, weights, load,
+                                                                      "ONNX Runtime runs")
+        session_s = info.pop("load_s")
+        info.update({**self.runtime_info(session), "session_cache": cache, "session_s": round(session_s, 3),
+                     "session_ns": int(session_s * 1e9)})
         if self.precision == "int8":
             info["int8"] = {"quantizer": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
                             "reduce_range": self.reduce_range()}
@@ -290,11 +268,7 @@ class OnnxRuntimeBackend(Backend):
             return binding.get_outputs()[0]
         return run
 
-    def gradient(self, model: OrtModel, batch) -> Callable[[], Any]:
-        raise UnsupportedError(NOT_TRAINABLE.format(what="the gradient scenario"))
 
-    def train_step(self, model: OrtModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
-        raise UnsupportedError(NOT_TRAINABLE.format(what="the train_step scenario"))
 
     def sync(self, out: Any) -> None:
         """Nothing to wait for: a run returns when its outputs are computed (CUDA: ORT syncs its stream)."""
@@ -303,17 +277,9 @@ class OnnxRuntimeBackend(Backend):
         return np.asarray(out.numpy())
 
     # --- introspection for the equivalence gate ------------------------------------------
-    def param_count(self, model: OrtModel) -> int:
-        return sum(int(a.size) for a in model.params.values())
 
-    def param_count_extra(self, spec: ModelSpec) -> tuple[int, str]:
-        return lstm_extra(spec)
 
-    def get_params(self, model: OrtModel) -> dict[str, np.ndarray]:
-        return read_params(model.bindings, model.params, model.build_info["exporter"])
 
-    def loss_and_grads(self, model: OrtModel, batch) -> tuple[float, dict[str, np.ndarray]]:
-        raise UnsupportedError(NOT_TRAINABLE.format(what="the loss and its gradients"))
 
     def info(self) -> dict[str, Any]:
         return {

@@ -59,20 +59,14 @@ import torch
 
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks import torch as torch_backend
-from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.base import UnsupportedError
 from dlbench.frameworks.onnx_export import (
-    EXPORTERS,
-    export_cached,
+    ExportEngine,
     forward_module,
-    lstm_extra,
-    read_params,
-    short_error,
 )
 from dlbench.models.spec import ModelSpec
 from dlbench.weights import Weights
 
-NOT_TRAINABLE = ("openvino is an inference engine: the exported ONNX graph is the eval-mode forward only, "
-                 "so {what} is not measured")
 #: the compiled model's properties recorded with every compile
 RECORDED = ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "INFERENCE_PRECISION_HINT",
             "EXECUTION_MODE_HINT", "ENABLE_HYPER_THREADING", "ENABLE_CPU_PINNING")
@@ -93,14 +87,13 @@ class OvModel:
     compiled: dict[tuple, ov.CompiledModel] = field(default_factory=dict)
 
 
-class OpenVinoBackend(Backend):
+class OpenVinoBackend(ExportEngine):
     name = "openvino"
+    not_trainable = ("openvino is an inference engine: the exported ONNX graph is the eval-mode forward only, "
+                     "so {what} is not measured")
     variants = ("default",)
     devices = ("cpu",)
-    scenarios = ("forward",)
     packages = ("openvino", "onnx", "onnxscript", "torch")
-    #: exporters tried in order (tests force the fallback by overriding this)
-    exporters: tuple[str, ...] = EXPORTERS
 
     def __init__(self) -> None:
         self.threads: int | None = None
@@ -158,26 +151,13 @@ class OpenVinoBackend(Backend):
             raise UnsupportedError(f"openvino's GPU plug-in drives Intel GPUs; dlbench runs it on the CPU only, "
                                    f"not {device!r}")
         module, bindings = forward_module(spec, weights)
-        fallback: list[str] = []
-        for exporter in self.exporters:
-            try:
-                started = time.perf_counter()
-                exported, export_cache = export_cached(exporter, module, spec, weights)
-                export_s = time.perf_counter() - started
-                started = time.perf_counter()
-                graph = self.core.read_model(exported.onnx_bytes, ov.Tensor(np.empty(0, np.uint8)))
-                read_s = time.perf_counter() - started
-                break
-            except Exception as exc:
-                fallback.append(f"{exporter}: {short_error(exc)}")
-        else:
-            raise UnsupportedError(f"no torch.onnx exporter produced a graph OpenVINO reads for {spec.name}: "
-                                   + "; ".join(fallback))
-        info = {"exporter": exported.exporter, "opset": exported.opset, "exporter_fallback": "; ".join(fallback) or None,
-                "device": "CPU", "config": {k: str(v) for k, v in self.config().items()},
-                "onnx_bytes": len(exported.onnx_bytes), "export_s": round(export_s, 3), "export_cache": export_cache,
-                "read_s": round(read_s, 3), "read_ns": int(read_s * 1e9), "compile_s": {}, "compile_ns": 0,
-                "model_cache": {}}
+        exported, graph, info = self.export_and_load(
+            module, spec, weights, lambda e: self.core.read_model(e.onnx_bytes, ov.Tensor(np.empty(0, np.uint8))),
+            "OpenVINO reads")
+        read_s = info.pop("load_s")
+        info.update({"device": "CPU", "config": {k: str(v) for k, v in self.config().items()},
+                     "read_s": round(read_s, 3), "read_ns": int(read_s * 1e9), "compile_s": {}, "compile_ns": 0,
+                     "model_cache": {}})
         self.exports.append({"model": spec.name, "options": dict(spec.options), **info})
         names = tuple(i.get_any_name() for i in graph.inputs)
         return OvModel(spec, graph, names, bindings, exported.params, info)
@@ -225,11 +205,7 @@ class OpenVinoBackend(Backend):
         run.placed = batch  # the input tensors share the placed arrays' memory: they live as long as the closure
         return run
 
-    def gradient(self, model: OvModel, batch) -> Callable[[], Any]:
-        raise UnsupportedError(NOT_TRAINABLE.format(what="the gradient scenario"))
 
-    def train_step(self, model: OvModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
-        raise UnsupportedError(NOT_TRAINABLE.format(what="the train_step scenario"))
 
     def sync(self, out: Any) -> None:
         """Nothing to wait for: a synchronous infer returns when its outputs are computed."""
@@ -238,17 +214,9 @@ class OpenVinoBackend(Backend):
         return np.array(out.data)
 
     # --- introspection for the equivalence gate ------------------------------------------
-    def param_count(self, model: OvModel) -> int:
-        return sum(int(a.size) for a in model.params.values())
 
-    def param_count_extra(self, spec: ModelSpec) -> tuple[int, str]:
-        return lstm_extra(spec)
 
-    def get_params(self, model: OvModel) -> dict[str, np.ndarray]:
-        return read_params(model.bindings, model.params, model.build_info["exporter"])
 
-    def loss_and_grads(self, model: OvModel, batch) -> tuple[float, dict[str, np.ndarray]]:
-        raise UnsupportedError(NOT_TRAINABLE.format(what="the loss and its gradients"))
 
     def info(self) -> dict[str, Any]:
         capabilities = self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
