@@ -71,7 +71,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise UsageError(f"--threads: verify takes one thread count, got {args.threads!r}")
     results = verify(models=names(args.model, "--model"), frameworks=names(args.framework, "--framework"),
                      variants=names(args.variant, "--variant"), device=args.device,
-                     threads=None if threads is None else threads[0], timeout_s=args.timeout)
+                     threads=None if threads is None else threads[0], timeout_s=args.timeout,
+                     progress=lambda s: print(s, file=sys.stderr))
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:

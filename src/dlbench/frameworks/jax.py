@@ -94,6 +94,10 @@ def _configure_cache() -> str | None:
 
 CACHE_DIR = _configure_cache()
 
+# Compatibility (docs/versions.md): Flax before 0.11.2 (the JAX 0.4.3x-0.6 era) has no nnx.List; a
+# plain list attribute holding modules is a graph node there, as nnx.List is now.
+_ModuleList = nnx.List if hasattr(nnx, "List") else list
+
 
 class Frozen(nnx.Param):
     """A parameter held out of differentiation (the lower encoders in SAE pre-training).
@@ -121,7 +125,7 @@ class Seq(Op):
     """Runs layers in order, giving each the arguments its kind takes."""
 
     def __init__(self, layers: list[nnx.Module]):
-        self.layers = nnx.List(layers)
+        self.layers = _ModuleList(layers)
 
     def __call__(self, x: jax.Array, ctx: Context) -> jax.Array:
         for m in self.layers:

@@ -1,0 +1,97 @@
+"""A framework's version as part of its name: ``jax==0.4.38`` is JAX 0.4.38, measured in an environment of its
+own; a bare ``jax`` is the main Python's JAX, as always.
+
+The name is the identity everywhere a framework appears (cells, their keys, the gate's records, the
+store), so two versions of one framework are two frameworks to every part of dlbench, and no store
+schema changes. This module parses a name (one place, so the command line, suites, the API and a
+resumed run accept and refuse the same ones); :func:`dlbench.frameworks.framework_info` gives a
+pinned name the base framework's entry with the version set, and :func:`ensure_envs` builds the
+environments a run needs (:mod:`dlbench.envs`, with the companion pins of :mod:`dlbench.envs.companions`).
+Nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from dlbench.envs import companions
+
+__all__ = ["SEP", "SpecError", "split", "check", "base_of", "label", "ensure_envs"]
+
+SEP = "=="
+_OPERATORS = re.compile(r"[<>=!~]")
+
+
+class SpecError(ValueError):
+    """A framework name with a malformed or unsupported version (one line: what is wrong, what works)."""
+
+
+def split(name: str) -> tuple[str, str | None]:
+    """``jax==0.4.38`` -> (``jax``, ``0.4.38``); ``jax`` -> (``jax``, None). Only the form is checked here."""
+    if SEP not in name:
+        if _OPERATORS.search(name):
+            raise SpecError(f"framework {name!r}: only an exact version can be named (like jax==0.4.38)")
+        return name, None
+    base, _, version = name.partition(SEP)
+    if not base:
+        raise SpecError(f"framework {name!r}: no framework before '=='")
+    if not version:
+        raise SpecError(f"framework {name!r}: no version after '==' (like {base}==1.2.3, or {base} for this Python's)")
+    try:
+        companions.release_key(version)
+    except ValueError:
+        raise SpecError(f"framework {name!r}: {version!r} is not a release number (like 0.4.38)") from None
+    return base, version
+
+
+def check(base: str, version: str) -> None:
+    """A version dlbench can build an environment for: a pinnable framework, at or after its oldest line."""
+    if base not in companions.LINES:
+        raise SpecError(f"{base}'s version cannot be pinned (pinnable: {', '.join(companions.pinnable())}); "
+                        f"name it without '=='")
+    try:
+        companions.line_for(base, version)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def base_of(name: str) -> str:
+    """The framework a (possibly pinned) name is a version of; a stored name is trusted to be well formed."""
+    return name.partition(SEP)[0]
+
+
+def label(name: str, version: str | None) -> str:
+    """How a framework is shown in tables: its base name and the exact version recorded for the run
+    (``jax 0.4.38``); the name alone when no version was recorded."""
+    return f"{base_of(name)} {version}" if version else name
+
+
+def _pip_reason(text: str) -> str:
+    """pip's own last error line (``ERROR: No matching distribution found for jax==99.0``)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.startswith("ERROR") or "error" in ln.lower():
+            return ln[:500]
+    return lines[-1][:500] if lines else "unknown error"
+
+
+def ensure_envs(names: list[str], progress: Callable[[str], None] = lambda s: None) -> dict[str, str]:
+    """Build the environment of every pinned framework of ``names`` that has none yet (and that the main
+    Python does not have at that very version). Returns the names that could not be built, each with
+    pip's own last error line; the full log stays beside the environments (``dlbench envs``)."""
+    from dlbench import envs
+    from dlbench.frameworks import framework_info, installed_version
+
+    failed: dict[str, str] = {}
+    for name in names:
+        info = framework_info(name)
+        if info.version is None or installed_version(name) is not None:
+            continue
+        progress(f"{name}: building its environment (dlbench envs create {name})")
+        try:
+            envs.create(info, progress=progress)
+        except envs.EnvError as exc:
+            failed[name] = f"{name} could not be installed: {_pip_reason(str(exc))} (log: {envs.log_path(name)})"
+            progress(failed[name])
+    return failed
