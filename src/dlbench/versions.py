@@ -13,11 +13,12 @@ Nothing here imports a framework.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 
 from dlbench.envs import companions
 
-__all__ = ["SEP", "SpecError", "split", "check", "base_of", "label", "ensure_envs"]
+__all__ = ["SEP", "SpecError", "split", "check", "base_of", "label", "labels", "ensure_envs"]
 
 SEP = "=="
 _OPERATORS = re.compile(r"[<>=!~]")
@@ -65,6 +66,13 @@ def label(name: str, version: str | None) -> str:
     """How a framework is shown in tables: its base name and the exact version recorded for the run
     (``jax 0.4.38``); the name alone when no version was recorded."""
     return f"{base_of(name)} {version}" if version else name
+
+
+def labels(names: list[str], recorded: dict[str, str | None]) -> dict[str, str]:
+    """How each framework of a run is shown: with its recorded version (``jax 0.4.38``, ``jax 0.10.2``) when
+    it is pinned or the run has several versions of it, so they never read alike; else its name, as ever."""
+    bases = Counter(base_of(n) for n in dict.fromkeys(names))
+    return {n: label(n, recorded.get(n)) if SEP in n or bases[base_of(n)] > 1 else n for n in names}
 
 
 def _pip_reason(text: str) -> str:

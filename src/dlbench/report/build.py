@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlbench.errors import UsageError
-from dlbench.report import latency, layers
+from dlbench.report import latency, layers, versions
 from dlbench.report.export import write_csv
 from dlbench.report.html import render_report
 from dlbench.report.markdown import render_markdown
@@ -64,7 +64,8 @@ def write_report(res: RunResults, out: str | Path | None = None, survey: dict | 
     content = build_content(res)
     content.latency = latency.latency_tables(res)
     content.layers, content.explanations = layers.layer_tables(res), layers.report_explanations(res)
-    plots, skipped = make_plots(res, (latency.latency_cdf, latency.server_qps_p99))
+    content.versions = versions.versions_tables(res)
+    plots, skipped = make_plots(res, (latency.latency_cdf, latency.server_qps_p99, versions.trend_plots))
     files = ReportFiles(out, out / "index.html", out / "report.md", out / "cells.csv", skipped=skipped)
     plot_paths = {p.name: out / "plots" / f"{p.name}.svg" for p in plots}
     for path in (files.html, files.markdown, files.csv, *plot_paths.values()):

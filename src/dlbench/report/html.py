@@ -19,6 +19,7 @@ from dlbench.report.latency import INTRO as LATENCY_INTRO
 from dlbench.report.layers import INTRO as LAYERS_INTRO
 from dlbench.report.plots import Plot, Skipped
 from dlbench.report.tables import Footnote, ReportContent, Table, Value
+from dlbench.report.versions import INTRO as VERSIONS_INTRO
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -156,6 +157,10 @@ def render_report(content: ReportContent, plots: list[Plot], skipped: list[Skipp
             body += [el("h3", t.title), table_html(t)]
         if content.explanations:
             body += [el("h3", "The largest gaps, part by part"), el("pre", "\n\n".join(content.explanations))]
+    if content.versions:
+        body += [el("h2", "Versions"), el("p", VERSIONS_INTRO)]
+        for t in content.versions:
+            body += [el("h3", t.title), table_html(t)]
     if content.latency:
         body += [el("h2", "Latency and load"), el("p", LATENCY_INTRO)]
         for t in content.latency:

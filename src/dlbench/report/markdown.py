@@ -13,6 +13,7 @@ from dlbench.report.latency import INTRO as LATENCY_INTRO
 from dlbench.report.layers import INTRO as LAYERS_INTRO
 from dlbench.report.plots import Plot, Skipped
 from dlbench.report.tables import ReportContent, Table, Value
+from dlbench.report.versions import INTRO as VERSIONS_INTRO
 
 _MD_SPECIAL = "\\`*_[]|#!"
 
@@ -65,6 +66,10 @@ def render_markdown(content: ReportContent, plots: list[Plot], skipped: list[Ski
             out += [f"### {md(t.title)}", ""] + table_md(t)
         if content.explanations:
             out += ["### The largest gaps, part by part", "", "```", *content.explanations, "```", ""]
+    if content.versions:
+        out += ["## Versions", "", VERSIONS_INTRO, ""]
+        for t in content.versions:
+            out += [f"### {md(t.title)}", ""] + table_md(t)
     if content.latency:
         out += ["## Latency and load", "", LATENCY_INTRO, ""]
         for t in content.latency:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlbench import versions
 from dlbench.models.split import parse_part
 from dlbench.report.convergence import agreement
 from dlbench.results import CellResult, RunResults
@@ -26,6 +27,8 @@ class SummaryRow:
     data: str
     verified: str
     cells: dict[str, CellResult] = field(default_factory=dict)  # scenario -> result
+    #: how the framework is shown (``jax 0.4.38`` when the run has several versions of it: dlbench.versions)
+    label: str = ""
 
     def text(self, scenario: str) -> str:
         """The scenario's cell, as the scenario writes it ("" when the row has no such cell)."""
@@ -63,6 +66,7 @@ class SummaryRow:
 def summary_rows(results: RunResults) -> dict[str, list[SummaryRow]]:
     """model -> rows, in the order cells were planned."""
     tables: dict[str, dict[tuple, SummaryRow]] = {}
+    shown = versions.labels([c.cell.framework for c in results.cells], results.environment.get("frameworks") or {})
     for c in results.cells:
         if not registry.of_stored(c.cell.scenario).in_summary:  # scaling: see dlbench.distributed.report
             continue
@@ -71,7 +75,7 @@ def summary_rows(results: RunResults) -> dict[str, list[SummaryRow]]:
         k = (c.cell.framework, c.cell.variant, c.cell.batch, c.cell.threads, c.cell.device, c.cell.data)
         rows = tables.setdefault(c.cell.model, {})
         if k not in rows:
-            rows[k] = SummaryRow(*k, verified=c.verified)
+            rows[k] = SummaryRow(*k, verified=c.verified, label=shown[c.cell.framework])
         rows[k].cells[c.cell.scenario] = c
     return {m: list(rows.values()) for m, rows in tables.items()}
 

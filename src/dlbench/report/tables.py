@@ -84,6 +84,7 @@ class ReportContent:
     convergence: list[Table] = field(default_factory=list)  # final accuracy, time-to-accuracy; the agreement check
     latency: list[Table] = field(default_factory=list)  # percentiles and LoadGen (dlbench.report.latency)
     layers: list[Table] = field(default_factory=list)  # per-part breakdowns (dlbench.report.layers)
+    versions: list[Table] = field(default_factory=list)  # one figure across a framework's versions (report.versions)
     explanations: list[str] = field(default_factory=list)  # the fastest against the slowest, part by part
 
 
@@ -173,7 +174,8 @@ def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
     out: list[list[Value]] = []
     groups: list[tuple] = []
     for r in rows:
-        values = [Value(r.framework), Value(r.variant), Value(r.device), Value(str(r.threads)), Value(str(r.batch))]
+        values = [Value(r.label or r.framework), Value(r.variant), Value(r.device), Value(str(r.threads)),
+                  Value(str(r.batch))]
         values += [_time_value(r.cells.get(s), notes) for s in scenarios]
         if rate:
             c = r.cells.get(rate)
