@@ -43,7 +43,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
     if not names:
         raise UsageError(f"dlbench envs {args.action}: name a framework ({', '.join(envs.recipes())}, or all)")
     for name in names:
-        if "==" in name:  # a pinned version: any release of a pinnable framework (dlbench.versions)
+        if any(ch in name for ch in "=<>!~"):  # a version: any release of a pinnable framework (dlbench.versions)
             try:
                 framework_info(name)
             except UnknownFrameworkError as exc:

@@ -71,8 +71,11 @@ def label(name: str, version: str | None) -> str:
 def labels(names: list[str], recorded: dict[str, str | None]) -> dict[str, str]:
     """How each framework of a run is shown: with its recorded version (``jax 0.4.38``, ``jax 0.10.2``) when
     it is pinned or the run has several versions of it, so they never read alike; else its name, as ever."""
-    bases = Counter(base_of(n) for n in dict.fromkeys(names))
-    return {n: label(n, recorded.get(n)) if SEP in n or bases[base_of(n)] > 1 else n for n in names}
+    names = list(dict.fromkeys(names))
+    bases = Counter(base_of(n) for n in names)
+    out = {n: label(n, recorded.get(n)) if SEP in n or bases[base_of(n)] > 1 else n for n in names}
+    seen = Counter(out.values())  # two names at one release (jax==0.10.2 beside this Python's jax 0.10.2)
+    return {n: f"{n} ({recorded.get(n) or '?'})" if seen[text] > 1 else text for n, text in out.items()}
 
 
 def _pip_reason(text: str) -> str:
