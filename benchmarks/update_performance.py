@@ -22,7 +22,7 @@ DOCS = HERE.parent / "docs"
 FRAGMENTS = DOCS / "performance"
 ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "fidelity_tensorflow",
          "compare_selfcheck", "gemm_probe", "side_by_side_backends", "side_by_side_compile", "side_by_side_environments",
-         "side_by_side_h2o", "ray_fanout", "serving_study", "explain_study", "ci_time"]
+         "side_by_side_h2o", "ray_fanout", "serving_study", "explain_study", "versions_study", "ci_time"]
 
 INTRO = """# Performance of dlbench itself
 

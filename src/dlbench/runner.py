@@ -125,7 +125,7 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
 def _version_envs(store: Store, run_id: str, cells: list[Cell], frameworks: list[str], progress: Progress) -> None:
     """Build the environment of each pinned version the run names that has none (dlbench.versions); the
     cells of one that cannot be installed are ``unsupported`` with pip's reason, through the gate's record."""
-    failed = versions.ensure_envs(frameworks, lambda text: progress("phase", text=text))
+    failed = versions.ensure_envs(frameworks, lambda text: progress("phase", text=text, keep=True))
     done = store.verifications(run_id)
     for c in cells:
         if c.framework in failed and c.group not in done:
