@@ -23,7 +23,7 @@ FRAGMENTS = DOCS / "performance"
 ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "fidelity_tensorflow",
          "compare_selfcheck", "gemm_probe", "side_by_side_backends", "side_by_side_compile", "side_by_side_environments",
          "side_by_side_h2o", "ray_fanout", "serving_study", "explain_study", "profile_overhead", "precision_study",
-         "ci_time"]
+         "versions_study", "ci_time"]
 
 INTRO = """# Performance of dlbench itself
 

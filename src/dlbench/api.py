@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import product
 from pathlib import Path
 
 from dlbench import envs, flags, resolve, runner
+from dlbench.envs import ondemand
 from dlbench.errors import UsageError
-from dlbench.frameworks import FRAMEWORKS
+from dlbench.frameworks import framework_info
 from dlbench.launch.subprocess import run_job
 from dlbench.plan import Suite
 from dlbench.results import RunResults, load_run
@@ -17,11 +19,12 @@ from dlbench.verify import VerifyResult
 
 def verify(models: list[str] | None = None, frameworks: list[str] | None = None, variants: list[str] | None = None,
            device: str = "cpu", threads: int | str | None = None, timeout_s: float = 1800.0,
-           precisions: list[str] | None = None) -> list[VerifyResult]:
+           precisions: list[str] | None = None, progress: Callable[[str], None] = lambda s: None) -> list[VerifyResult]:
     """Run the equivalence gate, one fresh process per (framework, variant, precision), in the
     framework's environment's interpreter when it has one (``dlbench envs``). Input is resolved as
     :func:`run` resolves it (:mod:`dlbench.resolve`); ``threads`` is one count, ``all`` or ``half``;
-    ``precisions`` default to float32 (dlbench.precision)."""
+    ``precisions`` default to float32 (dlbench.precision). A pinned version (``jax==0.4.38``) without
+    an environment gets one built first; one that cannot be built is ``unsupported`` with pip's reason."""
     models = resolve.models(models)
     frameworks = resolve.frameworks(frameworks)
     chosen = resolve.variant_map(frameworks, variants) if variants is not None else {}
@@ -30,14 +33,20 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
     timeout_s = resolve.timeout(timeout_s)
     precisions = resolve.precisions(precisions)
     results: list[VerifyResult] = []
+    failed = ondemand.ensure_envs(frameworks, progress)
     for fw, precision in product(frameworks, precisions):
         for variant in resolve.variants(fw, chosen.get(fw)):
+            if fw in failed:
+                results += [VerifyResult(model=m, framework=fw, variant=variant, verdict="unsupported",
+                                         reason=failed[fw], precision=precision) for m in models]
+                continue
             job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
                    "threads": threads, "precision": precision}
             outcome = run_job(job, timeout_s=timeout_s, threads=threads, python=envs.python_for(fw),
-                              extra_env=FRAMEWORKS[fw].variant_env.get(variant))
+                              extra_env=framework_info(fw).variant_env.get(variant))
             if outcome.status == "ok":
-                results += [VerifyResult(**r) for r in outcome.result["results"]]
+                # the full name: the backend reports its base name, the gate's records are per version
+                results += [VerifyResult(**{**r, "framework": fw}) for r in outcome.result["results"]]
             else:
                 results += [VerifyResult(model=m, framework=fw, variant=variant, verdict="fail", reason=outcome.reason,
                                          precision=precision) for m in models]

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from dlbench import cli_dist, cli_envs, cli_explain, cli_probe, cli_report, cli_run, cli_survey, interrupt
+from dlbench import cli_dist, cli_envs, cli_explain, cli_history, cli_probe, cli_report, cli_run, cli_survey, interrupt
 from dlbench.cli_common import Parser, console, counts, names, texts
 from dlbench.errors import UsageError
 from dlbench.store import explain
@@ -72,7 +72,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     results = verify(models=names(args.model, "--model"), frameworks=names(args.framework, "--framework"),
                      variants=names(args.variant, "--variant"), device=args.device,
                      threads=None if threads is None else threads[0], timeout_s=args.timeout,
-                     precisions=names(args.precision, "--precision"))
+                     precisions=names(args.precision, "--precision"), progress=lambda s: print(s, file=sys.stderr))
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:
@@ -128,7 +128,7 @@ def build_parser() -> Parser:
 
 #: the other verbs, by module, in the order ``--help`` lists them
 COMMANDS = (cli_run.register, cli_dist.register, cli_report.register, cli_probe.register, cli_explain.register,
-            cli_envs.register, cli_survey.register)
+            cli_envs.register, cli_survey.register, cli_history.register)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ from rich.table import Table
 from dlbench import envs
 from dlbench.cli_common import console, split_list, texts
 from dlbench.errors import UsageError
-from dlbench.frameworks import framework_info
+from dlbench.frameworks import UnknownFrameworkError, framework_info
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
@@ -43,8 +43,14 @@ def cmd_envs(args: argparse.Namespace) -> int:
     if not names:
         raise UsageError(f"dlbench envs {args.action}: name a framework ({', '.join(envs.recipes())}, or all)")
     for name in names:
-        if name not in FRAMEWORKS or name not in envs.recipes():
-            raise UsageError(f"no environment recipe for {name!r}; recipes: {', '.join(envs.recipes())}")
+        if any(ch in name for ch in "=<>!~"):  # a version: any release of a pinnable framework (dlbench.versions)
+            try:
+                framework_info(name)
+            except UnknownFrameworkError as exc:
+                raise UsageError(str(exc)) from None
+        elif name not in FRAMEWORKS or name not in envs.recipes():
+            raise UsageError(f"no environment recipe for {name!r}; recipes: {', '.join(envs.recipes())} "
+                             f"(or a version: jax==0.4.38)")
     if args.action == "remove":
         for name in names:
             console.print(f"{name}: {'removed' if envs.remove(name) else 'no environment'}", highlight=False,
@@ -57,7 +63,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
                         progress=lambda s: console.print(s, highlight=False, markup=False))
         except envs.EnvError as exc:
             print(f"dlbench: {name}: {exc}", file=sys.stderr)
-            print(f"dlbench: full log: {envs.envs_dir() / (name + '.log')}", file=sys.stderr)
+            print(f"dlbench: full log: {envs.log_path(name)}", file=sys.stderr)
             code = 1
     return code
 
@@ -65,7 +71,8 @@ def cmd_envs(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("envs", help="per-framework virtual environments (create, list, remove)")
     p.add_argument("action", choices=("create", "list", "remove"))
-    p.add_argument("framework", nargs="?", help="comma-separated frameworks, or 'all' (create, remove)")
+    p.add_argument("framework", nargs="?",
+                   help="comma-separated frameworks or versions (jax==0.4.38), or 'all' (create, remove)")
     p.add_argument("--python", help="base interpreter of the new venv (default: the one running dlbench)")
     p.add_argument("--force", action="store_true", help="rebuild an environment that exists")
     p.add_argument("--json", action="store_true")

@@ -46,21 +46,47 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 # --- compare ------------------------------------------------------------------------------------
 def cmd_compare(args: argparse.Namespace) -> int:
-    from dlbench.report.compare import compare_rows, compare_runs
+    from dlbench.report.compare import compare_runs, compare_versions
 
     if args.fail_above is not None and args.fail_above < 0:
         raise UsageError(f"--fail-above must be >= 0, got {args.fail_above}")
+    if args.baseline is None and args.run_b is None:
+        raise UsageError("compare: give RUN_A and RUN_B, or one run and --baseline FRAMEWORK==VERSION")
+    if args.baseline is not None and args.run_b is not None:
+        raise UsageError("compare --baseline compares the versions within one run: give one RUN (or none: the latest)")
     if args.html:
         check_output(args.html, args.db)  # before reading: the refusal costs nothing
-    cmp = compare_runs(_store_results(args.run_a, args.db), _store_results(args.run_b, args.db))
-    failures = cmp.failures(args.fail_above) if args.fail_above is not None else []
+    if args.baseline is not None:
+        cmps = compare_versions(_store_results(args.run_a, args.db), args.baseline)
+    else:
+        cmps = [compare_runs(_store_results(args.run_a, args.db), _store_results(args.run_b, args.db))]
+    if args.html and len(cmps) > 1:
+        raise UsageError(f"--html writes one comparison; --baseline {args.baseline} gives {len(cmps)}: "
+                         f"use --json, or a run with one other version")
+    failures = [f for cmp in cmps for f in (cmp.failures(args.fail_above) if args.fail_above is not None else [])]
     if args.html:
         from dlbench.report.html import render_compare
 
-        write_output(args.html, render_compare(cmp), args.db)
+        write_output(args.html, render_compare(cmps[0]), args.db)
     if args.json:
-        print(json.dumps({**cmp.to_dict(), "fail_above": args.fail_above, "failures": failures}, indent=2))
+        body = cmps[0].to_dict() if args.baseline is None else {"baseline": args.baseline,
+                                                                "comparisons": [c.to_dict() for c in cmps]}
+        print(json.dumps({**body, "fail_above": args.fail_above, "failures": failures}, indent=2))
         return 1 if failures else 0
+    for cmp in cmps:
+        _print_comparison(cmp)
+    if args.html:
+        console.print(f"HTML written to {args.html}", highlight=False, markup=False)
+    if failures:
+        console.print(f"[red]--fail-above {args.fail_above:g}: {len(failures)} failure(s)[/]", highlight=False)
+        for f in failures:
+            console.print(f"  {f}", highlight=False, markup=False)
+    return 1 if failures else 0
+
+
+def _print_comparison(cmp) -> None:
+    from dlbench.report.compare import compare_rows
+
     header, rows = compare_rows(cmp)
     table = Table(title=escape(f"{cmp.run_a} (A) -> {cmp.run_b} (B)"), title_justify="left")
     for i, h in enumerate(header):
@@ -80,13 +106,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 console.print(f"  {k}", highlight=False, markup=False)
     for key, why in cmp.not_compared:
         console.print(f"not compared: {key}: {why}", highlight=False, markup=False)
-    if args.html:
-        console.print(f"HTML written to {args.html}", highlight=False, markup=False)
-    if failures:
-        console.print(f"[red]--fail-above {args.fail_above:g}: {len(failures)} failure(s)[/]", highlight=False)
-        for f in failures:
-            console.print(f"  {f}", highlight=False, markup=False)
-    return 1 if failures else 0
 
 
 # --- reproduce ----------------------------------------------------------------------------------
@@ -179,9 +198,12 @@ def register(sub) -> None:
                    help="add the survey section: a survey.json, or the --out directory of `dlbench survey`")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("compare", help="compare two runs cell by cell (ratio, CI, process-level test)")
-    p.add_argument("run_a", metavar="RUN_A")
-    p.add_argument("run_b", metavar="RUN_B")
+    p = sub.add_parser("compare", help="compare two runs cell by cell (ratio, CI, process-level test), or the "
+                                       "versions of a framework within one run (--baseline)")
+    p.add_argument("run_a", metavar="RUN_A", nargs="?", help="with --baseline: the run (default: the latest)")
+    p.add_argument("run_b", metavar="RUN_B", nargs="?")
+    p.add_argument("--baseline", metavar="FRAMEWORK",
+                   help="within one run, compare every other version of this framework against it (jax==0.6.2)")
     p.add_argument("--fail-above", type=float, metavar="PCT", dest="fail_above",
                    help="exit 1 if a significant slowdown exceeds PCT percent (or a cell stopped producing a time)")
     p.add_argument("--html", metavar="FILE", help="also write the comparison as a self-contained HTML page")

@@ -66,7 +66,7 @@ class RichProgress:
         elif event == "phase":
             if self.task is not None:
                 self.bar.update(self.task, description=escape(_fit(kw["text"])))
-            elif not self.terminal:
+            elif not self.terminal or kw.get("keep"):  # keep: a line worth keeping on a terminal too (env builds)
                 self._line(f"  {kw['text']}")
         elif event == "cell_start":
             self.current, self.current_since = kw["cell"], time.monotonic()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from dlbench.frameworks import FRAMEWORKS
+from dlbench.frameworks import framework_info
 from dlbench.models import get_model
 from dlbench.plan import Cell, Suite
 from dlbench.scenarios import registry
@@ -37,7 +37,7 @@ EPOCH_SAMPLES = 10_000
 def runs_a_process(cell: Cell) -> bool:
     """False where the framework cannot run the cell's scenario: the runner records it as
     unsupported without starting a process."""
-    return registry.of_stored(cell.scenario).unsupported(FRAMEWORKS[cell.framework]) is None
+    return registry.of_stored(cell.scenario).unsupported(framework_info(cell.framework)) is None
 
 
 def step_seconds(cell: Cell) -> float:

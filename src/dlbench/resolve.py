@@ -14,7 +14,7 @@ import os
 import re
 
 from dlbench.errors import UsageError
-from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, installed_version
+from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, framework_info, installed_version
 from dlbench.models import UnknownModelError, list_models, parse_model_ref
 from dlbench.plan import Suite, check_batches, check_threads, resolve_threads
 from dlbench.precision import get_precision
@@ -72,7 +72,7 @@ def suite_frameworks(suite: Suite) -> list[str]:
 def variants(framework: str, requested: list[str] | str | None) -> list[str]:
     """One framework's variants from a suite's ``variants`` entry: none or ``default`` -> its first,
     ``all`` -> every one; an unknown one is refused."""
-    known = FRAMEWORKS[framework].variants
+    known = framework_info(framework).variants
     if requested in (None, "default", []):
         return [known[0]]
     if requested == "all":
@@ -91,17 +91,17 @@ def variant_map(frameworks: list[str], names: list[str]) -> dict[str, list[str] 
     not_empty(names, "variants")
     if "all" in names:
         return {f: "all" for f in frameworks}
-    unknown = [v for v in names if not any(v in FRAMEWORKS[f].variants for f in frameworks)]
+    unknown = [v for v in names if not any(v in framework_info(f).variants for f in frameworks)]
     if unknown:
-        known = "; ".join(f"{f}: {', '.join(FRAMEWORKS[f].variants)}" for f in frameworks)
+        known = "; ".join(f"{f}: {', '.join(framework_info(f).variants)}" for f in frameworks)
         raise UsageError(f"unknown variant(s) {', '.join(unknown)} for {', '.join(frameworks)} ({known})")
-    return {f: [v for v in names if v in FRAMEWORKS[f].variants] or "default" for f in frameworks}
+    return {f: [v for v in names if v in framework_info(f).variants] or "default" for f in frameworks}
 
 
 def supports_device(framework: str, device: str) -> bool:
     """Whether the backend declares the device: one of its ``devices``, or ``KIND:N`` (N a device index)
     for an accelerator kind it declares."""
-    declared = FRAMEWORKS[framework].devices
+    declared = framework_info(framework).devices
     kind, sep, index = device.partition(":")
     return kind in declared and (not sep or kind != "cpu" and re.fullmatch(r"[0-9]+", index) is not None)
 
@@ -118,7 +118,7 @@ def devices(frameworks: list[str], names: list[str]) -> list[str]:
 
 
 def _device_forms(framework: str) -> list[str]:
-    declared = FRAMEWORKS[framework].devices
+    declared = framework_info(framework).devices
     return [*declared, *(f"{d}:N" for d in declared if d != "cpu")]
 
 

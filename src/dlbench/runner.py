@@ -23,8 +23,9 @@ from typing import Any
 
 from dlbench import envs, lease, resolve
 from dlbench.data import DataError, adapt, list_datasets, load_dataset
+from dlbench.envs import ondemand
 from dlbench.errors import UsageError
-from dlbench.frameworks import FRAMEWORKS, installed_version
+from dlbench.frameworks import framework_info, installed_version
 from dlbench.interrupt import Interrupted, signals_interrupt
 from dlbench.launch.ray import RayLauncher
 from dlbench.launch.subprocess import run_job
@@ -48,7 +49,7 @@ def scenarios_of(framework: str, scenarios: list[str]) -> list[str]:
     whole-data-set one (H2O: ``train_step`` -> ``epoch``) is replaced, duplicates dropped, order kept."""
     out: list[str] = []
     for s in scenarios:
-        s = FRAMEWORKS[framework].stands_in.get(s, s)
+        s = framework_info(framework).stands_in.get(s, s)
         if s not in out:
             out.append(s)
     return out
@@ -113,7 +114,7 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
         job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
                "threads": None, "precision": precision}
         timeout = max(suite.protocol.timeout_s, 60.0) * len(models)
-        o = run_job(job, timeout, None, python=envs.python_for(fw), extra_env=FRAMEWORKS[fw].variant_env.get(variant))
+        o = run_job(job, timeout, None, python=envs.python_for(fw), extra_env=framework_info(fw).variant_env.get(variant))
         if o.status == "ok":
             info = o.result.get("info", {})
             for r in o.result["results"]:
@@ -123,6 +124,18 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
             for m in models:
                 store.save_verification(run_id, fw, variant, m, device, "fail", f"verification process: {o.reason}", {},
                                         precision)
+
+
+def _version_envs(store: Store, run_id: str, cells: list[Cell], frameworks: list[str], progress: Progress) -> None:
+    """Build the environment of each pinned version the run names that has none (dlbench.versions); the
+    cells of one that cannot be installed are ``unsupported`` with pip's reason, through the gate's record."""
+    failed = ondemand.ensure_envs(frameworks, lambda text: progress("phase", text=text, keep=True))
+    done = store.verifications(run_id)
+    for c in cells:
+        if c.framework in failed and c.group not in done:
+            store.save_verification(run_id, c.framework, c.variant, c.model, c.device, "unsupported",
+                                    failed[c.framework], {})
+            done[c.group] = {}
 
 
 def _peak_cache() -> tuple[Path | None, dict]:
@@ -215,7 +228,7 @@ def _in_turn(todo: list[Cell], ctx: Context, verdict: Callable[[Cell], dict[str,
 def gate(cell: Cell, verdict: dict[str, Any]) -> CellOutcome | None:
     """What its framework cannot run or the gate refused, as the cell's stored outcome (None: measure it)."""
     scenario = registry.get(cell.scenario)
-    why = scenario.unsupported(FRAMEWORKS[cell.framework]) or precision_unsupported(
+    why = scenario.unsupported(framework_info(cell.framework)) or precision_unsupported(
         cell.precision, scenario.trains, cell.device) or (
         scenario.float32_only if cell.precision != "fp32" else None)
     if why is not None:
@@ -243,6 +256,7 @@ def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = No
     try:
         run_id = store.create_run(suite.name, resolved.model_dump(), argv)
         with _run(store, run_id, progress) as progress:
+            _version_envs(store, run_id, cells, frameworks, progress)
             progress("phase", text="environment")
             store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
             execute(store, run_id, resolved, cells, progress)
@@ -259,6 +273,7 @@ def resume(run_id: str, db: str | Path = DEFAULT_DB, progress: Progress = _quiet
         suite = suite_from_dict(run["suite"], f"run {run_id}")
         frameworks, cells = plan_cells(suite)
         with _run(store, run_id, progress) as progress:
+            _version_envs(store, run_id, cells, frameworks, progress)
             if not store.environment(run_id):
                 store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
             execute(store, run_id, suite, cells, progress)

@@ -301,6 +301,12 @@ class Store:
             raise UsageError(f"cannot upgrade {self.path} from schema version {version} to {SCHEMA_VERSION}: "
                              f"{exc}") from None
 
+    @property
+    def _precision(self) -> str:
+        """The precision column, or float32 for a database read as it is from before precision was an
+        axis (version 2 and older, opened read-only: not migrated)."""
+        return "precision" if (self.version or SCHEMA_VERSION) >= 3 else "'fp32'"
+
     def reopen(self) -> Store:
         """Another connection to this database (for another thread)."""
         return Store(self.path, create=False)
@@ -410,7 +416,7 @@ class Store:
 
     def verifications(self, run_id: str) -> dict[tuple[str, str, str, str, str], dict]:
         """Verdicts by :attr:`dlbench.cell.Cell.group`: (framework, variant, model, device, precision)."""
-        rows = self.conn.execute("SELECT framework, variant, model, device, precision, verdict, reason, data "
+        rows = self.conn.execute(f"SELECT framework, variant, model, device, {self._precision}, verdict, reason, data "
                                  "FROM verifications WHERE run_id=?", (run_id,))
         return {tuple(r[:5]): {"verdict": r[5], "reason": r[6], **json.loads(r[7] or "{}")} for r in rows}
 
@@ -444,7 +450,7 @@ class Store:
     def cells(self, run_id: str) -> list[CellRecord]:
         rows = self.conn.execute(
             "SELECT id, run_id, key, framework, variant, model, scenario, batch, threads, device, data, status, reason, "
-            "seconds, warnings, metrics, precision FROM cells WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
+            f"seconds, warnings, metrics, {self._precision} FROM cells WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
         return [CellRecord(*r[:12], r[12] or "", r[13] or 0.0, json.loads(r[14] or "[]"), json.loads(r[15] or "{}"),
                            r[16]) for r in rows]
 

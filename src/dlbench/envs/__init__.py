@@ -8,6 +8,10 @@ a plain venv plus ``dlbench-env.json``, its record (interpreter, every installed
 version read from that interpreter, creation date and seconds, the requirement files used). The
 record is written last, so a directory without one is a failed or interrupted build and is ignored.
 
+A pinned version (``jax==0.4.38``, see :mod:`dlbench.versions`) gets its own directory
+(``jax-0.4.38``), whose requirements are the framework at that version and the companion pins of its
+release line (:mod:`dlbench.envs.companions`); the rest is as for any environment.
+
 What goes in: the framework's pinned requirements, kept in this package
 (``requirements/FRAMEWORK.txt``; if ``requirements/FRAMEWORK.build.txt`` exists it is installed
 first and the framework is built without build isolation, for sdists whose ``setup.py`` needs an
@@ -35,6 +39,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
+from dlbench.envs import companions
+
 
 class FrameworkEntry(Protocol):
     """What building an environment reads of a framework's registry entry
@@ -52,7 +58,7 @@ RECORD = "dlbench-env.json"
 LOG = "create.log"
 
 __all__ = ["EnvError", "EnvRecord", "envs_dir", "recipes", "requirements", "load", "list_envs", "python_for",
-           "stale", "worker_env", "create", "remove"]
+           "stale", "worker_env", "create", "remove", "env_path", "log_path"]
 
 
 class EnvError(Exception):
@@ -100,14 +106,31 @@ def _read_lines(name: str) -> list[str]:
 
 
 def requirements(framework: str) -> tuple[list[str], list[str]]:
-    """(requirements, build requirements) of a framework's environment."""
+    """(requirements, build requirements) of a framework's environment; a pinned version's are its
+    release line's companions (no build requirements)."""
+    if "==" in framework:
+        from dlbench import versions
+
+        base, version = versions.split(framework)
+        try:
+            versions.check(base, version)
+        except versions.SpecError as exc:
+            raise EnvError(str(exc)) from None
+        return companions.companions(base, version), []
     if framework not in recipes():
         raise EnvError(f"no environment recipe for {framework!r}; recipes: {', '.join(recipes())}")
     return _read_lines(f"{framework}.txt"), _read_lines(f"{framework}.build.txt")
 
 
 def env_path(framework: str) -> Path:
-    return envs_dir() / framework
+    """``jax==0.4.38`` lives in ``jax-0.4.38`` (no '=' in a venv's path)."""
+    return envs_dir() / framework.replace("==", "-")
+
+
+def log_path(framework: str) -> Path:
+    """pip's full log of the framework's last build, kept beside the environments."""
+    path = env_path(framework)
+    return path.parent / f"{path.name}.log"
 
 
 def load(framework: str) -> EnvRecord | None:
@@ -242,7 +265,7 @@ def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
     if path.exists():
         shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    log = path.parent / f"{framework}.log"
+    log = log_path(framework)
     log.write_text(f"dlbench envs create {framework} ({datetime.now(UTC).isoformat(timespec='seconds')})\n")
     started = time.perf_counter()
     base = python or getattr(sys, "_base_executable", None) or sys.executable
@@ -293,5 +316,5 @@ def remove(framework: str) -> bool:
     if not path.exists():
         return False
     shutil.rmtree(path)
-    (path.parent / f"{framework}.log").unlink(missing_ok=True)
+    log_path(framework).unlink(missing_ok=True)
     return True

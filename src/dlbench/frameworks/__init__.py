@@ -11,10 +11,11 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dlbench import envs
+from dlbench import envs, versions
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 
 __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "FrameworkInfo", "list_frameworks",
@@ -46,6 +47,13 @@ class FrameworkInfo:
     #: devices the backend can build on (mirrors ``Backend.devices``, readable without the import);
     #: ``cuda`` also admits ``cuda:N``
     devices: tuple[str, ...] = ("cpu",)
+    #: the pinned version of a name like ``jax==0.4.38`` (dlbench.versions); None: the main Python's
+    version: str | None = None
+
+    @property
+    def base(self) -> str:
+        """The framework this entry is a version of (its own name when unpinned)."""
+        return versions.base_of(self.name)
 
 
 FRAMEWORKS: dict[str, FrameworkInfo] = {
@@ -122,18 +130,44 @@ def load_plugins() -> None:
 
 
 def framework_info(name: str) -> FrameworkInfo:
-    if name not in FRAMEWORKS:
-        raise UnknownFrameworkError(f"unknown framework {name!r}; known: {', '.join(FRAMEWORKS)}")
-    return FRAMEWORKS[name]
+    """A framework's entry; a pinned name (``jax==0.4.38``) gets its base framework's, with the version set."""
+    try:
+        base, version = versions.split(name)
+    except versions.SpecError as exc:
+        raise UnknownFrameworkError(str(exc)) from None
+    if base not in FRAMEWORKS:
+        raise UnknownFrameworkError(f"unknown framework {base!r}; known: {', '.join(FRAMEWORKS)}")
+    if version is None:
+        return FRAMEWORKS[base]
+    try:
+        versions.check(base, version)
+    except versions.SpecError as exc:
+        raise UnknownFrameworkError(str(exc)) from None
+    return replace(FRAMEWORKS[base], name=name, version=version)
+
+
+def _strip_local(version: str) -> str:
+    """``2.13.0+cpu`` -> ``2.13.0``: a local build tag does not change the release."""
+    return version.split("+", 1)[0]
 
 
 def installed_version(name: str) -> str | None:
     """The framework's version where dlbench would measure it: its environment's (``dlbench envs``)
-    when it has one, else this Python's; None when neither has it."""
+    when it has one, else this Python's; None when neither has it.
+    A pinned name (``jax==0.4.38``) is installed in its own environment, or in this Python when this
+    Python has exactly that version."""
     info = framework_info(name)
     record = envs.load(name)
     if record is not None and record.framework_version:
         return record.framework_version
+    here = _version_here(info)
+    if info.version is not None and (here is None or _strip_local(here) != info.version):
+        return None
+    return here
+
+
+def _version_here(info: FrameworkInfo) -> str | None:
+    """The framework's version in this interpreter (None: it or a package it requires is missing)."""
     if any(importlib.util.find_spec(m) is None for m in (info.import_name, *info.requires)):
         return None
     candidates = (info.distribution,) if isinstance(info.distribution, str) else info.distribution
@@ -153,17 +187,24 @@ def list_frameworks() -> list[dict]:
 
 
 def check_frameworks(names: list[str]) -> None:
-    """Raise :class:`UnknownFrameworkError` for an unknown or uninstalled framework."""
+    """Raise :class:`UnknownFrameworkError` for an unknown or uninstalled framework. A pinned version
+    passes uninstalled: its environment is built when a run needs it (:func:`dlbench.envs.ondemand.ensure_envs`)."""
     for name in names:
-        if installed_version(name) is None:
+        if framework_info(name).version is None and installed_version(name) is None:
             framework_info(name)  # unknown -> its own message
             hint = f"dlbench envs create {name}" if name in envs.recipes() else f"pip install 'dlbench[{name}]'"
             raise UnknownFrameworkError(f"framework {name!r} is not installed ({hint})")
 
 
 def get_backend(name: str) -> Backend:
-    """Import the backend (and so the framework) into this process."""
+    """Import the backend (and so the framework) into this process. A pinned name is refused when this
+    interpreter has another version, so a cell never measures a version it does not name."""
     info = framework_info(name)
+    if info.version is not None:
+        here = _version_here(info)
+        if here is None or _strip_local(here) != info.version:
+            raise UnsupportedError(f"{name}: this interpreter ({sys.executable}) has {info.base} {here or 'missing'}, "
+                                   f"not {info.version} (dlbench envs create {name})")
     module = import_plugin(info.module)
     return module.Backend_()
 

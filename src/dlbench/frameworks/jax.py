@@ -96,6 +96,38 @@ def _configure_cache() -> str | None:
 
 CACHE_DIR = _configure_cache()
 
+# Compatibility (docs/versions.md). Flax before 0.12 has no nnx.List: a plain list attribute holding
+# modules is a graph node there, as nnx.List is now. Flax before 0.11 (the releases that accept JAX
+# 0.4.3x and 0.5) splits a module into VariableState copies, not the module's own Variables, has no
+# nnx.to_flat_state, and reads and writes a variable through ``.value`` only: the helpers below.
+_ModuleList = nnx.List if hasattr(nnx, "List") else list
+_OLD_FLAX = tuple(int(p) for p in importlib.metadata.version("flax").split(".")[:2]) < (0, 11)
+
+
+def _flat(state: nnx.State):
+    return state.flat_state().items() if _OLD_FLAX else nnx.to_flat_state(state)
+
+
+def _read(var) -> jax.Array:
+    return var.value if _OLD_FLAX else var[...]
+
+
+def _write(var: nnx.Variable, value: jax.Array) -> None:
+    if _OLD_FLAX:
+        var.value = value
+    else:
+        var[...] = value
+
+
+def _variable_paths(net: nnx.Module, states: dict[str, nnx.State]) -> dict[int, tuple[str, tuple]]:
+    """Each of the module's own Variables (by id) -> (collection, path). Flax 0.11+ splits into those very
+    Variables, so the split states say it; before, the split holds copies and the module is walked."""
+    if not _OLD_FLAX:
+        return {id(var): (collection, path) for collection, state in states.items() for path, var in _flat(state)}
+    kinds = (("frozen", Frozen), ("params", nnx.Param), ("stats", nnx.BatchStat))  # Frozen first: it is a Param
+    return {id(node): (next(c for c, t in kinds if isinstance(node, t)), path) for path, node in nnx.iter_graph(net)
+            if isinstance(node, Frozen | nnx.Param | nnx.BatchStat)}
+
 
 class Frozen(nnx.Param):
     """A parameter held out of differentiation (the lower encoders in SAE pre-training).
@@ -123,7 +155,7 @@ class Seq(Op):
     """Runs layers in order, giving each the arguments its kind takes."""
 
     def __init__(self, layers: list[nnx.Module]):
-        self.layers = nnx.List(layers)
+        self.layers = _ModuleList(layers)
 
     def __call__(self, x: jax.Array, ctx: Context) -> jax.Array:
         for m in self.layers:
@@ -353,7 +385,7 @@ class Builder:
         self.params[f"{layer.name}.beta"] = (m.bias, _same, _same)
         for leaf, var in (("running_mean", m.mean), ("running_var", m.var)):
             self.state[f"{layer.name}.{leaf}"] = var
-            var[...] = jnp.asarray(self.weights.state[f"{layer.name}.{leaf}"], jnp.float32)
+            _write(var, jnp.asarray(self.weights.state[f"{layer.name}.{leaf}"], jnp.float32))
         return m
 
     def make_dense(self, layer: L.Dense, shape) -> nnx.Module:
@@ -436,10 +468,7 @@ class JaxModel:
             raise ValueError(f"parameters not bound to a flax variable: {sorted(missing)}")
         self.graphdef, frozen, params, stats, rest = nnx.split(net, Frozen, nnx.Param, nnx.BatchStat, ...)
         self.frozen, self.params, self.stats, self.rest = jax.device_put((frozen, params, stats, rest), device)
-        where: dict[int, tuple[str, Path]] = {}
-        for collection, state in (("frozen", frozen), ("params", params), ("stats", stats)):
-            for path, var in nnx.to_flat_state(state):
-                where[id(var)] = (collection, path)
+        where = _variable_paths(net, {"frozen": frozen, "params": params, "stats": stats})
         # split returns the module's own Variable objects, so identity finds each binding's path
         self.bindings = {name: (*where[id(var)], to_flax, from_flax)
                          for name, (var, to_flax, from_flax) in builder.params.items()}
@@ -680,13 +709,13 @@ class JaxBackend(Backend):
 
     def _canonical(self, model: JaxModel, states: dict[str, nnx.State], names: list[str]) -> dict[str, np.ndarray]:
         """Values of ``names`` read from Flax state pytrees (by collection) into canonical layout."""
-        flats = {collection: dict(nnx.to_flat_state(state)) for collection, state in states.items()}
+        flats = {collection: dict(_flat(state)) for collection, state in states.items()}
         out = {}
         for name in names:
             collection, path, _, from_flax = model.bindings[name]
             if collection not in flats:
                 raise ValueError(f"{name} is in the {collection!r} collection, expected one of {sorted(flats)}")
-            out[name] = np.array(from_flax(np.asarray(flats[collection][path][...])), np.float32)
+            out[name] = np.array(from_flax(np.asarray(_read(flats[collection][path]))), np.float32)
         return out
 
     def get_params(self, model: JaxModel) -> dict[str, np.ndarray]:
@@ -694,8 +723,8 @@ class JaxBackend(Backend):
 
     def get_state(self, model: JaxModel) -> dict[str, np.ndarray]:
         """BN running statistics under their canonical names (not part of the Backend contract)."""
-        flat = dict(nnx.to_flat_state(model.stats))
-        return {name: np.array(flat[path][...], np.float32) for name, path in model.state_paths.items()}
+        flat = dict(_flat(model.stats))
+        return {name: np.array(_read(flat[path]), np.float32) for name, path in model.state_paths.items()}
 
     def grads_to_canonical(self, model: JaxModel, grads: nnx.State) -> dict[str, np.ndarray]:
         """A gradient pytree shaped like ``model.params`` (e.g. the data-parallel worker's averaged

@@ -21,11 +21,13 @@ Pure: it works on two analysed :class:`RunResults` and never touches the store.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from dlbench import versions
+from dlbench.errors import UsageError
 from dlbench.measure.stats import process_p_value, process_ratio_ci, ratio_ci
 from dlbench.results import CellResult, RunResults
 from dlbench.scenarios import registry
@@ -151,6 +153,27 @@ def compare_runs(a: RunResults, b: RunResults, alpha: float = ALPHA, threshold: 
         else:
             out.matched.append(compare_cells(ca, cb, alpha, threshold))
     return out
+
+
+def compare_versions(res: RunResults, baseline: str, alpha: float = ALPHA,
+                     threshold: float = THRESHOLD) -> list[Comparison]:
+    """Within one run, every other version of ``baseline``'s framework (``jax==0.4.38``, or the bare
+    ``jax`` of the main Python) against ``baseline``: A is the baseline, B the version, cells matched on
+    every other axis and tested as two runs are. The keys name the base framework."""
+    present = list(dict.fromkeys(c.cell.framework for c in res.cells))
+    if baseline not in present:
+        raise UsageError(f"--baseline {baseline}: run {res.run_id} has no such framework "
+                         f"(it has {', '.join(present)})")
+    base = versions.base_of(baseline)
+    others = [f for f in present if f != baseline and versions.base_of(f) == base]
+    if not others:
+        raise UsageError(f"--baseline {baseline}: run {res.run_id} has no other version of {base} to compare")
+
+    def side(name: str) -> RunResults:
+        cells = [replace(c, cell=replace(c.cell, framework=base)) for c in res.cells if c.cell.framework == name]
+        return replace(res, run={**res.run, "id": f"{res.run_id} {name}"}, cells=cells)
+
+    return [compare_runs(side(baseline), side(other), alpha, threshold) for other in others]
 
 
 def compare_rows(cmp: Comparison) -> tuple[list[str], list[list[str]]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlbench import versions
 from dlbench.models.split import parse_part
 from dlbench.report.convergence import agreement
 from dlbench.results import CellResult, RunResults
@@ -36,6 +37,8 @@ class SummaryRow:
         if self.precision == "fp32" or self.forward_error is None:
             return self.precision
         return f"{self.precision} (error {self.forward_error:.1e})"
+    #: how the framework is shown (``jax 0.4.38`` when the run has several versions of it: dlbench.versions)
+    label: str = ""
 
     def text(self, scenario: str) -> str:
         """The scenario's cell, as the scenario writes it ("" when the row has no such cell)."""
@@ -74,6 +77,7 @@ class SummaryRow:
 def summary_rows(results: RunResults) -> dict[str, list[SummaryRow]]:
     """model -> rows, in the order cells were planned."""
     tables: dict[str, dict[tuple, SummaryRow]] = {}
+    shown = versions.labels([c.cell.framework for c in results.cells], results.environment.get("frameworks") or {})
     for c in results.cells:
         if not registry.of_stored(c.cell.scenario).in_summary:  # scaling: see dlbench.distributed.report
             continue
@@ -85,7 +89,8 @@ def summary_rows(results: RunResults) -> dict[str, list[SummaryRow]]:
         if k not in rows:
             gate = results.verifications.get((c.cell.framework, c.cell.variant, c.cell.model, c.cell.device,
                                               c.cell.precision), {})
-            rows[k] = SummaryRow(*k, verified=c.verified, forward_error=gate.get("forward_error"))
+            rows[k] = SummaryRow(*k, verified=c.verified, forward_error=gate.get("forward_error"),
+                                 label=shown[c.cell.framework])
         rows[k].cells[c.cell.scenario] = c
     return {m: list(rows.values()) for m, rows in tables.items()}
 

@@ -189,7 +189,8 @@ def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
     out: list[list[Value]] = []
     groups: list[tuple] = []
     for r in rows:
-        values = [Value(r.framework), Value(r.variant), Value(r.device), Value(str(r.threads)), Value(str(r.batch))]
+        values = [Value(r.label or r.framework), Value(r.variant), Value(r.device), Value(str(r.threads)),
+                  Value(str(r.batch))]
         if reduced:
             values.append(Value(r.precision_text))
         values += [_time_value(r.cells.get(s), notes) for s in scenarios]

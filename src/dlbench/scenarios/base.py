@@ -32,7 +32,7 @@ import numpy as np
 
 from dlbench import envs
 from dlbench.cell import Cell
-from dlbench.frameworks import FRAMEWORKS, FrameworkInfo
+from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.launch.subprocess import JobOutcome
 from dlbench.measure.stats import summarize
 from dlbench.models import UnknownModelError, get_model
@@ -184,7 +184,7 @@ class Scenario(ABC):
 # --- shared by the scenarios ---------------------------------------------------------------------
 def framework_env(cell: Cell) -> dict[str, str] | None:
     """Environment a variant needs before its framework is imported (Keras' back end)."""
-    return FRAMEWORKS[cell.framework].variant_env.get(cell.variant)
+    return framework_info(cell.framework).variant_env.get(cell.variant)
 
 
 def failure(outcome: JobOutcome) -> tuple[str, str]:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from dlbench import envs
-from dlbench.frameworks import FRAMEWORKS, FrameworkInfo
+from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.frameworks.base import UnsupportedError
 from dlbench.scenarios.base import CellOutcome, Context, Scenario, failure, framework_env
 from dlbench.scenarios.prepare import prepare, versions
@@ -80,7 +80,7 @@ class Compile(Scenario):
 
     def estimate(self, cell, suite, step_s: float, start_s: float, epoch_samples: int) -> float:
         """A cold and a warm process per closure the framework has, per repeat."""
-        closures = len(set(FRAMEWORKS[cell.framework].scenarios) & set(CLOSURES))
+        closures = len(set(framework_info(cell.framework).scenarios) & set(CLOSURES))
         return suite.protocol.repeats * closures * 2 * (start_s + step_s)
 
     def work(self, job: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,89 @@
+"""The study of docs/versions.md: one run over three releases each of JAX, TensorFlow and ONNX Runtime (and
+the one PyTorch this machine has as a CPU wheel), every version through the gate, then the report's
+Versions section and, per framework, ``dlbench compare --baseline OLDEST --fail-above 5``.
+
+    python benchmarks/update_performance.py versions_study                 # the issue's run (long)
+    python benchmarks/update_performance.py versions_study --args=--quick  # lenet forward, 1 thread, 2 releases each
+
+The pinned releases' environments are built by the run itself when missing (``dlbench envs create``,
+about a minute each; ``dlbench envs list`` shows them and their size on disk afterwards). The bare
+names are the main Python's releases. Prints the run's command and exit code, the environments used,
+the report's Versions section and each comparison, with the largest significant change per framework.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import header
+
+#: oldest release first: each framework's first name is its comparisons' baseline
+RELEASES = {"jax": ["jax==0.4.38", "jax==0.6.2", "jax"],
+            "tensorflow": ["tensorflow==2.16.2", "tensorflow==2.18.1", "tensorflow"],
+            "onnxruntime": ["onnxruntime==1.17.3", "onnxruntime==1.20.1", "onnxruntime"],
+            # one release: older PyTorch wheels on the registry are CUDA builds of several GB (docs/versions.md)
+            "torch": ["torch"]}
+FULL = ["--model", "lenet,fcn-r,resnet-56,lstm-imdb", "--scenario", "forward,train_step", "--threads", "1,2"]
+QUICK_RELEASES = {"jax": ["jax==0.6.2", "jax"], "tensorflow": ["tensorflow==2.16.2", "tensorflow"],
+                  "onnxruntime": ["onnxruntime==1.17.3", "onnxruntime"]}
+QUICK = ["--model", "lenet", "--scenario", "forward", "--threads", "1", "--repeats", "3", "--min-time", "0.5"]
+
+
+def dlbench(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dlbench", *argv], capture_output=True, text=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    releases = QUICK_RELEASES if args.quick else RELEASES
+    frameworks = ",".join(n for names in releases.values() for n in names)
+    flags = [*(QUICK if args.quick else FULL), "--framework", frameworks]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = str(Path(tmp) / "results.db")
+        t0 = time.perf_counter()
+        run = dlbench("run", *flags, "--db", db, "--json")
+        wall = time.perf_counter() - t0
+        run_id = json.loads(run.stdout)["run_id"]
+        env = json.loads(dlbench("export", run_id, "--format", "json", "--db", db).stdout)["environment"]["frameworks"]
+        dlbench("report", run_id, "--db", db, "--out", str(Path(tmp) / "report"))
+        md = (Path(tmp) / "report" / "report.md").read_text()
+        compared = {base: dlbench("compare", run_id, "--baseline", names[0], "--fail-above", "5", "--db", db, "--json")
+                    for base, names in releases.items() if len(names) > 1}
+        envs_list = json.loads(dlbench("envs", "list", "--json").stdout)["envs"]
+    print(header("Framework versions: one figure across releases" + (" (quick form)" if args.quick else "")))
+    print(f"- `dlbench run {' '.join(flags)}`: exit code {run.returncode}, {wall / 60:.1f} min\n")
+    print("| name in the run | version recorded | environment |\n|---|---|---|")
+    by_name = {e["framework"]: e for e in envs_list}
+    for name in (n for names in releases.values() for n in names):
+        where = by_name[name]["path"].rsplit("/", 1)[-1] if name in by_name else "the main Python"
+        print(f"| {name} | {env.get(name) or 'not installed'} | {where} |")
+    print()
+    if "## Versions" in md:
+        section = md[md.index("## Versions"):]
+        section = section[:section.index("\n## ", 3)] if "\n## " in section[3:] else section
+        print(section.replace("## Versions", "#### The report's Versions section", 1).replace("\n### ", "\n##### "))
+    for base, out in compared.items():
+        data = json.loads(out.stdout) if out.stdout.strip() else {"comparisons": [], "failures": [out.stderr.strip()]}
+        print(f"#### `dlbench compare {run_id} --baseline {releases[base][0]} --fail-above 5` (exit {out.returncode})\n")
+        changes = [m for c in data["comparisons"] for m in c["matched"] if m["significant"]]
+        for c in data["comparisons"]:
+            for m in c["matched"]:
+                mark = m["verdict"] if m["significant"] else "same"
+                print(f"- {c['run_b'].split(' ', 1)[1]} vs {releases[base][0]}: {m['key']}: B/A {m['ratio']:.3f} "
+                      f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}], p={m['p_value']:.2g}: {mark}")
+        if changes:
+            top = max(changes, key=lambda m: abs(m["change_pct"]))
+            print(f"\nLargest significant change: {top['key']} {top['change_pct']:+.1f}% (p={top['p_value']:.2g}).")
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""A framework's version as part of its name: ``jax==0.4.38`` is JAX 0.4.38, measured in an environment of its
+own; a bare ``jax`` is the main Python's JAX, as always.
+
+The name is the identity everywhere a framework appears (cells, their keys, the gate's records, the
+store), so two versions of one framework are two frameworks to every part of dlbench, and no store
+schema changes. This module parses a name (one place, so the command line, suites, the API and a
+resumed run accept and refuse the same ones); :func:`dlbench.frameworks.framework_info` gives a
+pinned name the base framework's entry with the version set, and
+:func:`dlbench.envs.ondemand.ensure_envs` builds the environments a run needs (with the companion pins
+of :mod:`dlbench.envs.companions`).
+Nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import dlbench.envs.companions as companions  # the module alone: dlbench.envs itself imports this one
+
+__all__ = ["SEP", "SpecError", "split", "check", "base_of", "label", "labels"]
+
+SEP = "=="
+_OPERATORS = re.compile(r"[<>=!~]")
+
+
+class SpecError(ValueError):
+    """A framework name with a malformed or unsupported version (one line: what is wrong, what works)."""
+
+
+def split(name: str) -> tuple[str, str | None]:
+    """``jax==0.4.38`` -> (``jax``, ``0.4.38``); ``jax`` -> (``jax``, None). Only the form is checked here."""
+    if SEP not in name:
+        if _OPERATORS.search(name):
+            raise SpecError(f"framework {name!r}: only an exact version can be named (like jax==0.4.38)")
+        return name, None
+    base, _, version = name.partition(SEP)
+    if not base:
+        raise SpecError(f"framework {name!r}: no framework before '=='")
+    if not version:
+        raise SpecError(f"framework {name!r}: no version after '==' (like {base}==1.2.3, or {base} for this Python's)")
+    try:
+        companions.release_key(version)
+    except ValueError:
+        raise SpecError(f"framework {name!r}: {version!r} is not a release number (like 0.4.38)") from None
+    return base, version
+
+
+def check(base: str, version: str) -> None:
+    """A version dlbench can build an environment for: a pinnable framework, at or after its oldest line."""
+    if base not in companions.LINES:
+        raise SpecError(f"{base}'s version cannot be pinned (pinnable: {', '.join(companions.pinnable())}); "
+                        f"name it without '=='")
+    try:
+        companions.line_for(base, version)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def base_of(name: str) -> str:
+    """The framework a (possibly pinned) name is a version of; a stored name is trusted to be well formed."""
+    return name.partition(SEP)[0]
+
+
+def label(name: str, version: str | None) -> str:
+    """How a framework is shown in tables: its base name and the exact version recorded for the run
+    (``jax 0.4.38``); the name alone when no version was recorded."""
+    return f"{base_of(name)} {version}" if version else name
+
+
+def labels(names: list[str], recorded: dict[str, str | None]) -> dict[str, str]:
+    """How each framework of a run is shown: with its recorded version (``jax 0.4.38``, ``jax 0.10.2``) when
+    it is pinned or the run has several versions of it, so they never read alike; else its name, as ever."""
+    names = list(dict.fromkeys(names))
+    bases = Counter(base_of(n) for n in names)
+    out = {n: label(n, recorded.get(n)) if SEP in n or bases[base_of(n)] > 1 else n for n in names}
+    seen = Counter(out.values())  # two names at one release (jax==0.10.2 beside this Python's jax 0.10.2)
+    return {n: f"{n} ({recorded.get(n) or '?'})" if seen[text] > 1 else text for n, text in out.items()}
