@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import header
+from _common import dlbench, header
 
 #: oldest release first: each framework's first name is its comparisons' baseline
 RELEASES = {"jax": ["jax==0.4.38", "jax==0.6.2", "jax"],
@@ -34,9 +32,6 @@ QUICK_RELEASES = {"jax": ["jax==0.6.2", "jax"], "tensorflow": ["tensorflow==2.16
                   "onnxruntime": ["onnxruntime==1.17.3", "onnxruntime"]}
 QUICK = ["--model", "lenet", "--scenario", "forward", "--threads", "1", "--repeats", "3", "--min-time", "0.5"]
 
-
-def dlbench(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlbench", *argv], capture_output=True, text=True)
 
 
 def main() -> None:
