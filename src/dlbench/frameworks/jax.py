@@ -189,7 +189,7 @@ class LRN(Op):
 
     def __call__(self, x, ctx):
         pad = ((0, 0),) * (x.ndim - 1) + ((self.size // 2, (self.size - 1) // 2),)
-        window = jax.lax.reduce_window(x * x, jnp.zeros((), x.dtype), jax.lax.add, (1,) * (x.ndim - 1) + (self.size,),
+        window = jax.lax.reduce_window(x * x, 0.0, jax.lax.add, (1,) * (x.ndim - 1) + (self.size,),
                                        (1,) * x.ndim, pad)
         return x / (self.k + self.alpha / self.size * window) ** self.beta
 
