@@ -130,6 +130,8 @@ def _numpy(a: Any) -> np.ndarray | None:
     if isinstance(a, np.ndarray | np.generic | float | int):  # predict_on_batch / train_on_batch give NumPy
         return np.asarray(a)
     if BACKEND == "torch" and isinstance(a, torch.Tensor):
+        if a.dtype == torch.bfloat16:  # NumPy has no bfloat16 for torch to convert to: upcast (exact)
+            a = a.float()
         return a.detach().cpu().numpy()
     if BACKEND == "tensorflow" and isinstance(a, tf.IndexedSlices):
         a = tf.convert_to_tensor(a)
