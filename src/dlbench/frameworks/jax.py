@@ -80,6 +80,7 @@ from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
+from dlbench.precision import get_precision
 from dlbench.weights import Weights
 
 
@@ -142,6 +143,8 @@ class Context:
     train: bool = False
     rngs: nnx.Rngs | None = None
     marks: dict[str, jax.Array] = field(default_factory=dict)
+    #: when a list, the output type of every computing layer is appended to it (precision_info)
+    dtypes: list | None = None
 
 
 class Op(nnx.Module):
@@ -167,6 +170,8 @@ class Seq(Op):
                 x = m(x, deterministic=not ctx.train, rngs=ctx.rngs)
             else:
                 x = m(x)
+            if ctx.dtypes is not None and isinstance(m, _COMPUTING):
+                ctx.dtypes.append(x.dtype)
         return x
 
 
@@ -232,7 +237,8 @@ class MaskedMean(Op):
     def __call__(self, x, ctx):
         if ctx.mask is None:
             return x.mean(axis=1)
-        return (x * ctx.mask[:, :, None]).sum(axis=1) / ctx.mask.sum(axis=1, keepdims=True)
+        mask = ctx.mask.astype(x.dtype)  # a float32 mask would promote a bf16 activation to float32
+        return (x * mask[:, :, None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
 
 
 class Mark(Op):
@@ -286,7 +292,12 @@ class TiedDense(Op):
         self.bias = (nnx.Param if trainable else Frozen)(bias)
 
     def __call__(self, x, ctx):
-        return x @ self.encoder.kernel[...].T + self.bias[...]
+        # computes in the activation's type, as the encoder's nnx.Linear (its ``dtype``) does
+        return x @ self.encoder.kernel[...].T.astype(x.dtype) + self.bias[...].astype(x.dtype)
+
+
+#: the layers whose output type is the network's compute type (they hold the dots and convolutions)
+_COMPUTING = (nnx.Conv, nnx.Linear, LSTMLayer, TiedDense)
 
 
 # A binding ties a canonical parameter to a Flax variable: (variable, to_flax, from_flax).
@@ -324,8 +335,11 @@ class Builder:
     Each layer's initialisers return the converted canonical value: Flax's own random
     initialisers would compile one kernel per shape only to be overwritten."""
 
-    def __init__(self, weights: Weights) -> None:
+    def __init__(self, weights: Weights, dtype: Any = None, param_dtype: Any = jnp.float32) -> None:
         self.weights = weights
+        #: Flax's two type arguments of every layer: ``dtype`` the compute type (None: inferred from
+        #: the inputs and parameters, float32 here), ``param_dtype`` the parameters' storage type
+        self.dtype, self.param_dtype = dtype, param_dtype
         self.rngs = nnx.Rngs(0)  # required by the layers; the initialisers below ignore the key
         self.params: dict[str, Binding] = {}
         self.state: dict[str, nnx.Variable] = {}
@@ -362,7 +376,8 @@ class Builder:
         w, b = f"{layer.name}.weight", f"{layer.name}.bias"
         m = nnx.Conv(shape[0], layer.out_channels, (layer.kernel, layer.kernel), layer.stride, padding=layer.padding,
                      feature_group_count=layer.groups, use_bias=layer.bias, kernel_init=self.init(w, _oihw_to_hwio),
-                     bias_init=self.init(b) if layer.bias else nnx.initializers.zeros, rngs=self.rngs)
+                     bias_init=self.init(b) if layer.bias else nnx.initializers.zeros, rngs=self.rngs,
+                     dtype=self.dtype, param_dtype=self.param_dtype)
         self.params[w] = (m.kernel, _oihw_to_hwio, _hwio_to_oihw)
         if layer.bias:
             self.params[b] = (m.bias, _same, _same)
@@ -380,7 +395,7 @@ class Builder:
     def make_batchnorm(self, layer: L.BatchNorm, shape) -> nnx.Module:
         m = nnx.BatchNorm(shape[0], momentum=1.0 - layer.momentum, epsilon=layer.eps,
                           scale_init=self.init(f"{layer.name}.gamma"), bias_init=self.init(f"{layer.name}.beta"),
-                          rngs=self.rngs)
+                          rngs=self.rngs, dtype=self.dtype, param_dtype=self.param_dtype)
         self.params[f"{layer.name}.gamma"] = (m.scale, _same, _same)
         self.params[f"{layer.name}.beta"] = (m.bias, _same, _same)
         for leaf, var in (("running_mean", m.mean), ("running_var", m.var)):
@@ -393,7 +408,8 @@ class Builder:
         self.flattened = None
         w, b = f"{layer.name}.weight", f"{layer.name}.bias"
         m = nnx.Linear(shape[-1], layer.units, use_bias=layer.bias, kernel_init=self.init(w, to_flax),
-                       bias_init=self.init(b) if layer.bias else nnx.initializers.zeros, rngs=self.rngs)
+                       bias_init=self.init(b) if layer.bias else nnx.initializers.zeros, rngs=self.rngs,
+                       dtype=self.dtype, param_dtype=self.param_dtype)
         if not layer.trainable:
             m.kernel = Frozen(m.kernel[...])
             if layer.bias:
@@ -405,7 +421,8 @@ class Builder:
         return m
 
     def make_tieddense(self, layer: L.TiedDense, shape) -> nnx.Module:
-        m = TiedDense(self.linears[layer.tied_to], self.init(f"{layer.name}.bias")(None, (layer.units,)),
+        m = TiedDense(self.linears[layer.tied_to],
+                      self.init(f"{layer.name}.bias")(None, (layer.units,), self.param_dtype),
                       layer.trainable)
         self.params[f"{layer.name}.bias"] = (m.bias, _same, _same)
         return m
@@ -421,7 +438,8 @@ class Builder:
         return Flatten()
 
     def make_embedding(self, layer: L.Embedding, shape) -> nnx.Module:
-        m = nnx.Embed(layer.vocab, layer.dim, embedding_init=self.init(f"{layer.name}.weight"), rngs=self.rngs)
+        m = nnx.Embed(layer.vocab, layer.dim, embedding_init=self.init(f"{layer.name}.weight"), rngs=self.rngs,
+                      dtype=self.dtype, param_dtype=self.param_dtype)
         self.params[f"{layer.name}.weight"] = (m.embedding, _same, _same)
         return m
 
@@ -429,7 +447,7 @@ class Builder:
         n = layer.name
         m = LSTMLayer(nnx.OptimizedLSTMCell(shape[-1], layer.units, kernel_init=self.init(f"{n}.w_x"),
                                             recurrent_kernel_init=self.init(f"{n}.w_h"), bias_init=self.init(f"{n}.b"),
-                                            rngs=self.rngs))
+                                            rngs=self.rngs, dtype=self.dtype, param_dtype=self.param_dtype))
         cell = m.rnn.cell
         self.params[f"{n}.w_x"] = (cell.dense_i.kernel, _same, _same)
         self.params[f"{n}.w_h"] = (cell.dense_h.kernel, _same, _same)
@@ -453,6 +471,21 @@ class Builder:
 
 Path = tuple[Any, ...]
 
+#: the two Flax type arguments (``dtype`` = compute, ``param_dtype`` = storage) of each precision
+_FLAX_DTYPES: dict[str, tuple[Any, Any]] = {
+    "fp32": (None, jnp.float32),
+    "bf16": (jnp.bfloat16, jnp.bfloat16),
+    "fp16": (jnp.float16, jnp.float16),
+    "amp-bf16": (jnp.bfloat16, jnp.float32),
+    "amp-fp16": (jnp.float16, jnp.float32),
+}
+#: precisions whose inputs ``place`` casts (parameters and compute both in the low type)
+_CAST = {"bf16": jnp.bfloat16, "fp16": jnp.float16}
+#: amp-fp16's static loss scale (optax has no loss scaling; torch's GradScaler starts at 2**16 and
+#: halves on overflow; 2**12 keeps a loss of order 10 times it far below float16's 65504 while
+#: lifting gradients of order 1e-8, which would flush to zero in float16, into its normal range)
+LOSS_SCALE = 2.0 ** 12
+
 
 class JaxModel:
     """The split network (graph + state pytrees on the device) and its jitted functions.
@@ -461,8 +494,13 @@ class JaxModel:
     current state; ``train_step`` replaces them after every call. ``bindings`` map a canonical
     name to (collection, path in that collection, to_flax, from_flax)."""
 
-    def __init__(self, spec: ModelSpec, net: Seq, builder: Builder, device: jax.Device, variant: str):
-        self.spec, self.device, self.variant = spec, device, variant
+    def __init__(self, spec: ModelSpec, net: Seq, builder: Builder, device: jax.Device, variant: str,
+                 precision: str = "fp32"):
+        self.spec, self.device, self.variant, self.precision = spec, device, variant, precision
+        #: the type ``place`` gives a float input: the compute type for a cast model (bf16, fp16);
+        #: float32 otherwise (under amp-* the first layer casts it, as Flax's ``dtype`` does)
+        self.input_dtype = jnp.dtype(_CAST.get(precision, jnp.float32))
+        self.loss_scale = LOSS_SCALE if precision == "amp-fp16" else None
         missing = set(spec.param_shapes()) - set(builder.params)
         if missing:
             raise ValueError(f"parameters not bound to a flax variable: {sorted(missing)}")
@@ -475,14 +513,18 @@ class JaxModel:
         self.state_paths = {name: where[id(var)][1] for name, var in builder.state.items()}
         self.step = jax.device_put(jnp.zeros((), jnp.uint32), device)
         self.key = jax.device_put(jax.random.key(0), device)
-        self.forward_fn, self.grad_fn = _make_functions(spec, self.graphdef)
+        self.forward_fn, self.grad_fn = _make_functions(spec, self.graphdef, self.loss_scale)
         self.train_fns: dict[OptimizerSpec, Callable] = {}
         self.opt_state: Any = None
 
 
 def _loss(spec: ModelSpec, out: jax.Array, x: jax.Array, y: jax.Array | None, marks: dict) -> jax.Array:
+    """The mean loss, computed in float32 whatever the network's compute type (the output and
+    target are upcast first), as every framework's mixed-precision recipe keeps the softmax and
+    the reduction in float32."""
+    out = out.astype(jnp.float32)
     if spec.loss.kind == "mse":
-        target = marks.get(spec.loss.target, x)
+        target = marks.get(spec.loss.target, x).astype(jnp.float32)
         return jnp.mean((out - target) ** 2)
     logits = out.reshape(-1, out.shape[-1])
     return optax.softmax_cross_entropy_with_integer_labels(logits, y.reshape(-1)).mean()
@@ -501,8 +543,24 @@ def _training_loss(spec: ModelSpec, graphdef: nnx.GraphDef) -> Callable:
     return loss_fn
 
 
-def _make_functions(spec: ModelSpec, graphdef: nnx.GraphDef) -> tuple[Callable, Callable]:
-    loss_fn = _training_loss(spec, graphdef)
+def _scaled(loss_fn: Callable, loss_scale: float | None) -> Callable:
+    """``loss_fn`` returning ``(loss * loss_scale, (loss, aux))``: the value to differentiate (a
+    scaled loss keeps small float16 gradients from flushing to zero on the way back) and the true
+    loss. Without a scale the differentiated value is the loss itself."""
+    def scaled(*args):
+        loss, aux = loss_fn(*args)
+        return (loss if loss_scale is None else loss * loss_scale), (loss, aux)
+    return scaled
+
+
+def _unscale(grads: Any, loss_scale: float | None) -> Any:
+    """The true gradients of a scaled loss (divided in float32: the master parameters' type)."""
+    return grads if loss_scale is None else jax.tree.map(lambda g: g / jnp.asarray(loss_scale, g.dtype), grads)
+
+
+def _make_functions(spec: ModelSpec, graphdef: nnx.GraphDef,
+                    loss_scale: float | None = None) -> tuple[Callable, Callable]:
+    loss_fn = _scaled(_training_loss(spec, graphdef), loss_scale)
 
     @jax.jit
     def forward_fn(params, frozen, stats, rest, x, mask):
@@ -512,9 +570,9 @@ def _make_functions(spec: ModelSpec, graphdef: nnx.GraphDef) -> tuple[Callable, 
 
     @jax.jit
     def grad_fn(params, frozen, stats, rest, x, y, mask, step, key):
-        (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        (_, (loss, _)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             params, frozen, stats, rest, x, y, mask, jax.random.fold_in(key, step))
-        return loss, grads, step + 1
+        return loss, _unscale(grads, loss_scale), step + 1
     return forward_fn, grad_fn
 
 
@@ -524,30 +582,35 @@ def optimizer(opt: OptimizerSpec) -> optax.GradientTransformation:
 
 
 def train_update(spec: ModelSpec, graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
-                 reduce_loss: Callable[[jax.Array], jax.Array] | None = None) -> Callable:
+                 reduce_loss: Callable[[jax.Array], jax.Array] | None = None,
+                 loss_scale: float | None = None) -> Callable:
     """The training step as a pure function, not jitted: ``(params, opt_state, stats, step, frozen,
     rest, x, y, mask, key) -> (params, opt_state, stats, step, loss)``. ``train_step`` jits it as it
     is. The JAX data-parallel worker (:mod:`dlbench.distributed.jax_dp`) runs it under ``shard_map``
     with ``reduce_loss`` = the mean over its processes, applied to the loss before it is
     differentiated (a data-parallel loss as JAX's shard_map guide writes it): the gradient with
     respect to the replicated parameters is then the mean of the processes' gradients, JAX's
-    autodiff summing them over the processes. So the worker's model is this backend's."""
+    autodiff summing them over the processes. So the worker's model is this backend's.
+    ``loss_scale`` (amp-fp16): the loss is multiplied by it before differentiation and the
+    gradients divided by it before the update (a static loss scale; see :data:`LOSS_SCALE`)."""
     local_loss = _training_loss(spec, graphdef)
 
-    def loss_fn(*args):
+    def reduced(*args):
         loss, new_stats = local_loss(*args)
         return (loss if reduce_loss is None else reduce_loss(loss)), new_stats
+    loss_fn = _scaled(reduced, loss_scale)
 
     def train_fn(params, opt_state, stats, step, frozen, rest, x, y, mask, key):
-        (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        (_, (loss, new_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             params, frozen, stats, rest, x, y, mask, jax.random.fold_in(key, step))
-        updates, opt_state = tx.update(grads, opt_state, params)
+        updates, opt_state = tx.update(_unscale(grads, loss_scale), opt_state, params)
         return optax.apply_updates(params, updates), opt_state, new_stats, step + 1, loss
     return train_fn
 
 
-def _make_train_fn(spec: ModelSpec, graphdef: nnx.GraphDef, tx: optax.GradientTransformation) -> Callable:
-    return jax.jit(train_update(spec, graphdef, tx), donate_argnums=(0, 1, 2, 3))
+def _make_train_fn(spec: ModelSpec, graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
+                   loss_scale: float | None = None) -> Callable:
+    return jax.jit(train_update(spec, graphdef, tx, loss_scale=loss_scale), donate_argnums=(0, 1, 2, 3))
 
 
 @partial(jax.jit, static_argnums=2)
@@ -571,6 +634,14 @@ def _full_length(model: JaxModel, batch: dict) -> tuple[jax.Array, jax.Array | N
     return _pad_steps(x, mask, steps)
 
 
+def _one_name(dtypes) -> str:
+    """The NumPy name of the one type in ``dtypes``, or ``"mixed:a,b"`` listing them."""
+    names = sorted({jnp.dtype(d).name for d in dtypes})
+    if not names:
+        return "none"
+    return names[0] if len(names) == 1 else "mixed:" + ",".join(names)
+
+
 def _device(device: str) -> jax.Device:
     kind, _, index = device.partition(":")
     platform = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu"}.get(kind)
@@ -592,6 +663,39 @@ class JaxBackend(Backend):
     devices = ("cpu", "cuda")
     packages = ("jax", "jaxlib", "flax", "optax")
     builder_class = Builder
+    precisions = tuple(_FLAX_DTYPES)
+    precision = "fp32"
+
+    def set_precision(self, precision: str) -> None:
+        """bf16/fp16: every layer's Flax ``param_dtype`` and ``dtype`` the low type, inputs cast in
+        ``place``; amp-*: ``param_dtype`` float32 (master parameters) and ``dtype`` the low type, so
+        each layer casts its parameters and input to it and computes there (Flax's mixed-precision
+        API); amp-fp16 trains with a static loss scale (:data:`LOSS_SCALE`)."""
+        get_precision(precision)
+        if precision == "int8":
+            raise UnsupportedError("JAX has no post-training quantization API (int8 needs a separate library "
+                                   "such as AQT or Qwix, rewriting the model's dots)")
+        if precision not in self.precisions:
+            raise UnsupportedError(f"jax runs {', '.join(self.precisions)}; {precision} is a GPU precision "
+                                   "(dlbench's JAX GPU path keeps matmuls at 'highest' precision)")
+        self.precision = precision
+
+    def precision_info(self, model: JaxModel) -> dict[str, str]:
+        """``param_dtype``: the type of Flax's parameter arrays (trainable and frozen); ``compute_dtype``:
+        the output type of every computing layer (convolutions, dense layers, LSTMs) in the traced
+        forward of one sample, through ``jax.eval_shape`` (JAX's own type inference of the program
+        the jitted forward compiles). Either is ``"mixed:a,b"`` when they differ."""
+        dtypes: list = []
+        shape = model.spec.input.shape
+        if model.spec.input.kind == "image":
+            shape = (*shape[1:], shape[0])  # NHWC, as place gives it
+        x = jax.ShapeDtypeStruct((1, *shape), jnp.int32 if model.spec.input.kind == "tokens" else model.input_dtype)
+
+        def run(params, frozen, stats, rest, x):
+            return nnx.merge(model.graphdef, frozen, params, stats, rest)(x, Context(dtypes=dtypes))
+        jax.eval_shape(run, model.params, model.frozen, model.stats, model.rest, x)
+        leaves = jax.tree.leaves((model.params, model.frozen))
+        return {"param_dtype": _one_name(leaf.dtype for leaf in leaves), "compute_dtype": _one_name(dtypes)}
 
     def set_threads(self, n: int) -> dict[str, Any]:
         return {
@@ -609,16 +713,17 @@ class JaxBackend(Backend):
         dev = _device(device)
         if dev.platform == "gpu":
             jax.config.update("jax_default_matmul_precision", "highest")
-        builder = self.builder_class(weights)
+        dtype, param_dtype = _FLAX_DTYPES[self.precision]
+        builder = self.builder_class(weights, dtype=dtype, param_dtype=param_dtype)
         with jax.default_device(jax.local_devices(backend="cpu")[0]):  # built on the host, then placed as a whole
             net, _ = builder.sequence(spec.layers, spec.input.shape)
-        return JaxModel(spec, net, builder, dev, variant)
+        return JaxModel(spec, net, builder, dev, variant, self.precision)
 
     def place(self, batch: Batch, model: JaxModel) -> dict[str, jax.Array | None]:
         x = batch.x
         if model.spec.input.kind == "image":
             x = x.transpose(0, 2, 3, 1)  # NCHW -> NHWC, once, outside the timed closure
-        x = np.ascontiguousarray(x, np.int32 if model.spec.input.kind == "tokens" else np.float32)
+        x = np.ascontiguousarray(x, np.int32 if model.spec.input.kind == "tokens" else model.input_dtype)
 
         def put(a: np.ndarray | None, dtype) -> jax.Array | None:
             return None if a is None else jax.device_put(np.asarray(a, dtype), model.device)
@@ -645,7 +750,7 @@ class JaxBackend(Backend):
         and ``trainer``), with a fresh momentum buffer put on the model."""
         tx = optimizer(opt)
         if opt not in model.train_fns:
-            model.train_fns[opt] = _make_train_fn(model.spec, model.graphdef, tx)
+            model.train_fns[opt] = _make_train_fn(model.spec, model.graphdef, tx, model.loss_scale)
         model.opt_state = jax.device_put(tx.init(model.params), model.device)
         return model.train_fns[opt]
 
@@ -699,9 +804,11 @@ class JaxBackend(Backend):
         return ProfileTrace(path, ops, f"jax.profiler (jax {jax.__version__})")
 
     def to_numpy(self, out: Any) -> np.ndarray:
+        """The output as NumPy; a bfloat16/float16 one upcast (exactly) to float32."""
         if isinstance(out, tuple):  # gradient's (loss, grads)
             out = out[0]
-        return np.asarray(out)
+        out = np.asarray(out)
+        return out.astype(np.float32) if out.dtype in (jnp.bfloat16, np.float16) else out
 
     def param_count(self, model: JaxModel) -> int:
         """Flax's params pytree (trainable and frozen ``nnx.Param``s; BN statistics are not params)."""

@@ -27,6 +27,13 @@ Fast path = what a Keras user gets:
 * compile cache (``DLBENCH_CACHE_DIR``): JAX's persistent compilation cache (every entry, however
   quick to compile), TF's persistent XLA cache, Inductor's cache directory for torch.
 * parameter count: Keras's ``count_params()`` minus the batch-norm moving mean and variance.
+* precision: Keras's dtype policies (``bfloat16``/``float16``: variables and compute in that type,
+  the input cast in ``place``; ``mixed_bfloat16``/``mixed_float16``: float32 variables, compute in
+  the low type), set while the layers are made and restored after; at amp-fp16 ``compile`` wraps
+  the SGD in ``keras.optimizers.LossScaleOptimizer`` (Keras's dynamic loss scaling; Keras would
+  wrap it itself for a ``mixed_float16`` model) and the custom-loop ``gradient`` scales the loss by
+  a static 2**12 and divides the gradients by it. The losses are float32 (Keras's loss objects
+  cast the prediction to their float32 dtype; the MSE of the autoencoders casts too).
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from dlbench.data.synthetic import Batch  # noqa: E402
 from dlbench.frameworks import keras_model as km  # noqa: E402
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
+from dlbench.precision import get_precision  # noqa: E402
 from dlbench.weights import Weights  # noqa: E402
 
 BACKEND = keras.backend.backend()
@@ -109,12 +117,21 @@ def _accelerators() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def _divide(g: Any, scale: float) -> Any:
+    """A gradient divided by the loss scale (TF's sparse embedding gradient divided in its values)."""
+    if BACKEND == "tensorflow" and isinstance(g, tf.IndexedSlices):
+        return tf.IndexedSlices(g.values / scale, g.indices, g.dense_shape)
+    return g / scale
+
+
 def _numpy(a: Any) -> np.ndarray | None:
     if a is None:
         return None
     if isinstance(a, np.ndarray | np.generic | float | int):  # predict_on_batch / train_on_batch give NumPy
         return np.asarray(a)
     if BACKEND == "torch" and isinstance(a, torch.Tensor):
+        if a.dtype == torch.bfloat16:  # NumPy has no bfloat16 for torch to convert to: upcast (exact)
+            a = a.float()
         return a.detach().cpu().numpy()
     if BACKEND == "tensorflow" and isinstance(a, tf.IndexedSlices):
         a = tf.convert_to_tensor(a)
@@ -127,6 +144,20 @@ class KerasBackend(Backend):
     devices = ("cpu", "cuda")
     packages = ("keras", *({"tensorflow": ("tensorflow", "tensorflow-cpu")}.get(BACKEND, (BACKEND,))))
     builder_class = km.Builder
+    precisions = tuple(km.POLICIES)
+    precision = "fp32"
+
+    def set_precision(self, precision: str) -> None:
+        get_precision(precision)
+        reason = km.unsupported_reason(precision)
+        if reason:
+            raise UnsupportedError(reason)
+        self.precision = precision
+
+    def precision_info(self, model: KerasModel) -> dict[str, str]:
+        """The Keras variables' type and the computing layers' output types in one eager call
+        (:func:`keras_model.precision_info`)."""
+        return km.precision_info(model.build)
 
     def set_threads(self, n: int) -> dict[str, Any]:
         if BACKEND == "tensorflow":
@@ -153,21 +184,28 @@ class KerasBackend(Backend):
         dev = _keras_device(device)
         keras.utils.set_random_seed(0)
         with _scope(dev):
-            build = km.build_keras_model(spec, weights, self.builder_class())
+            build = km.build_keras_model(spec, weights, self.builder_class(), self.precision)
         self._compile(build, OptimizerSpec())
         return KerasModel(build, dev, variant)
 
     @staticmethod
     def _compile(build: km.KerasBuild, opt: OptimizerSpec) -> None:
-        build.model.compile(optimizer=keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum),
-                            loss=km.keras_loss(build.spec), jit_compile=JIT_COMPILE[BACKEND])
+        sgd = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum)
+        if build.precision == "amp-fp16":
+            sgd = keras.optimizers.LossScaleOptimizer(sgd)
+        build.model.compile(optimizer=sgd, loss=km.keras_loss(build.spec), jit_compile=JIT_COMPILE[BACKEND])
 
     def place(self, batch: Batch, model: KerasModel) -> dict[str, Any]:
         inputs = km.keras_inputs(model.spec, batch.x, batch.mask)
+        # a cast model (bf16, fp16) takes its float input in its own type
+        cast = km.INPUT_DTYPES.get(model.build.precision) if model.spec.input.kind != "tokens" else None
         with _scope(model.device):
             convert = keras.ops.convert_to_tensor
-            return {"inputs": {k: convert(v) for k, v in inputs.items()} if isinstance(inputs, dict) else convert(inputs),
-                    "y": None if batch.y is None else convert(batch.y.astype(np.int32))}
+            if isinstance(inputs, dict):
+                placed = {k: convert(v, dtype=cast if k == "x" else None) for k, v in inputs.items()}
+            else:
+                placed = convert(inputs, dtype=cast)
+            return {"inputs": placed, "y": None if batch.y is None else convert(batch.y.astype(np.int32))}
 
     def forward(self, model: KerasModel, batch) -> Callable[[], Any]:
         predict, inputs = model.net.predict_on_batch, batch["inputs"]
@@ -175,28 +213,38 @@ class KerasBackend(Backend):
 
     def gradient(self, model: KerasModel, batch) -> Callable[[], Any]:
         net, inputs, y = model.net, batch["inputs"], batch["y"]
+        scale = model.build.loss_scale  # amp-fp16: the loss scaled before the backward, the gradients divided after
+
+        def scaled(loss):
+            return loss if scale is None else loss * scale
+
+        def unscale(grads: list) -> list:
+            return grads if scale is None else [None if g is None else _divide(g, scale) for g in grads]
+
         if BACKEND == "jax":
             def loss_and_updates(trainable, non_trainable, inputs, y):
                 y_pred, non_trainable = net.stateless_call(trainable, non_trainable, inputs, training=True)
-                return net.compute_loss(x=inputs, y=y, y_pred=y_pred), non_trainable
+                loss = net.compute_loss(x=inputs, y=y, y_pred=y_pred)
+                return scaled(loss), (loss, non_trainable)
 
-            grad_fn = jax.jit(jax.value_and_grad(loss_and_updates, has_aux=True))
+            @jax.jit
+            def grad_fn(trainable, non_trainable, inputs, y):
+                (_, (loss, _)), grads = jax.value_and_grad(loss_and_updates, has_aux=True)(
+                    trainable, non_trainable, inputs, y)
+                return loss, unscale(grads)
             trainable = [v.value for v in net.trainable_variables]
             non_trainable = [v.value for v in net.non_trainable_variables]
-
-            def run_jax():
-                (loss, _), grads = grad_fn(trainable, non_trainable, inputs, y)
-                return loss, grads
-            return run_jax
+            return lambda: grad_fn(trainable, non_trainable, inputs, y)
 
         if BACKEND == "tensorflow":
             weights = net.trainable_variables
 
             @tf.function(jit_compile=JIT_COMPILE[BACKEND], autograph=False)
             def tf_grads(inputs, y):
-                with tf.GradientTape() as tape:
+                with tf.GradientTape() as tape:  # the scaled loss made inside the tape, so it is recorded
                     loss = net.compute_loss(x=inputs, y=y, y_pred=net(inputs, training=True))
-                return loss, tape.gradient(loss, weights)
+                    target = scaled(loss)
+                return loss, unscale(tape.gradient(target, weights))
             return lambda: tf_grads(inputs, y)
 
         weights = net.trainable_variables
@@ -204,8 +252,8 @@ class KerasBackend(Backend):
         def run_torch():
             net.zero_grad()
             loss = net.compute_loss(x=inputs, y=y, y_pred=net(inputs, training=True))
-            loss.backward()
-            return loss, [v.value.grad for v in weights]
+            scaled(loss).backward()
+            return loss, unscale([v.value.grad for v in weights])
         return run_torch
 
     def train_step(self, model: KerasModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
@@ -233,9 +281,11 @@ class KerasBackend(Backend):
             torch.cuda.synchronize()
 
     def to_numpy(self, out: Any) -> np.ndarray:
+        """The output as NumPy; a bfloat16/float16 one upcast (exactly) to float32."""
         if isinstance(out, tuple | list):
             out = out[0]
-        return _numpy(out)
+        out = _numpy(out)
+        return out.astype(np.float32) if out.dtype.name in ("bfloat16", "float16") else out
 
     def param_count(self, model: KerasModel) -> int:
         return km.param_count(model.build)

@@ -36,9 +36,10 @@ works with ``compile(loss=None)``. Softmax models compile with Keras's standard
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,12 +169,23 @@ def _takes_training(layer: keras.layers.Layer) -> bool:
     return "training" in inspect.signature(layer.call).parameters
 
 
+#: while :func:`activation_dtypes` probes a model: the output types of its computing layers
+_RECORD: list[str] | None = None
+
+
+def _record(layer: keras.layers.Layer, x) -> None:
+    if _RECORD is not None and isinstance(layer, keras.layers.Conv2D | keras.layers.Dense | keras.layers.LSTM
+                                          | TiedDense):
+        _RECORD.append(keras.backend.standardize_dtype(x.dtype))
+
+
 def _run(layers: list, flags: list[bool], x, training):
     """Calls each layer, handing ``training`` to those that take it. Explicitly: Keras's
     ``stateless_call`` (JAX) calls ``model.call`` directly, so the training flag is not in the
     call context that ``Layer.__call__`` would otherwise propagate to sublayers."""
     for layer, takes in zip(layers, flags, strict=True):
         x = layer(x, training=training) if takes else layer(x)
+        _record(layer, x)
     return x
 
 
@@ -218,13 +230,14 @@ class SpecModel(keras.Model):
                 x = layer(x, valid=valid)
             else:  # training passed explicitly, see _run
                 x = layer(x, training=training) if takes else layer(x)
+            _record(layer, x)
         if training and self.reconstructs:
             return x, target
         return x
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if self.reconstructs and isinstance(y_pred, tuple | list):
-            out, target = y_pred
+            out, target = (ops.cast(t, "float32") for t in y_pred)  # the loss in float32, as Keras's losses do
             return ops.mean(ops.square(out - target))
         return super().compute_loss(x, y, y_pred, sample_weight, training)
 
@@ -235,6 +248,76 @@ def keras_loss(spec: ModelSpec) -> keras.losses.Loss | None:
     if spec.loss.kind == "mse":
         return None
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+# --- precision ------------------------------------------------------------------------------------
+#: the Keras dtype policy of each precision dlbench runs through Keras: a ``mixed_*`` policy keeps
+#: the variables float32 and computes in the low type (Keras's mixed-precision API); a plain
+#: ``bfloat16``/``float16`` policy makes the variables and the compute that type
+POLICIES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
+            "amp-bf16": "mixed_bfloat16", "amp-fp16": "mixed_float16"}
+#: precisions whose float inputs the backends cast to the low type when placing a batch
+INPUT_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+#: the static loss scale of the custom-loop gradients at amp-fp16 (``train_on_batch`` uses Keras's
+#: dynamic ``LossScaleOptimizer`` instead); the JAX backend's value, see ``dlbench.frameworks.jax``
+LOSS_SCALE = 2.0 ** 12
+
+
+def unsupported_reason(precision: str) -> str | None:
+    """Why Keras models cannot be built at ``precision`` (None: they can)."""
+    if precision in POLICIES:
+        return None
+    if precision == "int8":
+        return ("Keras 3's int8 path (Model.quantize('int8')) quantizes Dense, EinsumDense and Embedding only, not "
+                "Conv2D or LSTM, so most of the zoo would stay float32; TF Lite's dynamic-range quantization works "
+                "only through a SavedModel (docs/engines.md)")
+    return f"{precision} is a GPU precision (TF32 matmuls); dlbench runs Keras models on TF/JAX/torch CPU kernels"
+
+
+@contextlib.contextmanager
+def dtype_policy(precision: str) -> Iterator[None]:
+    """Keras's global dtype policy set to ``precision``'s while layers are made, then restored: the
+    policy is process-wide state that each layer reads when it is constructed, so the next build
+    in the same process starts from the policy it had before."""
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(POLICIES[precision])
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(before)
+
+
+def activation_dtypes(build: KerasBuild) -> list[str]:
+    """The output types of the model's computing layers (Conv2D, Dense, LSTM, TiedDense) in one
+    eager inference call on a zero sample, as the framework produced them."""
+    global _RECORD
+    spec = build.spec
+    dummy = np.zeros((1, *spec.input.shape), np.int64 if spec.input.kind == "tokens" else np.float32)
+    _RECORD = []
+    try:
+        build.model(keras_inputs(spec, dummy, None), training=False)
+        return _RECORD
+    finally:
+        _RECORD = None
+
+
+def precision_info(build: KerasBuild) -> dict[str, str]:
+    """``param_dtype``: the type of the Keras variables holding the spec's parameters;
+    ``compute_dtype``: :func:`activation_dtypes` (``"mixed:a,b"`` when the layers differ)."""
+    params = [keras.backend.standardize_dtype(b.get().dtype) for b in build.params.values()]
+    return {"param_dtype": _one_name(params), "compute_dtype": _one_name(activation_dtypes(build))}
+
+
+def _one_name(names: list[str]) -> str:
+    distinct = sorted(set(names))
+    if not distinct:
+        return "none"
+    return distinct[0] if len(distinct) == 1 else "mixed:" + ",".join(distinct)
+
+
+def _float32(a: np.ndarray) -> np.ndarray:
+    """A bfloat16/float16 array upcast (exactly) to float32; others unchanged."""
+    return a.astype(np.float32) if a.dtype.name in ("bfloat16", "float16") else a
 
 
 # --- building and loading -------------------------------------------------------------------------
@@ -287,6 +370,12 @@ class KerasBuild:
     params: dict[str, Binding]
     state: dict[str, Binding]
     trainable_names: list[str] = field(default_factory=list)  # aligned with model.trainable_variables
+    precision: str = "fp32"
+
+    @property
+    def loss_scale(self) -> float | None:
+        """The static loss scale of a custom-loop gradient at amp-fp16 (None otherwise)."""
+        return LOSS_SCALE if self.precision == "amp-fp16" else None
 
     def variable(self, name: str):
         return self.params[name].get()
@@ -390,7 +479,11 @@ class Builder:
         return emb
 
     def make_lstm(self, layer: L.LSTM, shape):
-        lstm = keras.layers.LSTM(layer.units, return_sequences=True, name=_name(layer.name))
+        low = keras.config.dtype_policy().variable_dtype != "float32"
+        # the loaded weights replace the initial ones; a bfloat16/float16 variable cannot take the default
+        # orthogonal initializer (a QR decomposition, which neither TF nor JAX's LAPACK has in that type)
+        init = {"recurrent_initializer": "zeros"} if low else {}
+        lstm = keras.layers.LSTM(layer.units, return_sequences=True, name=_name(layer.name), **init)
         self.params[f"{layer.name}.w_x"] = Binding(lambda: lstm.cell.kernel)
         self.params[f"{layer.name}.w_h"] = Binding(lambda: lstm.cell.recurrent_kernel)
         self.params[f"{layer.name}.b"] = Binding(lambda: lstm.cell.bias)
@@ -423,18 +516,21 @@ def keras_inputs(spec: ModelSpec, x: np.ndarray, mask: np.ndarray | None) -> Any
     return x
 
 
-def build_keras_model(spec: ModelSpec, weights: Weights, builder: Builder | None = None) -> KerasBuild:
-    """The spec as a :class:`SpecModel` holding ``weights`` (converted from canonical layout)."""
+def build_keras_model(spec: ModelSpec, weights: Weights, builder: Builder | None = None,
+                      precision: str = "fp32") -> KerasBuild:
+    """The spec as a :class:`SpecModel` holding ``weights`` (converted from canonical layout), its
+    layers made under ``precision``'s dtype policy (:data:`POLICIES`)."""
     builder = builder or Builder()
-    steps, _ = builder.sequence(spec.layers, spec.input.shape)
-    model = SpecModel(steps, reconstructs=spec.loss.kind == "mse")
+    with dtype_policy(precision):
+        steps, _ = builder.sequence(spec.layers, spec.input.shape)
+        model = SpecModel(steps, reconstructs=spec.loss.kind == "mse")
     dummy = np.zeros((1, *spec.input.shape), np.int64 if spec.input.kind == "tokens" else np.float32)
     model(keras_inputs(spec, dummy, None), training=False)  # one sample through: creates the variables
     for name, binding in builder.params.items():
         _assign(name, binding, weights.params[name])
     for name, binding in builder.state.items():
         _assign(name, binding, weights.state[name])
-    build = KerasBuild(spec, model, builder.params, builder.state)
+    build = KerasBuild(spec, model, builder.params, builder.state, precision=precision)
     by_id = {id(b.get()): n for n, b in builder.params.items()}
     unbound = [v.path for v in model.trainable_variables if id(v) not in by_id]
     if unbound:
@@ -456,7 +552,8 @@ def _assign(name: str, binding: Binding, value: np.ndarray) -> None:
 
 def get_params(build: KerasBuild) -> dict[str, np.ndarray]:
     """Current parameters in canonical layout."""
-    return {n: b.from_keras(np.asarray(ops.convert_to_numpy(b.get()))).copy() for n, b in build.params.items()}
+    return {n: _float32(b.from_keras(np.asarray(ops.convert_to_numpy(b.get())))).copy()
+            for n, b in build.params.items()}
 
 
 def grads_to_canonical(build: KerasBuild, grads: list) -> dict[str, np.ndarray]:
@@ -466,7 +563,7 @@ def grads_to_canonical(build: KerasBuild, grads: list) -> dict[str, np.ndarray]:
         binding = build.params[name]
         if g is None:
             g = np.zeros(tuple(binding.get().shape), np.float32)
-        out[name] = binding.from_keras(np.asarray(g))
+        out[name] = _float32(binding.from_keras(np.asarray(g)))
     return out
 
 

@@ -30,6 +30,13 @@ Fast path and fairness settings:
   (used by the ``xla`` variant; graph-mode ``tf.function`` has no persistent cache).
 * parameter count: Keras's ``count_params()`` minus the batch-norm moving mean and variance
   (Keras counts them as non-trainable weights; the spec counts them as state).
+* precision: ``fp32``, ``bf16``/``fp16`` (Keras dtype policy ``bfloat16``/``float16``: variables
+  and compute in that type, the input cast in ``place``) and ``amp-bf16``/``amp-fp16`` (policies
+  ``mixed_bfloat16``/``mixed_float16``: float32 variables, each layer casting them and its input
+  to the low type), set while the layers are made and restored after
+  (:func:`keras_model.dtype_policy`). The loss is computed in float32 (logits upcast). amp-fp16's
+  gradient and training step scale the loss by a static 2**12 and divide the gradients by it before
+  the fused momentum update. int8 is unsupported (:func:`keras_model.unsupported_reason`).
 * CUDA: written the standard way (``/GPU:0`` placement, ``get_memory_info`` peak) but untested
   unless a GPU run is recorded in the docs.
 """
@@ -59,10 +66,20 @@ from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # 
 from dlbench.frameworks.tf_util import set_tf_threads, sync_tf, tf_device, tf_info, tf_profile  # noqa: E402
 from dlbench.measure.profile import ProfileTrace  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
+from dlbench.precision import get_precision  # noqa: E402
 from dlbench.weights import Weights  # noqa: E402
 
 if keras.backend.backend() != "tensorflow":  # pragma: no cover - only when keras was imported first
     raise ImportError(f"the tensorflow backend needs Keras on TensorFlow, but Keras runs on {keras.backend.backend()}")
+
+
+def _divide(g: Any, scale: float) -> Any:
+    """A gradient divided by the loss scale (a sparse embedding gradient divided in its values)."""
+    if g is None:
+        return None
+    if isinstance(g, tf.IndexedSlices):
+        return tf.IndexedSlices(g.values / scale, g.indices, g.dense_shape)
+    return g / scale
 
 
 class TFModel:
@@ -75,12 +92,22 @@ class TFModel:
         self.trainable = list(self.net.trainable_variables)
         net, spec, dev, trainable = self.net, self.spec, device, self.trainable
 
-        def loss_of(inputs, y):
+        def loss_of(inputs, y):  # in float32 whatever the compute type (the mixed-precision recipe)
             if spec.loss.kind == "mse":
-                out, target = net(inputs, training=True)
+                out, target = (tf.cast(t, tf.float32) for t in net(inputs, training=True))
                 return tf.reduce_mean(tf.square(out - target))
-            logits = net(inputs, training=True)
+            logits = tf.cast(net(inputs, training=True), tf.float32)
             return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        scale = build.loss_scale
+
+        def scaled_grads(inputs, y):
+            """``(loss, gradients)``; under amp-fp16 the tape differentiates ``loss * scale`` (the
+            product made inside the tape, so it is recorded) and the gradients are divided by it."""
+            with tf.GradientTape() as tape:
+                loss = loss_of(inputs, y)
+                target = loss if scale is None else loss * scale
+            grads = tape.gradient(target, trainable)
+            return loss, grads if scale is None else [_divide(g, scale) for g in grads]
 
         def infer(inputs):
             with tf.device(dev):
@@ -88,11 +115,9 @@ class TFModel:
 
         def loss_and_grads(inputs, y):
             with tf.device(dev):
-                with tf.GradientTape() as tape:
-                    loss = loss_of(inputs, y)
-                return loss, tape.gradient(loss, trainable)
+                return scaled_grads(inputs, y)
 
-        self.loss_of = loss_of
+        self.loss_of, self.scaled_grads = loss_of, scaled_grads
         self.infer_fn = tf.function(infer, jit_compile=self.jit, autograph=False)
         self.grad_fn = tf.function(loss_and_grads, jit_compile=self.jit, autograph=False)
 
@@ -103,6 +128,20 @@ class TensorFlowBackend(Backend):
     devices = ("cpu", "cuda")
     packages = ("tensorflow", "tensorflow-cpu", "keras")  # distributions; the one installed is recorded
     builder_class = km.Builder
+    precisions = tuple(km.POLICIES)
+    precision = "fp32"
+
+    def set_precision(self, precision: str) -> None:
+        get_precision(precision)
+        reason = km.unsupported_reason(precision)
+        if reason:
+            raise UnsupportedError(reason)
+        self.precision = precision
+
+    def precision_info(self, model: TFModel) -> dict[str, str]:
+        """The Keras variables' type and the computing layers' output types in one eager call
+        (:func:`keras_model.precision_info`)."""
+        return km.precision_info(model.build)
 
     def set_threads(self, n: int) -> dict[str, Any]:
         return set_tf_threads(n)
@@ -114,13 +153,20 @@ class TensorFlowBackend(Backend):
         dev = tf_device(device)
         keras.utils.set_random_seed(0)
         with tf.device(dev):
-            build = km.build_keras_model(spec, weights, self.builder_class())
+            build = km.build_keras_model(spec, weights, self.builder_class(), self.precision)
         return TFModel(build, dev, variant)
 
     def place(self, batch: Batch, model: TFModel) -> dict[str, Any]:
         inputs = km.keras_inputs(model.spec, batch.x, batch.mask)
+        cast = km.INPUT_DTYPES.get(model.build.precision)
         with tf.device(model.device):
-            return {"inputs": tf.nest.map_structure(tf.constant, inputs),
+            inputs = tf.nest.map_structure(tf.constant, inputs)
+            if cast and model.spec.input.kind != "tokens":  # a cast model takes its input in its own type
+                if isinstance(inputs, dict):
+                    inputs = {**inputs, "x": tf.cast(inputs["x"], cast)}
+                else:
+                    inputs = tf.cast(inputs, cast)
+            return {"inputs": inputs,
                     "y": None if batch.y is None else tf.constant(batch.y.astype(np.int32))}
 
     def forward(self, model: TFModel, batch) -> Callable[[], Any]:
@@ -141,21 +187,20 @@ class TensorFlowBackend(Backend):
         strategy's scope (so variables and buffers are mirrored), passes ``reduce_grads`` (the
         replica context's all-reduce mean, applied between the gradient and the update) and runs
         the body with ``strategy.run``: its model is this backend's, not a second one."""
-        trainable, loss_of, dev = model.trainable, model.loss_of, model.device
+        trainable, scaled_grads, dev = model.trainable, model.scaled_grads, model.device
         with tf.device(dev):
             accums = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in trainable]
         lr, momentum = tf.constant(opt.lr, tf.float32), tf.constant(opt.momentum, tf.float32)
 
         def step(inputs, y):
             with tf.device(dev):
-                with tf.GradientTape() as tape:
-                    loss = loss_of(inputs, y)
-                grads = tape.gradient(loss, trainable)
+                loss, grads = scaled_grads(inputs, y)
                 if reduce_grads is not None:
                     grads = reduce_grads(grads)
-                for var, accum, grad in zip(trainable, accums, grads, strict=True):
-                    tf.raw_ops.ResourceApplyMomentum(var=var.handle, accum=accum.handle, lr=lr,
-                                                     grad=tf.convert_to_tensor(grad), momentum=momentum)
+                for var, accum, grad in zip(trainable, accums, grads, strict=True):  # lr in the variable's type
+                    tf.raw_ops.ResourceApplyMomentum(var=var.handle, accum=accum.handle, lr=tf.cast(lr, var.dtype),
+                                                     grad=tf.convert_to_tensor(grad),
+                                                     momentum=tf.cast(momentum, var.dtype))
                 return loss
 
         return step, accums
@@ -197,7 +242,8 @@ class TensorFlowBackend(Backend):
     def to_numpy(self, out: Any) -> np.ndarray:
         if isinstance(out, tuple | list):
             out = out[0]
-        return np.asarray(out.numpy() if hasattr(out, "numpy") else out)
+        out = np.asarray(out.numpy() if hasattr(out, "numpy") else out)
+        return out.astype(np.float32) if out.dtype.name in ("bfloat16", "float16") else out
 
     def param_count(self, model: TFModel) -> int:
         return km.param_count(model.build)
