@@ -4,6 +4,7 @@ and a run's summary and report at several precisions."""
 
 import json
 
+import numpy as np
 import pytest
 
 from dlbench import api
@@ -11,11 +12,12 @@ from dlbench.cell import Cell
 from dlbench.cli import main
 from dlbench.errors import UsageError
 from dlbench.frameworks.torch import TorchBackend
+from dlbench.models import get_model
 from dlbench.precision import PRECISIONS, cpu_support, parse_precisions
 from dlbench.report.build import write_report
 from dlbench.runner import gate
 from dlbench.store import Store
-from dlbench.verify import TOLERANCES, verify_model
+from dlbench.verify import TOLERANCES, loss_allowed, verify_model
 from tests.conftest import requires
 from tests.old_schema import make_v2
 
@@ -101,6 +103,46 @@ def test_the_gate_catches_a_backend_that_silently_runs_float32():
     result = verify_model(SilentFloat32(), "lenet", precision="bf16")
     assert result.verdict == "fail" and "asked bf16: param_dtype float32 (expected bfloat16)" in result.reason
     assert result.checks["forward"]  # its output is closer to float64 than bf16 needs: only the dtype tells
+
+
+def _cross_entropy(z: np.ndarray, y: np.ndarray) -> float:
+    shifted = z - z.max(axis=1, keepdims=True)
+    return float(-(shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True)))[np.arange(len(y)), y].mean())
+
+
+@pytest.mark.parametrize("precision", ["bf16", "amp-bf16", "fp16", "amp-fp16", "tf32"])
+def test_the_loss_check_is_never_stricter_than_the_forward_check(precision):
+    """ResNet-50 at bf16 passed the forward check in torch and TensorFlow and failed on its loss alone
+    (1.6% against a fixed 1%): large logits turn a small forward error into a larger loss error. The
+    worst logit error the forward tolerance allows (along the loss's own gradient) must pass the loss
+    check, and the bound must still be a bound."""
+    tol, spec = TOLERANCES[precision], get_model("lenet")
+    rng = np.random.default_rng(0)
+    z, y = 10 * rng.standard_normal((8, 10)), rng.integers(0, 10, 8)
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    grad = p / p.sum(axis=1, keepdims=True) - np.eye(10)[y]
+    dz = grad * tol.forward * np.linalg.norm(z) / np.linalg.norm(grad)  # ||dz|| = tol.forward * ||z||
+    loss, moved = _cross_entropy(z, y), _cross_entropy(z + dz, y)
+    allowed = loss_allowed(spec, tol, z, loss)
+    assert abs(moved - loss) > tol.loss * loss  # the old relative bound refused this forward-tolerated error
+    assert abs(moved - loss) <= allowed
+    # float32 keeps its relative 1e-4 exactly as before
+    assert loss_allowed(spec, TOLERANCES["fp32"], z, loss) == TOLERANCES["fp32"].loss * loss
+
+
+class LossOff(TorchBackend):
+    """Its training loss is off by 5% (a planted loss bug: a wrong reduction, a missing term)."""
+
+    def loss_and_grads(self, model, placed):
+        loss, grads = super().loss_and_grads(model, placed)
+        return loss * 1.05, grads
+
+
+@requires("torch")
+def test_a_wrong_loss_still_fails_the_gate_at_bf16():
+    result = verify_model(LossOff(), "lenet", precision="bf16")
+    assert result.verdict == "fail" and not result.checks["loss"] and "allowed" in result.reason
+    assert result.checks["forward"]
 
 
 @requires("torch")
