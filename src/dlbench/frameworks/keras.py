@@ -59,7 +59,6 @@ from dlbench.data.synthetic import Batch  # noqa: E402
 from dlbench.frameworks import keras_model as km  # noqa: E402
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
-from dlbench.precision import get_precision  # noqa: E402
 from dlbench.weights import Weights  # noqa: E402
 
 BACKEND = keras.backend.backend()
@@ -138,26 +137,12 @@ def _numpy(a: Any) -> np.ndarray | None:
     return np.asarray(keras.ops.convert_to_numpy(a))
 
 
-class KerasBackend(Backend):
+class KerasBackend(km.PolicyPrecision, Backend):
     name = "keras"
     variants = ("keras-jax", "keras-tensorflow", "keras-torch")
     devices = ("cpu", "cuda")
     packages = ("keras", *({"tensorflow": ("tensorflow", "tensorflow-cpu")}.get(BACKEND, (BACKEND,))))
     builder_class = km.Builder
-    precisions = tuple(km.POLICIES)
-    precision = "fp32"
-
-    def set_precision(self, precision: str) -> None:
-        get_precision(precision)
-        reason = km.unsupported_reason(precision)
-        if reason:
-            raise UnsupportedError(reason)
-        self.precision = precision
-
-    def precision_info(self, model: KerasModel) -> dict[str, str]:
-        """The Keras variables' type and the computing layers' output types in one eager call
-        (:func:`keras_model.precision_info`)."""
-        return km.precision_info(model.build)
 
     def set_threads(self, n: int) -> dict[str, Any]:
         if BACKEND == "tensorflow":

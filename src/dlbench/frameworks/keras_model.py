@@ -51,6 +51,7 @@ from dlbench.frameworks.base import UnsupportedError
 from dlbench.models import layers as L
 from dlbench.models.layers import _pool_out
 from dlbench.models.spec import ModelSpec
+from dlbench.precision import get_precision
 from dlbench.weights import Weights
 
 
@@ -306,6 +307,26 @@ def precision_info(build: KerasBuild) -> dict[str, str]:
     ``compute_dtype``: :func:`activation_dtypes` (``"mixed:a,b"`` when the layers differ)."""
     params = [keras.backend.standardize_dtype(b.get().dtype) for b in build.params.values()]
     return {"param_dtype": _one_name(params), "compute_dtype": _one_name(activation_dtypes(build))}
+
+
+class PolicyPrecision:
+    """The precision members of a backend whose models are made under a Keras dtype policy (TensorFlow's
+    and Keras 3's backends): the precisions it offers, the one asked, and the types a built model holds."""
+
+    precisions = tuple(POLICIES)
+    precision = "fp32"
+
+    def set_precision(self, precision: str) -> None:
+        get_precision(precision)
+        reason = unsupported_reason(precision)
+        if reason:
+            raise UnsupportedError(reason)
+        self.precision = precision
+
+    def precision_info(self, model: Any) -> dict[str, str]:
+        """The Keras variables' type and the computing layers' output types in one eager call
+        (:func:`precision_info`); ``model`` holds its :class:`KerasBuild` as ``build``."""
+        return precision_info(model.build)
 
 
 def _one_name(names: list[str]) -> str:

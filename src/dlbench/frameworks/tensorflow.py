@@ -66,7 +66,6 @@ from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # 
 from dlbench.frameworks.tf_util import set_tf_threads, sync_tf, tf_device, tf_info, tf_profile  # noqa: E402
 from dlbench.measure.profile import ProfileTrace  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
-from dlbench.precision import get_precision  # noqa: E402
 from dlbench.weights import Weights  # noqa: E402
 
 if keras.backend.backend() != "tensorflow":  # pragma: no cover - only when keras was imported first
@@ -122,26 +121,12 @@ class TFModel:
         self.grad_fn = tf.function(loss_and_grads, jit_compile=self.jit, autograph=False)
 
 
-class TensorFlowBackend(Backend):
+class TensorFlowBackend(km.PolicyPrecision, Backend):
     name = "tensorflow"
     variants = ("function", "xla")
     devices = ("cpu", "cuda")
     packages = ("tensorflow", "tensorflow-cpu", "keras")  # distributions; the one installed is recorded
     builder_class = km.Builder
-    precisions = tuple(km.POLICIES)
-    precision = "fp32"
-
-    def set_precision(self, precision: str) -> None:
-        get_precision(precision)
-        reason = km.unsupported_reason(precision)
-        if reason:
-            raise UnsupportedError(reason)
-        self.precision = precision
-
-    def precision_info(self, model: TFModel) -> dict[str, str]:
-        """The Keras variables' type and the computing layers' output types in one eager call
-        (:func:`keras_model.precision_info`)."""
-        return km.precision_info(model.build)
 
     def set_threads(self, n: int) -> dict[str, Any]:
         return set_tf_threads(n)
