@@ -120,6 +120,16 @@ def test_each_version_has_its_own_environment(envs_dir):
     assert envs.load("jax==0.4.38") is None and envs.load("jax==0.6.2") is not None
 
 
+def test_list_frameworks_names_each_pinned_release_with_an_environment(envs_dir, capsys):
+    _fake_env(envs_dir, "jax==0.6.2", "0.6.2")
+    _fake_env(envs_dir, "jax==0.4.38", "0.4.38")
+    assert main(["list", "frameworks", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert [n for n in rows if "==" in n] == ["jax==0.4.38", "jax==0.6.2"]  # release order, after the bare names
+    assert rows["jax==0.4.38"]["installed"] and rows["jax==0.4.38"]["version"] == "0.4.38"
+    assert rows["jax==0.4.38"]["python"] and rows["jax==0.4.38"]["variants"] == rows["jax"]["variants"]
+
+
 def test_a_pinned_version_without_environment_passes_the_check_and_is_not_installed():
     check_frameworks(["jax==0.4.38"])  # built when a run needs it
     assert installed_version("jax==0.4.38") is None or installed_version("jax") == "0.4.38"

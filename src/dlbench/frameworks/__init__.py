@@ -180,10 +180,14 @@ def _version_here(info: FrameworkInfo) -> str | None:
 
 
 def list_frameworks() -> list[dict]:
+    """Every framework dlbench knows, then every pinned release that has its environment
+    (``dlbench envs create jax==0.4.38``), each with where it is installed."""
+    pinned = sorted((r.framework for r in envs.list_envs() if versions.split(r.framework)[1] is not None),
+                    key=lambda n: (versions.split(n)[0], versions.companions.release_key(versions.split(n)[1])))
     return [{"name": n, "installed": (v := installed_version(n)) is not None, "version": v,
              "variants": list(i.variants), "devices": list(i.devices), "description": i.description,
              "python": envs.python_for(n)}
-            for n, i in FRAMEWORKS.items()]
+            for n, i in [*FRAMEWORKS.items(), *((n, framework_info(n)) for n in pinned)]]
 
 
 def check_frameworks(names: list[str]) -> None:
