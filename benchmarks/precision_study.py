@@ -75,7 +75,12 @@ def main() -> None:
           f"{gate['seconds'] / 60:.1f} min")
     print(f"- run: `dlbench {' '.join(run_argv)}`: exit code {run['returncode']}, {run['seconds'] / 60:.1f} min")
     print(f"- convergence: `dlbench {' '.join(conv_argv)}`: exit code {conv['returncode']}, "
-          f"{conv['seconds'] / 60:.1f} min\n")
+          f"{conv['seconds'] / 60:.1f} min")
+    read_back = [p["read_back"] for p in (gate, run, conv) if "read_back" in p]
+    if read_back:
+        print(f"- read back from the work directory, measured by an earlier invocation: {', '.join(read_back)} "
+              "(the load average above is this invocation's)")
+    print()
     print("#### The gate at each precision (errors against the float64 reference)\n")
     print("| model | framework | precision | verdict | forward error | gradient error | types held | reason |")
     print("|---|---|---|---|---:|---:|---|---|")
@@ -100,7 +105,7 @@ def _part(marker: Path, argv: list[str], db: str | None = None) -> dict:
     that an earlier attempt left unfinished in ``db`` is resumed (only its missing cells are measured);
     the minutes recorded are then this attempt's."""
     if marker.exists():
-        return json.loads(marker.read_text())
+        return {**json.loads(marker.read_text()), "read_back": marker.stem}
     if db is not None and Path(db).exists():
         finished = [json.loads(json.loads(m.read_text())["stdout"]) for m in marker.parent.glob("*.json")]
         done = {f["run_id"] for f in finished if isinstance(f, dict)}
