@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,3 +81,25 @@ def ratio_ci(num: list[float], den: list[float], reps: int = 2000, seed: int = 0
     ratios = sorted(statistics.median(rng.choices(num, k=len(num))) / statistics.median(rng.choices(den, k=len(den)))
                     for _ in range(reps))
     return ratios[int(0.025 * reps)], ratios[int(0.975 * reps) - 1]
+
+
+def study_part(marker: Path, argv: list[str], db: str | None = None) -> dict:
+    """One part of a study (a dlbench command), or its stored outcome when a previous attempt finished it
+    (``marker`` holds it). A timed run that an earlier attempt left unfinished in ``db`` is resumed (only
+    its missing cells are measured); the minutes recorded are then this attempt's."""
+    if marker.exists():
+        return {**json.loads(marker.read_text()), "read_back": marker.stem}
+    if db is not None and Path(db).exists():
+        finished = [json.loads(json.loads(m.read_text())["stdout"]) for m in marker.parent.glob("*.json")]
+        done = {f["run_id"] for f in finished if isinstance(f, dict)}
+        unfinished = [r["id"] for r in json.loads(dlbench("runs", "--db", db, "--json").stdout)
+                      if r["id"] not in done]
+        if unfinished:
+            argv = [*argv, "--resume", unfinished[-1]]
+    t0 = time.perf_counter()
+    out = dlbench(*argv)
+    part = {"argv": argv, "returncode": out.returncode, "seconds": time.perf_counter() - t0, "stdout": out.stdout}
+    if out.returncode not in (0, 1):  # 1: a gate failure or a failed cell, which the study reports
+        raise SystemExit(f"dlbench {' '.join(argv)} exited {out.returncode}: {out.stderr[-2000:]}")
+    marker.write_text(json.dumps(part))
+    return part

@@ -34,6 +34,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
+    # the load average before the study, not after
+    head = header("Where the time goes: layers, probe and explain" + (" (quick form)" if args.quick else ""))
     runs = ([[*QUICK, "--model", model, "--framework", pair] for pair, model, _ in EXPLAIN] if args.quick
             else [FULL])
     frameworks = "torch,jax,tensorflow" if args.quick else "torch,jax,tensorflow,onnxruntime"
@@ -58,7 +60,7 @@ def main() -> None:
             if "## Where the time goes" in md:
                 section = md[md.index("## Where the time goes"):]
                 sections.append(section[:section.index("\n## ", 3)] if "\n## " in section[3:] else section)
-    print(header("Where the time goes: layers, probe and explain" + (" (quick form)" if args.quick else "")))
+    print(head)
     for flags, d in zip(runs, done, strict=True):
         print(f"- `dlbench run --scenario layers {' '.join(flags)}`: exit code {d.returncode}")
     print(f"- {len(runs)} run(s) in {wall / 60:.1f} min; `dlbench probe --framework {frameworks} --threads {threads} "

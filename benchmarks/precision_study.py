@@ -22,10 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 
-from _common import dlbench, header
+from _common import dlbench, header, study_part
 
 FRAMEWORKS = "torch,jax,tensorflow,onnxruntime"
 VERIFY_PRECISIONS = "bf16,amp-bf16,int8"
@@ -44,6 +43,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--workdir", type=Path, help="keep the database and finished parts here (resumable)")
     args = ap.parse_args()
+    # the load average before the study, not after
+    head = header("Precision: error against float64 and speed" + (" (quick form)" if args.quick else ""))
     models = QUICK_MODELS if args.quick else MODELS
     verify_models = MODELS if args.quick else ",".join(_zoo())
     verify_precisions = QUICK_VERIFY_PRECISIONS if args.quick else VERIFY_PRECISIONS
@@ -53,11 +54,11 @@ def main() -> None:
         db = str(work / "results.db")
         gate_argv = ["verify", "--model", verify_models, "--framework", FRAMEWORKS, "--precision",
                      verify_precisions, "--threads", "1", "--json"]
-        gate = _part(work / "gate.json", gate_argv)
+        gate = study_part(work / "gate.json", gate_argv)
         run_argv = ["run", "--model", models, "--framework", FRAMEWORKS, "--scenario", "forward,train_step",
                     "--precision", RUN_PRECISIONS, "--threads", "1" if args.quick else "2",
                     *(QUICK_PROTOCOL if args.quick else PROTOCOL)]
-        run = _part(work / "run.json", [*run_argv, "--db", db, "--json"], db=db)
+        run = study_part(work / "run.json", [*run_argv, "--db", db, "--json"], db=db)
         run_id = json.loads(run["stdout"])["run_id"]
         dlbench("report", run_id, "--db", db, "--out", str(work / "report"))
         md = (work / "report" / "report.md").read_text()
@@ -65,12 +66,12 @@ def main() -> None:
         conv_argv = ["run", "--scenario", "convergence", "--model", "lenet", "--data", "digits", "--framework",
                      "torch,jax,tensorflow", "--precision", "fp32,amp-bf16", "--epochs", epochs, "--threads", "1",
                      "--repeats", "1"]
-        conv = _part(work / "convergence.json", [*conv_argv, "--db", db, "--json"], db=db)
+        conv = study_part(work / "convergence.json", [*conv_argv, "--db", db, "--json"], db=db)
         from dlbench import api
 
         conv_res = api.results(json.loads(conv["stdout"])["run_id"], db)
 
-    print(header("Precision: error against float64 and speed" + (" (quick form)" if args.quick else "")))
+    print(head)
     print(f"- gate: `dlbench {' '.join(gate_argv[:-1])}`: exit code {gate['returncode']}, "
           f"{gate['seconds'] / 60:.1f} min")
     print(f"- run: `dlbench {' '.join(run_argv)}`: exit code {run['returncode']}, {run['seconds'] / 60:.1f} min")
@@ -98,28 +99,6 @@ def main() -> None:
         acc = c.convergence.get("final_test_acc_mean") if c.ok else None
         print(f"| {c.cell.framework} | {c.cell.precision} | {c.cell.status} | "
               f"{'–' if acc is None else f'{acc:.4f}'} | {c.cell.reason[:160]} |")
-
-
-def _part(marker: Path, argv: list[str], db: str | None = None) -> dict:
-    """One part of the study, or its stored outcome when a previous attempt finished it. A timed run
-    that an earlier attempt left unfinished in ``db`` is resumed (only its missing cells are measured);
-    the minutes recorded are then this attempt's."""
-    if marker.exists():
-        return {**json.loads(marker.read_text()), "read_back": marker.stem}
-    if db is not None and Path(db).exists():
-        finished = [json.loads(json.loads(m.read_text())["stdout"]) for m in marker.parent.glob("*.json")]
-        done = {f["run_id"] for f in finished if isinstance(f, dict)}
-        unfinished = [r["id"] for r in json.loads(dlbench("runs", "--db", db, "--json").stdout)
-                      if r["id"] not in done]
-        if unfinished:
-            argv = [*argv, "--resume", unfinished[-1]]
-    t0 = time.perf_counter()
-    out = dlbench(*argv)
-    part = {"argv": argv, "returncode": out.returncode, "seconds": time.perf_counter() - t0, "stdout": out.stdout}
-    if out.returncode not in (0, 1):  # 1: a gate failure or a failed cell, which the study reports
-        raise SystemExit(f"dlbench {' '.join(argv)} exited {out.returncode}: {out.stderr[-2000:]}")
-    marker.write_text(json.dumps(part))
-    return part
 
 
 def _e(value: float | None) -> str:

@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--db", help="keep the run in this database (default: a scratch one)")
     args = ap.parse_args()
+    # the load average before the study, not after
+    head = header("Deployment: latency percentiles and MLPerf LoadGen" + (" (quick form)" if args.quick else ""))
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(args.db) if args.db else Path(tmp) / "results.db"
         argv = [sys.executable, "-m", "dlbench", "run", "--scenario", "latency,loadgen-offline,loadgen-server",
@@ -48,7 +50,7 @@ def main() -> None:
         res = api.results(summary["run_id"], db)
     section = md[md.index("## Latency and load"):]
     section = section[:section.index("\n## ", 3)]
-    print(header("Deployment: latency percentiles and MLPerf LoadGen" + (" (quick form)" if args.quick else "")))
+    print(head)
     print(f"- run: `dlbench run --scenario latency,loadgen-offline,loadgen-server --model {MODELS} "
           f"--framework {FRAMEWORKS} --threads 1,2{' ' + ' '.join(QUICK) if args.quick else ''}`; "
           f"{len(res.cells)} cells in {wall / 60:.1f} min, exit code {out.returncode}")

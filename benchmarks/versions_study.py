@@ -5,6 +5,9 @@ Versions section and, per framework, ``dlbench compare --baseline OLDEST --fail-
     python benchmarks/update_performance.py versions_study                 # the issue's run (long)
     python benchmarks/update_performance.py versions_study --args=--quick  # lenet forward, 1 thread, 2 releases each
 
+``--workdir DIR`` keeps the database and the finished run there: an interrupted study resumes with
+``dlbench run --resume`` and measures only the missing cells.
+
 The pinned releases' environments are built by the run itself when missing (``dlbench envs create``,
 about a minute each; ``dlbench envs list`` shows them and their size on disk afterwards). The bare
 names are the main Python's releases. Prints the run's command and exit code, the environments used,
@@ -16,10 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 
-from _common import dlbench, header
+from _common import dlbench, header, study_part
 
 #: oldest release first: each framework's first name is its comparisons' baseline
 RELEASES = {"jax": ["jax==0.4.38", "jax==0.6.2", "jax"],
@@ -27,7 +29,10 @@ RELEASES = {"jax": ["jax==0.4.38", "jax==0.6.2", "jax"],
             "onnxruntime": ["onnxruntime==1.17.3", "onnxruntime==1.20.1", "onnxruntime"],
             # one release: older PyTorch wheels on the registry are CUDA builds of several GB (docs/versions.md)
             "torch": ["torch"]}
-FULL = ["--model", "lenet,fcn-r,resnet-56,lstm-imdb", "--scenario", "forward,train_step", "--threads", "1,2"]
+#: a short protocol (3 processes, 2 warm-up, at least 5 calls and 0.5 s): about 1 h 20 min on a 2-core machine by
+#: ``dlbench run --dry-run``; three processes are the fewest the process-level test of ``compare`` works with
+FULL = ["--model", "lenet,fcn-r,resnet-56,lstm-imdb", "--scenario", "forward,train_step", "--threads", "1,2",
+        "--repeats", "3", "--warmup", "2", "--min-iters", "5", "--min-time", "0.5"]
 QUICK_RELEASES = {"jax": ["jax==0.6.2", "jax"], "tensorflow": ["tensorflow==2.16.2", "tensorflow"],
                   "onnxruntime": ["onnxruntime==1.17.3", "onnxruntime"]}
 QUICK = ["--model", "lenet", "--scenario", "forward", "--threads", "1", "--repeats", "3", "--min-time", "0.5"]
@@ -37,24 +42,29 @@ QUICK = ["--model", "lenet", "--scenario", "forward", "--threads", "1", "--repea
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--workdir", type=Path, help="keep the database and the finished run here (resumable)")
     args = ap.parse_args()
+    # the load average before the study, not after
+    head = header("Framework versions: one figure across releases" + (" (quick form)" if args.quick else ""))
     releases = QUICK_RELEASES if args.quick else RELEASES
     frameworks = ",".join(n for names in releases.values() for n in names)
     flags = [*(QUICK if args.quick else FULL), "--framework", frameworks]
     with tempfile.TemporaryDirectory() as tmp:
-        db = str(Path(tmp) / "results.db")
-        t0 = time.perf_counter()
-        run = dlbench("run", *flags, "--db", db, "--json")
-        wall = time.perf_counter() - t0
-        run_id = json.loads(run.stdout)["run_id"]
+        work = args.workdir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        db = str(work / "results.db")
+        run = study_part(work / "run.json", ["run", *flags, "--db", db, "--json"], db=db)
+        run_id = json.loads(run["stdout"])["run_id"]
         env = json.loads(dlbench("export", run_id, "--format", "json", "--db", db).stdout)["environment"]["frameworks"]
-        dlbench("report", run_id, "--db", db, "--out", str(Path(tmp) / "report"))
-        md = (Path(tmp) / "report" / "report.md").read_text()
+        dlbench("report", run_id, "--db", db, "--out", str(work / "report"))
+        md = (work / "report" / "report.md").read_text()
         compared = {base: dlbench("compare", run_id, "--baseline", names[0], "--fail-above", "5", "--db", db, "--json")
                     for base, names in releases.items() if len(names) > 1}
         envs_list = json.loads(dlbench("envs", "list", "--json").stdout)["envs"]
-    print(header("Framework versions: one figure across releases" + (" (quick form)" if args.quick else "")))
-    print(f"- `dlbench run {' '.join(flags)}`: exit code {run.returncode}, {wall / 60:.1f} min\n")
+    print(head)
+    print(f"- `dlbench run {' '.join(flags)}`: exit code {run['returncode']}, {run['seconds'] / 60:.1f} min"
+          + (" (read back from the work directory, measured by an earlier invocation)" if "read_back" in run else "")
+          + "\n")
     print("| name in the run | version recorded | environment |\n|---|---|---|")
     by_name = {e["framework"]: e for e in envs_list}
     for name in (n for names in releases.values() for n in names):
