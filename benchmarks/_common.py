@@ -94,8 +94,8 @@ def study_part(marker: Path, argv: list[str], db: str | None = None) -> dict:
         done = {f["run_id"] for f in finished if isinstance(f, dict)}
         unfinished = [r["id"] for r in json.loads(dlbench("runs", "--db", db, "--json").stdout)
                       if r["id"] not in done]
-        if unfinished:
-            argv = [*argv, "--resume", unfinished[-1]]
+        if unfinished:  # measured as it was stored: the run's own flags are not given again
+            argv = ["run", "--resume", unfinished[-1], "--db", db, *(["--json"] if "--json" in argv else [])]
     t0 = time.perf_counter()
     out = dlbench(*argv)
     part = {"argv": argv, "returncode": out.returncode, "seconds": time.perf_counter() - t0, "stdout": out.stdout}
