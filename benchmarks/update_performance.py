@@ -23,7 +23,7 @@ FRAGMENTS = DOCS / "performance"
 ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "fidelity_tensorflow",
          "compare_selfcheck", "gemm_probe", "side_by_side_backends", "side_by_side_compile", "side_by_side_environments",
          "side_by_side_h2o", "ray_fanout", "serving_study", "explain_study", "profile_overhead", "precision_study",
-         "versions_study", "ci_time"]
+         "versions_study", "torch_release_size", "versions_study_torch", "ci_time"]
 
 INTRO = """# Performance of dlbench itself
 
@@ -43,23 +43,24 @@ one).
 """
 
 
-def _script(name: str) -> tuple[Path, list[str]]:
-    """A fragment's script and leading arguments: ``side_by_side_backends`` is ``side_by_side.py backends``."""
+def _command(name: str, extra: list[str]) -> tuple[Path, list[str]]:
+    """A fragment's script and arguments: ``side_by_side_backends`` is ``side_by_side.py backends`` (which
+    passes what follows ``--`` to dlbench run), ``versions_study_torch`` is ``versions_study.py --only torch``."""
     if name.startswith("side_by_side_"):
-        return HERE / "side_by_side.py", [name.removeprefix("side_by_side_")]
-    return HERE / f"{name}.py", []
+        return HERE / "side_by_side.py", [name.removeprefix("side_by_side_"), *(["--", *extra] if extra else [])]
+    if name.startswith("versions_study_"):
+        return HERE / "versions_study.py", ["--only", name.removeprefix("versions_study_"), *extra]
+    return HERE / f"{name}.py", extra
 
 
 def run(name: str, extra: list[str]) -> None:
-    script, preset = _script(name)
-    if preset:
-        extra = [*preset, *(["--", *extra] if extra else [])]  # side_by_side passes what follows -- to dlbench run
+    script, args = _command(name, extra)
     if not script.exists():
         raise SystemExit(f"no benchmark {script}")
     print(f"running {name} ...", file=sys.stderr)
     # from the repository root, by its relative path: the header quotes the command as run
     root = HERE.parent
-    out = subprocess.run([sys.executable, str(script.relative_to(root)), *extra], cwd=root, capture_output=True,
+    out = subprocess.run([sys.executable, str(script.relative_to(root)), *args], cwd=root, capture_output=True,
                          text=True)
     if out.returncode:
         sys.stderr.write(out.stderr[-3000:])
@@ -86,7 +87,7 @@ def main() -> None:
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--args", default="", help="extra arguments passed to every script")
     args = ap.parse_args()
-    names = [n for n in ORDER if _script(n)[0].exists()] if args.all else args.names
+    names = [n for n in ORDER if _command(n, [])[0].exists()] if args.all else args.names
     for name in names:
         run(name, args.args.split())
     assemble()

@@ -1,9 +1,13 @@
-"""The study of docs/versions.md: one run over three releases each of JAX, TensorFlow and ONNX Runtime (and
-the one PyTorch this machine has as a CPU wheel), every version through the gate, then the report's
-Versions section and, per framework, ``dlbench compare --baseline OLDEST --fail-above 5``.
+"""The study of docs/versions.md: one run over three releases each of JAX, TensorFlow and ONNX Runtime and
+two of PyTorch, every version through the gate, then the report's Versions section and, per framework,
+``dlbench compare --baseline OLDEST --fail-above 5``.
 
     python benchmarks/update_performance.py versions_study                 # the issue's run (long)
+    python benchmarks/update_performance.py versions_study_torch           # the same, PyTorch's releases only
     python benchmarks/update_performance.py versions_study --args=--quick  # lenet forward, 1 thread, 2 releases each
+
+PyTorch has its own part (``--only torch``) because an older torch here is a CUDA build from the
+registry: its environment downloads about 4 GB (docs/performance/torch_release_size.md).
 
 ``--workdir DIR`` keeps the database and the finished run there: an interrupted study resumes with
 ``dlbench run --resume`` and measures only the missing cells.
@@ -27,8 +31,8 @@ from _common import dlbench, header, study_part
 RELEASES = {"jax": ["jax==0.4.38", "jax==0.6.2", "jax"],
             "tensorflow": ["tensorflow==2.16.2", "tensorflow==2.18.1", "tensorflow"],
             "onnxruntime": ["onnxruntime==1.17.3", "onnxruntime==1.20.1", "onnxruntime"],
-            # one release: older PyTorch wheels on the registry are CUDA builds of several GB (docs/versions.md)
-            "torch": ["torch"]}
+            # older PyTorch wheels on the registry are CUDA builds of about 4 GB (docs/versions.md)
+            "torch": ["torch==2.10.0", "torch"]}
 #: a short protocol (3 processes, 2 warm-up, at least 5 calls and 0.5 s): about 1 h 20 min on a 2-core machine by
 #: ``dlbench run --dry-run``; three processes are the fewest the process-level test of ``compare`` works with
 FULL = ["--model", "lenet,fcn-r,resnet-56,lstm-imdb", "--scenario", "forward,train_step", "--threads", "1,2",
@@ -38,15 +42,18 @@ QUICK_RELEASES = {"jax": ["jax==0.6.2", "jax"], "tensorflow": ["tensorflow==2.16
 QUICK = ["--model", "lenet", "--scenario", "forward", "--threads", "1", "--repeats", "3", "--min-time", "0.5"]
 
 
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--workdir", type=Path, help="keep the database and the finished run here (resumable)")
+    ap.add_argument("--only", choices=sorted(RELEASES), help="one framework's releases")
     args = ap.parse_args()
     # the load average before the study, not after
-    head = header("Framework versions: one figure across releases" + (" (quick form)" if args.quick else ""))
+    title = "Framework versions: one figure across releases" + (f", {args.only} only" if args.only else "")
+    head = header(title + (" (quick form)" if args.quick else ""))
     releases = QUICK_RELEASES if args.quick else RELEASES
+    if args.only:
+        releases = {args.only: releases.get(args.only, RELEASES[args.only])}
     frameworks = ",".join(n for names in releases.values() for n in names)
     flags = [*(QUICK if args.quick else FULL), "--framework", frameworks]
     with tempfile.TemporaryDirectory() as tmp:
