@@ -10,6 +10,7 @@ import pytest
 from dlbench import api
 from dlbench.cell import Cell
 from dlbench.cli import main
+from dlbench.data.synthetic import make_batch
 from dlbench.errors import UsageError
 from dlbench.frameworks.torch import TorchBackend
 from dlbench.models import get_model
@@ -18,6 +19,7 @@ from dlbench.report.build import write_report
 from dlbench.runner import gate
 from dlbench.store import Store
 from dlbench.verify import TOLERANCES, loss_allowed, verify_model
+from dlbench.weights import init_weights
 from tests.conftest import requires
 from tests.old_schema import make_v2
 
@@ -158,6 +160,24 @@ def test_torch_passes_the_gate_at_each_precision_with_the_types_it_reports(preci
 def test_torch_int8_refuses_a_model_its_dynamic_quantization_does_not_cover():
     result = verify_model(TorchBackend(), "resnet-56", precision="int8")
     assert result.verdict == "unsupported" and "static quantization" in result.reason
+    assert "Conv2d" in result.reason  # names what is left out
+
+
+@requires("torch")
+def test_torch_int8_quantizes_the_embedding_that_holds_most_of_the_full_size_lstm():
+    """The gate checks lstm-imdb's small form, whose LSTM holds most parameters; at full size the
+    embedding does, and a run's cell was unsupported (blaming convolutions) though its gate passed."""
+    spec = get_model("lstm-imdb")
+    weights = init_weights(spec, 0)
+    batch = make_batch(spec, 4, 0)
+    backend = TorchBackend()
+    full = backend.build(spec, weights)
+    backend.set_precision("int8")
+    quantized = backend.build(spec, weights)
+    assert backend.precision_info(quantized) == {"param_dtype": "int8", "compute_dtype": "int8"}
+    ref = np.asarray(backend.forward(full, backend.place(batch, full))())
+    out = np.asarray(backend.forward(quantized, backend.place(batch, quantized))())
+    assert np.linalg.norm(out - ref) <= TOLERANCES["int8"].forward * np.linalg.norm(ref)
 
 
 @requires("onnxruntime")

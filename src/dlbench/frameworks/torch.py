@@ -25,9 +25,10 @@ Precisions (dlbench.precision), each torch's own idiom:
   ``torch.amp.GradScaler`` (``scaler.step`` unscales and skips a step with inf/NaN gradients);
   ``gradient`` scales the loss too, and ``loss_and_grads`` divides the scale back out.
 * ``int8``: ``torch.ao.quantization.quantize_dynamic`` of the ``nn.Linear`` and ``nn.LSTM`` layers
-  (qint8 weights, one scale per tensor; activations quantized per call), inference only; torch's
-  dynamic quantization has no convolution, so a model whose parameters are mostly in convolutions is
-  ``unsupported`` (static quantization needs a calibration set dlbench does not define). torch 2.13
+  (qint8 weights, one scale per tensor; activations quantized per call) and, weight-only, of
+  ``nn.Embedding`` (8-bit rows with a float scale each: torch's qconfig for embeddings), inference
+  only; torch's dynamic quantization has no convolution, so a model whose parameters are mostly in
+  convolutions is ``unsupported`` (static quantization needs a calibration set dlbench does not define). torch 2.13
   warns that this API moves to torchao.
 * ``tf32`` (CUDA only): ``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32`` on.
 """
@@ -254,8 +255,11 @@ class Builder:
 #: storage types of the cast precisions, and compute types of the autocast ones
 CAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 AUTOCAST = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
-#: what torch's dynamic quantization covers
-QUANTIZABLE = (nn.Linear, nn.LSTM)
+#: what torch's dynamic quantization covers, each with its qconfig (embeddings: 8-bit weights only)
+QCONFIGS = {nn.Linear: torch.ao.quantization.default_dynamic_qconfig,
+            nn.LSTM: torch.ao.quantization.default_dynamic_qconfig,
+            nn.Embedding: torch.ao.quantization.float_qparams_weight_only_qconfig}
+QUANTIZABLE = tuple(QCONFIGS)
 
 
 class TorchModel:
@@ -273,7 +277,7 @@ class TorchModel:
         if precision == "int8":
             with warnings.catch_warnings():  # torch.ao.quantization's notices that it moves to torchao
                 warnings.simplefilter("ignore")
-                self.qnet = torch.ao.quantization.quantize_dynamic(net.eval(), set(QUANTIZABLE), dtype=torch.qint8)
+                self.qnet = torch.ao.quantization.quantize_dynamic(net.eval(), QCONFIGS)
         infer_net = self.qnet if self.qnet is not None else net
         self.infer_fn = lambda x, mask: infer_net(x, mask)[0]
         if variant == "compile":
@@ -360,10 +364,12 @@ class TorchBackend(Backend):
         if self.precision == "int8":
             quantized = sum(p.numel() for m in net.modules() if isinstance(m, QUANTIZABLE) for p in m.parameters())
             if 2 * quantized <= sum(p.numel() for p in net.parameters()):
+                rest = sorted({type(m).__name__ for m in net.modules() if not isinstance(m, QUANTIZABLE)
+                               and any(True for _ in m.parameters(recurse=False))})
                 raise UnsupportedError(
-                    f"torch's dynamic quantization covers Linear and LSTM layers, which hold {quantized:,} of "
-                    f"{spec.name}'s {spec.param_count:,} parameters (its convolutions need static quantization "
-                    "with calibration, not in dlbench)")
+                    f"torch's dynamic quantization covers Linear, LSTM and Embedding layers, which hold "
+                    f"{quantized:,} of {spec.name}'s {spec.param_count:,} parameters (the rest, in "
+                    f"{', '.join(rest)}, need static quantization with calibration, not in dlbench)")
         net.to(torch.device(device))
         return TorchModel(spec, net, builder, torch.device(device), variant, self.precision)
 
@@ -384,7 +390,7 @@ class TorchBackend(Backend):
         on a zero input of the model's shape."""
         if model.qnet is not None:
             packed = sum(m.weight().numel() for m in model.qnet.modules()
-                         if isinstance(m, torch.ao.nn.quantized.dynamic.Linear))
+                         if isinstance(m, torch.ao.nn.quantized.dynamic.Linear | torch.ao.nn.quantized.Embedding))
             packed += sum(p.numel() for m in model.net.modules() if isinstance(m, nn.LSTM) for p in m.parameters())
             kind = "int8" if 2 * packed > sum(p.numel() for p in model.net.parameters()) else "float32"
             return {"param_dtype": kind, "compute_dtype": kind}
