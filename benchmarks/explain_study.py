@@ -2,11 +2,15 @@
 issue asks for (torch vs TensorFlow on fcn-r's forward; torch vs JAX on resnet-56's gradient).
 
     python benchmarks/update_performance.py explain_study                 # the issue's run (long)
+    python benchmarks/update_performance.py explain_study_t1              # its 1-thread half
     python benchmarks/update_performance.py explain_study --args=--quick  # fcn-r and resnet-56, 1 thread
 
-``--quick``: one run per explanation (fcn-r in torch and TensorFlow, resnet-56 in torch and JAX), 1
-thread, one process per cell of at least 0.5 s of sampling. Prints the explanations, the probe and
-the report's per-part tables.
+The issue's run (4 models x 4 frameworks x 1,2 threads) at a short protocol takes about 3 h 10 min on
+a 2-core machine by ``dlbench run --dry-run``; ``--threads N`` measures one thread count of it as a run
+of its own (about half), and ``--workdir DIR`` keeps the database there so an interrupted study
+resumes (``dlbench run --resume``) on the same machine. ``--quick``: one run per explanation (fcn-r in
+torch and TensorFlow, resnet-56 in torch and JAX), 1 thread, one process per cell of at least 0.5 s
+of sampling. Prints the explanations, the probe and the report's per-part tables.
 """
 
 from __future__ import annotations
@@ -14,18 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 
-from _common import dlbench, header
+from _common import dlbench, header, study_part
 
+#: the issue's run at a short protocol (3 processes, 2 warm-up, at least 5 calls and 0.5 s), as in versions_study
 FULL = ["--model", "fcn-r,resnet-56,lstm-imdb,alexnet-r", "--framework", "torch,jax,tensorflow,onnxruntime",
-        "--threads", "1,2"]
+        "--repeats", "3", "--warmup", "2", "--min-iters", "5", "--min-time", "0.5"]
 #: the issue's two explanations: (frameworks A,B, model, scenario)
 EXPLAIN = [("torch,tensorflow", "fcn-r", "forward"), ("torch,jax", "resnet-56", "gradient")]
 #: --quick: one run per explanation, of its model and two frameworks only, 1 thread, 1 process per cell
 QUICK = ["--threads", "1", "--repeats", "1", "--min-time", "0.5"]
-
 
 
 def main() -> None:
@@ -33,19 +36,24 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--threads", choices=["1", "2", "1,2"], default="1,2", help="the full run's thread counts")
+    ap.add_argument("--workdir", type=Path, help="keep the database and the finished runs there (resumable)")
     args = ap.parse_args()
     # the load average before the study, not after
-    head = header("Where the time goes: layers, probe and explain" + (" (quick form)" if args.quick else ""))
+    part = f", {args.threads} thread(s)" if args.threads != "1,2" and not args.quick else ""
+    head = header("Where the time goes: layers, probe and explain" + part + (" (quick form)" if args.quick else ""))
     runs = ([[*QUICK, "--model", model, "--framework", pair] for pair, model, _ in EXPLAIN] if args.quick
-            else [FULL])
+            else [[*FULL, "--threads", args.threads]])
     frameworks = "torch,jax,tensorflow" if args.quick else "torch,jax,tensorflow,onnxruntime"
-    threads = "1" if args.quick else "1,2"
+    threads = "1" if args.quick else args.threads
     with tempfile.TemporaryDirectory() as tmp:
-        db = str(Path(tmp) / "results.db")
-        t0 = time.perf_counter()
-        done = [dlbench("run", "--scenario", "layers", *flags, "--db", db, "--json") for flags in runs]
-        wall = time.perf_counter() - t0
-        run_ids = [json.loads(d.stdout)["run_id"] for d in done]
+        work = args.workdir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        db = str(work / "results.db")
+        done = [study_part(work / f"run{i}.json", ["run", "--scenario", "layers", *flags, "--db", db, "--json"], db=db)
+                for i, flags in enumerate(runs)]
+        wall = sum(d["seconds"] for d in done)
+        run_ids = [json.loads(d["stdout"])["run_id"] for d in done]
         probe = dlbench("probe", "--framework", frameworks, "--threads", threads, "--attach", run_ids[0], "--db", db,
                         "--json")
         found = json.loads(probe.stdout)
@@ -55,14 +63,15 @@ def main() -> None:
                              "--scenario", scenario, "--db", db) for i, (pair, model, scenario) in enumerate(EXPLAIN)]
         sections = []
         for run_id in run_ids:
-            dlbench("report", run_id, "--db", db, "--out", str(Path(tmp) / run_id))
-            md = (Path(tmp) / run_id / "report.md").read_text()
+            dlbench("report", run_id, "--db", db, "--out", str(work / "report" / run_id))
+            md = (work / "report" / run_id / "report.md").read_text()
             if "## Where the time goes" in md:
                 section = md[md.index("## Where the time goes"):]
                 sections.append(section[:section.index("\n## ", 3)] if "\n## " in section[3:] else section)
     print(head)
     for flags, d in zip(runs, done, strict=True):
-        print(f"- `dlbench run --scenario layers {' '.join(flags)}`: exit code {d.returncode}")
+        print(f"- `dlbench run --scenario layers {' '.join(flags)}`: exit code {d['returncode']}"
+              + (" (read back from the work directory, measured by an earlier invocation)" if "read_back" in d else ""))
     print(f"- {len(runs)} run(s) in {wall / 60:.1f} min; `dlbench probe --framework {frameworks} --threads {threads} "
           f"--attach RUN`: exit code {probe.returncode}\n")
     for (pair, model, scenario), out in zip(EXPLAIN, explained, strict=True):

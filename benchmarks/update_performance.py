@@ -23,7 +23,8 @@ FRAGMENTS = DOCS / "performance"
 ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "fidelity_tensorflow",
          "compare_selfcheck", "gemm_probe", "side_by_side_backends", "side_by_side_compile", "side_by_side_environments",
          "side_by_side_h2o", "ray_fanout", "serving_study", "explain_study", "profile_overhead", "precision_study",
-         "versions_study", "torch_release_size", "versions_study_torch", "ci_time"]
+         "versions_study", "torch_release_size", "versions_study_torch", "explain_study_t1", "explain_study_t2",
+         "ci_time"]
 
 INTRO = """# Performance of dlbench itself
 
@@ -43,13 +44,20 @@ one).
 """
 
 
+#: fragments that are one part of a study's script: name -> (script, its arguments)
+PARTS = {"versions_study_torch": ("versions_study.py", ["--only", "torch"]),
+         "explain_study_t1": ("explain_study.py", ["--threads", "1"]),
+         "explain_study_t2": ("explain_study.py", ["--threads", "2"])}
+
+
 def _command(name: str, extra: list[str]) -> tuple[Path, list[str]]:
     """A fragment's script and arguments: ``side_by_side_backends`` is ``side_by_side.py backends`` (which
-    passes what follows ``--`` to dlbench run), ``versions_study_torch`` is ``versions_study.py --only torch``."""
+    passes what follows ``--`` to dlbench run), a part is its script with the part's arguments (PARTS)."""
     if name.startswith("side_by_side_"):
         return HERE / "side_by_side.py", [name.removeprefix("side_by_side_"), *(["--", *extra] if extra else [])]
-    if name.startswith("versions_study_"):
-        return HERE / "versions_study.py", ["--only", name.removeprefix("versions_study_"), *extra]
+    if name in PARTS:
+        script, preset = PARTS[name]
+        return HERE / script, [*preset, *extra]
     return HERE / f"{name}.py", extra
 
 
@@ -87,7 +95,8 @@ def main() -> None:
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--args", default="", help="extra arguments passed to every script")
     args = ap.parse_args()
-    names = [n for n in ORDER if _command(n, [])[0].exists()] if args.all else args.names
+    # --all: every script once (a part repeats a study that is in ORDER whole)
+    names = [n for n in ORDER if n not in PARTS and _command(n, [])[0].exists()] if args.all else args.names
     for name in names:
         run(name, args.args.split())
     assemble()
