@@ -256,6 +256,37 @@ def test_resume_of_a_live_run_is_refused(tmp_path, capsys):
     assert run_of(db)["status"] == "complete" and run_of(db)["lease"] is None
 
 
+def test_resume_on_another_machine_is_refused_and_the_run_left_as_it_was(tmp_path, capsys):
+    """A study resumed in a later session on another CPU mixed two machines' times in one run (the
+    sessions' CPUs differ: AVX2 one day, AVX-512 the next). Now refused, naming what differs, with the
+    run untouched; the same machine under another hostname still resumes."""
+    from dlbench.measure import environment
+
+    db, tmp, hold = tmp_path / "r.db", tmp_path / "tmp", tmp_path / "hold"
+    driver = Driver(tmp_path, db, tmp, hold, *cell_args(2))
+    assert driver.wait() == 0, driver.stderr
+    run_id = run_of(db)["id"]
+    store = Store(db, create=False)
+    here = store.environment(run_id)
+    elsewhere = {**here, "hostname": "elsewhere",
+                 "cpu": {**here["cpu"], "model": "Other CPU", "flags": [*here["cpu"]["flags"], "avx512zz"]}}
+    store.save_environment(run_id, elsewhere)
+    store.close()
+    before = cells_of(db)
+    assert main(["run", "--resume", run_id, "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    for needle in (run_id, "another machine", "Other CPU", "avx512zz then only"):
+        assert needle in err, err
+    store = Store(db, create=False)
+    assert store.environment(run_id) == elsewhere
+    store.save_environment(run_id, {**here, "hostname": "renamed"})
+    store.close()
+    assert cells_of(db) == before and run_of(db)["status"] == "complete"
+    assert environment.machine_differences(environment.machine(here), environment.this_machine()) == []
+    assert main(["run", "--resume", run_id, "--db", str(db)]) == 0, capsys.readouterr().err
+
+
 def test_two_drivers_on_one_database(tmp_path):
     """Two runs measured at once on one database: both complete, each with its own cells, and neither
     removes the other's temporary directory (each run starts by removing those of dead drivers)."""

@@ -266,10 +266,17 @@ def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = No
 
 
 def resume(run_id: str, db: str | Path = DEFAULT_DB, progress: Progress = _quiet) -> RunHandle:
-    """Finish a stored run; refused (UsageError) while the driver measuring it lives."""
+    """Finish a stored run; refused (UsageError) while the driver measuring it lives, and on a machine
+    other than the one its stored cells were measured on (their times would not compare)."""
     store = Store(db, create=False)
     try:
         run = store.get_run(run_id)
+        stored = store.environment(run_id)
+        if stored:
+            changed = environment.machine_differences(environment.machine(stored), environment.this_machine())
+            if changed:
+                raise UsageError(f"run {run_id} was measured on another machine ({'; '.join(changed)}): cells "
+                                 "measured here would not compare with its stored ones; start a new run")
         suite = suite_from_dict(run["suite"], f"run {run_id}")
         frameworks, cells = plan_cells(suite)
         with _run(store, run_id, progress) as progress:

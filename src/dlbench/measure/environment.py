@@ -73,6 +73,35 @@ def gpu_info() -> list[dict[str, str]]:
     return gpus
 
 
+def machine(env: dict[str, Any]) -> dict[str, Any]:
+    """What makes two measurements' times comparable, from a captured environment: the CPU's model and
+    SIMD flags, the cores the run may use, the GPUs. A different hostname alone does not count (a
+    container's name changes between sessions on the same hardware)."""
+    cpu = env.get("cpu") or {}
+    return {"cpu": cpu.get("model"), "flags": cpu.get("flags"), "usable_cores": env.get("usable_cores"),
+            "gpus": [g.get("name") for g in env.get("gpus") or []]}
+
+
+def this_machine() -> dict[str, Any]:
+    """``machine`` of the machine running now."""
+    return machine({"cpu": cpu_info(), "usable_cores": len(os.sched_getaffinity(0)), "gpus": gpu_info()})
+
+
+def machine_differences(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """How two ``machine`` records differ, in words (empty: the same machine)."""
+    out = []
+    for key in then.keys() | now.keys():
+        a, b = then.get(key), now.get(key)
+        if a == b:
+            continue
+        if key == "flags" and isinstance(a, list) and isinstance(b, list):
+            lost, gained = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+            out += [f"CPU flags {' '.join(fl)} {when}" for fl, when in ((lost, "then only"), (gained, "now only")) if fl]
+        else:
+            out.append(f"{key} {a} then, {b} now")
+    return sorted(out)
+
+
 def capture(framework_versions: dict[str, str | None] | None = None) -> dict[str, Any]:
     """The run's environment. Framework build details (oneDNN, CUDA, cuDNN) come from the
     measuring processes themselves (see the verification results), not from an import here."""
