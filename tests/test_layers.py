@@ -121,6 +121,46 @@ def test_explain_command_text_json_and_bad_input(tmp_path, capsys):
         assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
 
 
+def _planted_gradient(tmp_path):
+    """lenet's parts forward and gradient in two frameworks: ``slowfw``'s part 2 is 1 ms slower forward
+    and 3 ms slower in the gradient (so 2 ms in its backward); its whole gradient is 9 ms slower, 6 of
+    them in no part; the whole forwards are equal."""
+    store = Store(tmp_path / "g.db")
+    run = store.create_run("t", {})
+    times = {("fastfw", "forward"): [1.0, 2.0, 1.0, 0.5, 4.5], ("slowfw", "forward"): [1.0, 2.0, 2.0, 0.5, 4.5],
+             ("fastfw", "gradient"): [3.0, 6.0, 3.0, 1.5, 13.5], ("slowfw", "gradient"): [3.0, 6.0, 6.0, 1.5, 22.5]}
+    for (fw, scenario), ms in times.items():
+        for k, t in enumerate(ms):
+            model = "lenet" if k == 4 else f"lenet#{k}"
+            cell = {"framework": fw, "variant": "v", "model": model, "scenario": scenario, "batch": 64, "threads": 1,
+                    "device": "cpu", "data": "synthetic", "key": f"{fw}/v/{model}/{scenario}/b64/t1/cpu"}
+            store.save_cell(run, cell, "ok", "", 1.0, [], {}, [Sample(r, i, "measure", t * 1e6 * (1 + 0.001 * i))
+                                                               for r in range(3) for i in range(10)])
+    store.close()
+    return api.results(run, tmp_path / "g.db")
+
+
+def test_explain_says_how_much_of_the_whole_gap_the_parts_hold_and_splits_the_backward(tmp_path):
+    """explain ranked the parts by their share of the parts' own difference only: a gap that lives in
+    the whole model (XLA's whole ResNet-56 gradient against its parts) read as fully explained, and a
+    gradient's difference could not be put on the backward."""
+    res = _planted_gradient(tmp_path)
+    (e,) = explain(res, "fastfw", "slowfw", "lenet", "gradient")
+    assert e.gap_ms == pytest.approx(9.0, rel=0.02) and e.parts_gap_ms == pytest.approx(3.0, rel=0.02)
+    assert e.covered == pytest.approx(1 / 3, rel=0.02) and not e.within_noise
+    top = e.parts[0]
+    assert top["index"] == 2 and top["backward_diff_ms"] == pytest.approx(2.0, rel=0.02)
+    assert e.backward_ms == pytest.approx(2.0, rel=0.02)
+    text = e.text()
+    assert "33% of the whole model's gap" in text and "not in any one part" in text
+    assert "of the parts' difference, +2.01 ms is in the backward" in text and "backward +2" in text
+    (f,) = explain(res, "fastfw", "slowfw", "lenet", "forward")
+    assert f.within_noise and f.backward_ms is None and "(noise)" in f.text()
+    assert "backward" not in f.text()
+    d = e.to_dict()
+    assert d["covered"] == pytest.approx(1 / 3, rel=0.02) and d["backward_ms"] == pytest.approx(2.0, rel=0.02)
+
+
 def test_the_report_shows_where_the_time_goes(tmp_path):
     db, run = _planted(tmp_path)
     assert main(["report", run, "--db", str(db), "--out", str(tmp_path / "rep")]) == 0

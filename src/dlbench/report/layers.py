@@ -3,9 +3,12 @@ and ``dlbench explain``'s ranked account of the gap between two frameworks.
 
 A breakdown is one (framework, variant, model, scenario, batch, threads, device): each part's median
 time (:mod:`dlbench.models.split`), its analytic FLOPs and achieved GFLOP/s, the sum of the parts and
-the whole model's own measured time beside it. An explanation sets two breakdowns side by side and
-ranks the parts by how much of the difference they hold; with the run's probe figures
-(``dlbench probe --attach``) it adds each framework's GEMM and convolution rate.
+the whole model's own measured time beside it. An explanation sets two breakdowns side by side,
+ranks the parts by how much of the difference they hold and says how much of the whole model's gap
+the parts account for (the rest is in how each framework runs the model as one piece: fusion,
+per-call overhead); for a gradient, with the same parts' forward times in the run, it splits each
+part's difference into forward and backward. With the run's probe figures (``dlbench probe
+--attach``) it adds each framework's GEMM and convolution rate.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Breakdown:
     device: str
     parts: list[PartTime]
     whole_ms: float | None
+    whole_ci: tuple[float, float] | None = None  # the whole model's median's 95% interval
 
     @property
     def sum_ms(self) -> float | None:
@@ -90,7 +94,8 @@ def breakdowns(res: RunResults) -> list[Breakdown]:
         times = [PartTime(p.index, p.label, p.spec.flops_per_sample * batch * factor / 1e9, _ms(cells.get(p.index)),
                           cells[p.index].cell.status if p.index in cells else "not measured") for p in parts]
         whole_cell = by_key.get((fw, variant, whole, scenario, batch, threads, device))
-        out.append(Breakdown(fw, variant, whole, scenario, batch, threads, device, times, _ms(whole_cell)))
+        ci = ((whole_cell.time_ms.ci_low, whole_cell.time_ms.ci_high) if _ms(whole_cell) is not None else None)
+        out.append(Breakdown(fw, variant, whole, scenario, batch, threads, device, times, _ms(whole_cell), ci))
     return sorted(out, key=lambda b: (*b.where, b.framework, b.variant))
 
 
@@ -149,17 +154,44 @@ class Explanation:
     device: str
     whole_ms: dict[str, float | None]
     sum_ms: dict[str, float | None]
-    #: parts ranked by |b - a|: index, label, ms of a and b, difference, its share of the parts' total difference
+    #: parts ranked by |b - a|: index, label, ms of a and b, difference, its share of the parts' total
+    #: difference; for a gradient with forward parts measured, the forward times and the backward difference
     parts: list[dict[str, Any]] = field(default_factory=list)
     probes: list[dict[str, Any]] = field(default_factory=list)
+    #: the whole model's 95% intervals: a gap inside both is noise, not something to explain
+    whole_ci: dict[str, tuple[float, float] | None] = field(default_factory=dict)
 
     @property
     def gap_ms(self) -> float | None:
         a, b = self.whole_ms[self.a], self.whole_ms[self.b]
         return None if a is None or b is None else b - a
 
+    @property
+    def parts_gap_ms(self) -> float:
+        """The parts' difference (B - A) summed over the parts both frameworks have a time for."""
+        return sum(p["diff_ms"] for p in self.parts)
+
+    @property
+    def covered(self) -> float | None:
+        """The share of the whole model's gap the parts' difference accounts for (1.0: all of it)."""
+        gap = self.gap_ms
+        return self.parts_gap_ms / gap if gap else None
+
+    @property
+    def backward_ms(self) -> float | None:
+        """The parts' backward difference (gradient - forward, B - A), where the run has the forward parts."""
+        split_parts = [p["backward_diff_ms"] for p in self.parts if p.get("backward_diff_ms") is not None]
+        return sum(split_parts) if split_parts else None
+
+    @property
+    def within_noise(self) -> bool:
+        """Whether the two whole-model medians' 95% intervals overlap."""
+        a, b = self.whole_ci.get(self.a), self.whole_ci.get(self.b)
+        return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "gap_ms": self.gap_ms}
+        return {**asdict(self), "gap_ms": self.gap_ms, "parts_gap_ms": self.parts_gap_ms, "covered": self.covered,
+                "backward_ms": self.backward_ms, "within_noise": self.within_noise}
 
     def text(self, top: int = 5) -> str:
         wa, wb = self.whole_ms[self.a], self.whole_ms[self.b]
@@ -167,9 +199,21 @@ class Explanation:
                  f"{self.b} {fmt_num(wb)} ms vs {self.a} {fmt_num(wa)} ms (whole model; gap "
                  f"{fmt_num(self.gap_ms) if self.gap_ms is not None else DASH} ms); sum of parts "
                  f"{fmt_num(self.sum_ms[self.b])} vs {fmt_num(self.sum_ms[self.a])} ms"]
+        account = f"  the parts' difference, {self.parts_gap_ms:+.3g} ms, is "
+        account += (f"{self.covered:.0%} of the whole model's gap" if self.covered is not None
+                    else "beside no whole-model gap")
+        if self.covered is not None and abs(1 - self.covered) > 0.2:
+            account += (f"; the other {self.gap_ms - self.parts_gap_ms:+.3g} ms is in each framework's whole model "
+                        "(fusion across parts, per-call overhead), not in any one part")
+        if self.backward_ms is not None:
+            account += f"; of the parts' difference, {self.backward_ms:+.3g} ms is in the backward (gradient - forward)"
+        if self.within_noise:
+            account += "; the whole-model gap is within the two medians' 95% intervals (noise)"
+        lines.append(account)
         for rank, p in enumerate(self.parts[:top], 1):
+            back = (f"; backward {p['backward_diff_ms']:+.3g} ms" if p.get("backward_diff_ms") is not None else "")
             lines.append(f"  {rank}. #{p['index']} {p['label']}: {p['diff_ms']:+.3g} ms ({p['share']:.0%} of the parts' "
-                         f"difference): {self.a} {fmt_num(p['a_ms'])} ms ({fmt_num(p['a_gflops'])} GFLOP/s), "
+                         f"difference{back}): {self.a} {fmt_num(p['a_ms'])} ms ({fmt_num(p['a_gflops'])} GFLOP/s), "
                          f"{self.b} {fmt_num(p['b_ms'])} ms ({fmt_num(p['b_gflops'])} GFLOP/s)")
         rest = self.parts[top:]
         if rest:
@@ -197,26 +241,33 @@ def explain(res: RunResults, a: str, b: str, model: str, scenario: str, threads:
         raise UsageError(f"run {res.run_id} has no {model} {scenario} layers cells of {', '.join(missing)} "
                          f"(it has {', '.join(sorted(x.framework for x in found))})")
     probes = res.environment.get("probes", [])
+    forwards = [x for x in breakdowns(res) if x.model == model and x.scenario == "forward"] if scenario == "gradient" else []
     out = []
     wheres = dict.fromkeys(x.where for x in found)
     for where in wheres:
-        xa = next((x for x in found if x.where == where and _named(x, a)), None)
-        xb = next((x for x in found if x.where == where and _named(x, b)), None)
+        xa, xb = (next((x for x in found if x.where == where and _named(x, n)), None) for n in (a, b))
         if xa is None or xb is None:
             continue
+        fa, fb = (next((x for x in forwards if x.where[2:] == where[2:] and _named(x, n)), None) for n in (a, b))
         rows = []
-        for pa, pb in zip(xa.parts, xb.parts, strict=True):
+        for i, (pa, pb) in enumerate(zip(xa.parts, xb.parts, strict=True)):
             if pa.ms is None or pb.ms is None:
                 continue
-            rows.append({"index": pa.index, "label": pa.label, "a_ms": pa.ms, "b_ms": pb.ms, "diff_ms": pb.ms - pa.ms,
-                         "a_gflops": pa.gflops, "b_gflops": pb.gflops})
+            row = {"index": pa.index, "label": pa.label, "a_ms": pa.ms, "b_ms": pb.ms, "diff_ms": pb.ms - pa.ms,
+                   "a_gflops": pa.gflops, "b_gflops": pb.gflops}
+            a_fwd, b_fwd = (f.parts[i].ms if f is not None else None for f in (fa, fb))
+            if a_fwd is not None and b_fwd is not None:
+                row.update(a_forward_ms=a_fwd, b_forward_ms=b_fwd,
+                           backward_diff_ms=(pb.ms - b_fwd) - (pa.ms - a_fwd))
+            rows.append(row)
         total = sum(r["diff_ms"] for r in rows)
         for r in rows:
             r["share"] = r["diff_ms"] / total if total else 0.0
         rows.sort(key=lambda r: -abs(r["diff_ms"]))
         relevant = [p for p in probes if p["framework"] in (xa.framework, xb.framework) and p["threads"] == where[3]]
         out.append(Explanation(a, b, model, scenario, where[2], where[3], where[4],
-                               {a: xa.whole_ms, b: xb.whole_ms}, {a: xa.sum_ms, b: xb.sum_ms}, rows, relevant))
+                               {a: xa.whole_ms, b: xb.whole_ms}, {a: xa.sum_ms, b: xb.sum_ms}, rows, relevant,
+                               {a: xa.whole_ci, b: xb.whole_ci}))
     return out
 
 
