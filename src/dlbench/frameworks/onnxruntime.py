@@ -58,6 +58,13 @@ sums with 8-bit weights. Recorded in ``build_info["int8"]``. Parameters are stil
 export (what was quantized); ``precision_info`` counts the quantized graph's initializers by type.
 Other precisions are not offered: the exported graph is float32, and ORT's CPU provider has no
 bfloat16 kernels for most operators.
+
+Profile (``--profile``): ONNX Runtime's profiler is a session option (``enable_profiling``), fixed
+when a session is made, so the timed session never has it on. ``profile`` makes a second session of
+the same graph, options and providers with profiling on, binds the same input values, runs one call
+to warm it and then the profiled calls, and keeps ORT's own JSON (a Chrome trace event list). Its
+operations are the ``Node`` events' kernel times, named ``node:OpType`` as TensorFlow's are
+(``fused node_Gemm_10:FusedGemm``), of the profiled calls, the warm-up call's left out.
 """
 
 from __future__ import annotations
@@ -92,6 +99,7 @@ from dlbench.frameworks.onnx_export import (  # noqa: F401 (re-exported: the tes
     forward_module,
     short_error,
 )
+from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
 from dlbench.models.spec import ModelSpec
 from dlbench.precision import NATIVE, cpu_flags
 from dlbench.weights import Weights
@@ -112,6 +120,21 @@ class OrtModel:
     build_info: dict[str, Any]
     #: initializer elements of the graph the session runs, by element type (``precision_info``)
     elements: dict[str, int]
+    #: the graph the session was made from (``profile`` makes a second session of it)
+    graph: bytes
+
+
+class SessionRun:
+    """The timed closure: one ``run_with_iobinding`` of the model's session over the placed inputs.
+    A class, not a closure, so ``profile`` can replay the same graph and inputs in a profiling session."""
+
+    def __init__(self, model: OrtModel, placed: dict[str, Any]) -> None:
+        self.model, self.placed = model, placed
+        self._session, self._binding = model.session, placed["binding"]
+
+    def __call__(self) -> Any:
+        self._session.run_with_iobinding(self._binding)
+        return self._binding.get_outputs()[0]
 
 
 class OnnxRuntimeBackend(ExportEngine):
@@ -205,7 +228,7 @@ class OnnxRuntimeBackend(ExportEngine):
             info["int8"] = {"quantizer": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
                             "reduce_range": self.reduce_range()}
         self.exports.append({"model": spec.name, "options": dict(spec.options), **info})
-        return self.model(spec, session, device, bindings, exported, info, _elements(graph))
+        return self.model(spec, session, device, bindings, exported, info, graph)
 
     def runtime_info(self, session: ort.InferenceSession) -> dict[str, Any]:
         """The session's settings, as built (recorded in ``build_info``)."""
@@ -214,10 +237,10 @@ class OnnxRuntimeBackend(ExportEngine):
                 "inter_op_threads": so.inter_op_num_threads, "graph_optimization_level": "ORT_ENABLE_ALL"}
 
     def model(self, spec: ModelSpec, session: ort.InferenceSession, device: str, bindings: dict, exported: Exported,
-              info: dict[str, Any], elements: dict[str, int]) -> OrtModel:
+              info: dict[str, Any], graph: bytes) -> OrtModel:
         inputs = tuple(i.name for i in session.get_inputs())
         return OrtModel(spec, session, inputs, session.get_outputs()[0].name, device, bindings, exported.params, info,
-                        elements)
+                        _elements(graph), graph)
 
     def _session(self, onnx_bytes: bytes, providers: list) -> tuple[ort.InferenceSession, str]:
         """The session, and whether the optimised graph came from the cache ("hit"), went to it
@@ -253,20 +276,32 @@ class OnnxRuntimeBackend(ExportEngine):
         device_type, _, index = model.device.partition(":")
         device_id = int(index or 0)
         values = {k: ort.OrtValue.ortvalue_from_numpy(a, device_type, device_id) for k, a in arrays.items()}
-        binding = model.session.io_binding()
-        for name in model.input_names:
-            binding.bind_ortvalue_input(name, values[name])
-        binding.bind_output(model.output_name, device_type, device_id)
-        return {"arrays": arrays, "values": values, "binding": binding}
+        return {"arrays": arrays, "values": values, "binding": _bind(model, model.session, values)}
 
     # --- the measured closures ---------------------------------------------------------------
     def forward(self, model: OrtModel, batch) -> Callable[[], Any]:
-        session, binding = model.session, batch["binding"]
+        return SessionRun(model, batch)
 
-        def run():
+    def profile(self, run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace:
+        """ORT's profiler in a second session of the same graph (see the module docstring)."""
+        if not isinstance(run, SessionRun):
+            raise UnsupportedError("onnxruntime profiles its own forward closure only")
+        model = run.model
+        so = self.session_options()
+        so.enable_profiling = True
+        so.profile_file_prefix = str(outdir / "onnxruntime")
+        session = ort.InferenceSession(model.graph, so, providers=self.providers(model.device))
+        binding = _bind(model, session, run.placed["values"])
+        for _ in range(calls + 1):
             session.run_with_iobinding(binding)
-            return binding.get_outputs()[0]
-        return run
+        path = Path(session.end_profiling())
+        events = read_trace(path)
+        runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
+                      key=lambda e: float(e["ts"]))
+        warm_end = float(runs[0]["ts"]) + float(runs[0]["dur"]) if runs else float("-inf")
+        ops = [{**e, "name": _op_name(e)} for e in complete_events(
+            events, lambda e: e.get("cat") == "Node" and e["name"].endswith("_kernel_time")) if float(e["ts"]) >= warm_end]
+        return ProfileTrace(path, ops, f"onnxruntime profiler (onnxruntime {ort.__version__})")
 
 
 
@@ -295,6 +330,23 @@ class OnnxRuntimeBackend(ExportEngine):
             "graph_optimization_level": "ORT_ENABLE_ALL",
             "exports": self.exports,
         }
+
+
+def _op_name(event: dict[str, Any]) -> str:
+    """A node's kernel event as ``node:OpType`` (``fused node_Gemm_10:FusedGemm``), TensorFlow's form."""
+    node = event["name"].removesuffix("_kernel_time")
+    op_type = event.get("args", {}).get("op_name")
+    return f"{node}:{op_type}" if op_type else node
+
+
+def _bind(model: OrtModel, session: ort.InferenceSession, values: dict[str, Any]) -> Any:
+    """An io_binding of ``session`` over the placed input values, its output on the model's device."""
+    device_type, _, index = model.device.partition(":")
+    binding = session.io_binding()
+    for name in model.input_names:
+        binding.bind_ortvalue_input(name, values[name])
+    binding.bind_output(model.output_name, device_type, int(index or 0))
+    return binding
 
 
 def _version(module: str) -> str | None:
