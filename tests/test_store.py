@@ -93,3 +93,32 @@ def test_peak_cache_measures_once_per_thread_count_and_is_off_by_default(tmp_db,
     monkeypatch.delenv("DLBENCH_PEAK_CACHE")
     runner._peaks(s, s.create_run("x", {}), cells, lambda *a, **k: None, fake_job)
     assert jobs == [1, 2, 1, 2]  # without the variable every run measures its own
+
+
+def _other_process_opens_and_closes(db) -> None:
+    """What `dlbench runs` does beside a driver: another process reads the database and closes it."""
+    import subprocess
+    import sys
+
+    code = f"import sqlite3; c = sqlite3.connect({str(db)!r}); c.execute('SELECT count(*) FROM runs').fetchone(); c.close()"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("second", ["reopen", "read_only"])
+def test_a_second_store_in_the_process_keeps_the_first_ones_locks(tmp_db, second):
+    """A driver opened a second Store of its database (the lease heartbeat's reopen; a read-only one)
+    and that Store read the file's header with open()/close(): closing any descriptor of a file drops
+    every POSIX lock the process holds on it, so the next reader in another process (`dlbench runs`)
+    found no one holding the database, checkpointed and deleted the -wal under the driver, whose later
+    writes went into the deleted file and were lost with the process (a study lost 13 minutes so)."""
+    store = Store(tmp_db)
+    store.create_run("first", {})
+    other = store.reopen() if second == "reopen" else Store(tmp_db, read_only=True)
+    other.close()
+    _other_process_opens_and_closes(tmp_db)
+    assert (tmp_db.parent / (tmp_db.name + "-wal")).exists(), "the -wal was deleted under an open connection"
+    rid = store.create_run("second", {})
+    reader = Store(tmp_db, read_only=True)  # a new connection, as another process would make
+    assert rid in [r["id"] for r in reader.list_runs()]
+    reader.close()
+    store.close()

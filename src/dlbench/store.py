@@ -15,7 +15,9 @@ import json
 import os
 import secrets
 import sqlite3
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +124,29 @@ def is_sqlite(path: Path) -> bool:
         return False
 
 
+#: (device, inode) -> how many Stores of this process have that database file open. POSIX record locks
+#: (SQLite's) belong to the process, and closing any descriptor of the file drops them all: another
+#: Store of a file open here must not read its header with open() nor connect to it immutable (no
+#: locks, a plain close). SQLite's own locking connections are safe (it defers such a close).
+_HELD: Counter[tuple[int, int] | None] = Counter()
+_HELD_LOCK = threading.Lock()
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _held(key: tuple[int, int] | None, change: int = 0) -> bool:
+    """Whether this process has the file ``key`` open in a Store, after adding ``change`` to its count."""
+    with _HELD_LOCK:
+        _HELD[key] = max(_HELD[key] + change, 0)
+        return key is not None and _HELD[key] > 0
+
+
 def _sidecar(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
@@ -200,13 +225,16 @@ class Store:
         #: the file's schema version (an older one is migrated when a writing command opens it)
         self.version: int | None = None
         self.conn = self._open(create)
+        self._inode: tuple[int, int] | None = _inode(self.path)
+        _held(self._inode, +1)
 
     # --- opening and checking ------------------------------------------------------------
     def _open(self, create: bool) -> sqlite3.Connection:
         exists = self.path.exists()
         if not exists and (self.read_only or not create):
             raise UsageError(f"no dlbench database at {self.path}")
-        if exists:
+        held = exists and _held(_inode(self.path))
+        if exists and not held:  # a file this process has open was checked when it was opened
             if self.path.is_dir():
                 raise UsageError(f"{self.path} is a directory, not a database file")
             if not is_sqlite(self.path) and self.path.stat().st_size:
@@ -215,7 +243,7 @@ class Store:
         if not fresh:
             # checked through a read-only connection that leaves no -wal/-shm behind: a file that is
             # refused is never written, not even switched to WAL
-            conn = self._connect_read_only(immutable=not _sidecar(self.path, "-wal").exists())
+            conn = self._connect_read_only(immutable=not held and not _sidecar(self.path, "-wal").exists())
             try:
                 self.version = self._check(conn)
             finally:
@@ -224,7 +252,7 @@ class Store:
         if self.read_only:
             if fresh:
                 raise UsageError(f"no dlbench database at {self.path} (an empty file)")
-            return self._connect_read_only(immutable=_archived(self.path))
+            return self._connect_read_only(immutable=not held and _archived(self.path))
         if not exists:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -313,6 +341,9 @@ class Store:
 
     def close(self) -> None:
         self.conn.close()
+        if self._inode is not None:
+            _held(self._inode, -1)
+            self._inode = None
 
     # --- runs -----------------------------------------------------------------------------
     def create_run(self, suite_name: str, suite: dict, argv: list[str] | None = None, run_id: str | None = None) -> str:
