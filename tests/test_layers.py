@@ -155,7 +155,8 @@ def test_explain_says_how_much_of_the_whole_gap_the_parts_hold_and_splits_the_ba
     assert "33% of the whole model's gap" in text and "not in any one part" in text
     assert "of the parts' difference, +2.01 ms is in the backward" in text and "backward +2" in text
     (f,) = explain(res, "fastfw", "slowfw", "lenet", "forward")
-    assert f.within_noise and f.backward_ms is None and "(noise)" in f.text()
+    assert f.within_noise and f.backward_ms is None and "noise, nothing to attribute" in f.text()
+    assert "of the whole model's gap" not in f.text()  # no share of a gap that is noise
     assert "backward" not in f.text()
     d = e.to_dict()
     assert d["covered"] == pytest.approx(1 / 3, rel=0.02) and d["backward_ms"] == pytest.approx(2.0, rel=0.02)

@@ -199,16 +199,16 @@ class Explanation:
                  f"{self.b} {fmt_num(wb)} ms vs {self.a} {fmt_num(wa)} ms (whole model; gap "
                  f"{fmt_num(self.gap_ms) if self.gap_ms is not None else DASH} ms); sum of parts "
                  f"{fmt_num(self.sum_ms[self.b])} vs {fmt_num(self.sum_ms[self.a])} ms"]
-        account = f"  the parts' difference, {self.parts_gap_ms:+.3g} ms, is "
-        account += (f"{self.covered:.0%} of the whole model's gap" if self.covered is not None
-                    else "beside no whole-model gap")
-        if self.covered is not None and abs(1 - self.covered) > 0.2:
-            account += (f"; the other {self.gap_ms - self.parts_gap_ms:+.3g} ms is in each framework's whole model "
-                        "(fusion across parts, per-call overhead), not in any one part")
+        if self.within_noise or self.covered is None:
+            account = (f"  the whole-model gap is within the two medians' 95% intervals: noise, nothing to attribute; "
+                       f"the parts differ by {self.parts_gap_ms:+.3g} ms")
+        else:
+            account = f"  the parts' difference, {self.parts_gap_ms:+.3g} ms, is {self.covered:.0%} of the whole model's gap"
+            if abs(1 - self.covered) > 0.2:
+                account += (f"; the other {self.gap_ms - self.parts_gap_ms:+.3g} ms is in each framework's whole "
+                            "model (fusion across parts, per-call overhead), not in any one part")
         if self.backward_ms is not None:
             account += f"; of the parts' difference, {self.backward_ms:+.3g} ms is in the backward (gradient - forward)"
-        if self.within_noise:
-            account += "; the whole-model gap is within the two medians' 95% intervals (noise)"
         lines.append(account)
         for rank, p in enumerate(self.parts[:top], 1):
             back = (f"; backward {p['backward_diff_ms']:+.3g} ms" if p.get("backward_diff_ms") is not None else "")
