@@ -7,6 +7,12 @@ parameter is still a named initializer, then ``ONNXProgram.optimize()``), or the
 exporter (``dynamo=False``, no constant folding) as the fallback. The batch axis is dynamic, and
 for ``variable_length`` token inputs the sequence axis too, with the mask as the graph's second
 input ``mask`` (float32, batch x steps). See :mod:`dlbench.frameworks.onnxruntime` for the rules.
+
+torch.export keeps state between exports in one process: after a first LSTM model's export, the
+next one's sequence axis comes back fixed (a decomposition guards it to the example's length), so
+the gate, which builds several models in one process, got a graph that refused shorter batches.
+An export whose dynamic axes came back fixed is made again in a fresh Python process (as the timed
+cells' exports are: one per process), so the gate checks the graph the timed cells run.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ import io
 import logging
 import os
 import pickle
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -96,9 +105,37 @@ def export_dynamo(module: torch.nn.Module, spec: ModelSpec) -> Exported:
     inits = program.model.graph.initializers
     params = {name: inits[name].const_value.numpy() for name in wanted if name in inits}
     opset = program.model.opset_imports.get("", 0)
+    fixed = [f"{v.name}[{axis}] = {v.shape[axis]}" for v in program.model.graph.inputs
+             for axis in shapes.get(v.name, {}) if isinstance(v.shape[axis], int)]
+    if fixed:
+        raise FixedAxes(f"the dynamo export fixed the dynamic axes {', '.join(fixed)}")
     with quiet_export():
         program.optimize()
     return Exported(program.model_proto.SerializeToString(), params, "dynamo", int(opset))
+
+
+class FixedAxes(RuntimeError):
+    """A dynamo export came back with dynamic axes fixed (see the module docstring)."""
+
+
+def export_dynamo_fresh(spec: ModelSpec, weights: Weights) -> Exported:
+    """``export_dynamo`` of the spec's module in a fresh Python process."""
+    with tempfile.TemporaryDirectory(prefix="dlbench-export-") as tmp:
+        job, out = Path(tmp) / "job.pkl", Path(tmp) / "exported.pkl"
+        job.write_bytes(pickle.dumps((spec, weights)))
+        code = f"from dlbench.frameworks.onnx_export import _fresh_child; _fresh_child({str(job)!r}, {str(out)!r})"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        if done.returncode != 0:
+            lines = done.stderr.strip().splitlines()
+            raise RuntimeError(f"the export in a fresh process failed: {lines[-1] if lines else done.returncode}")
+        return pickle.loads(out.read_bytes())
+
+
+def _export(exporter: str, module: torch.nn.Module, spec: ModelSpec, weights: Weights) -> Exported:
+    try:
+        return EXPORT_FUNCTIONS[exporter](module, spec)
+    except FixedAxes:
+        return export_dynamo_fresh(spec, weights)
 
 
 def export_torchscript(module: torch.nn.Module, spec: ModelSpec) -> Exported:
@@ -127,7 +164,7 @@ def export_cached(exporter: str, module, spec: ModelSpec, weights: Weights) -> t
     verification export afresh). Returns the export and "hit", "miss" or "off"."""
     cache_dir = os.environ.get("DLBENCH_EXPORT_CACHE")
     if not cache_dir:
-        return EXPORT_FUNCTIONS[exporter](module, spec), "off"
+        return _export(exporter, module, spec, weights), "off"
     key = hashlib.sha256(repr((spec, exporter, torch.__version__, onnx.__version__)).encode())
     for group in (weights.params, weights.state):
         for name in sorted(group):
@@ -136,7 +173,7 @@ def export_cached(exporter: str, module, spec: ModelSpec, weights: Weights) -> t
     path = Path(cache_dir) / f"{key.hexdigest()[:32]}.pkl"
     if path.exists():
         return pickle.loads(path.read_bytes()), "hit"
-    exported = EXPORT_FUNCTIONS[exporter](module, spec)
+    exported = _export(exporter, module, spec, weights)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial")
     partial.write_bytes(pickle.dumps(exported))
@@ -231,3 +268,10 @@ class ExportEngine(Backend):
 
     def get_params(self, model: Any) -> dict[str, np.ndarray]:
         return read_params(model.bindings, model.params, model.build_info["exporter"])
+
+
+def _fresh_child(job: str, out: str) -> None:
+    """``export_dynamo_fresh``'s child process."""
+    spec, weights = pickle.loads(Path(job).read_bytes())
+    module, _ = forward_module(spec, weights)
+    Path(out).write_bytes(pickle.dumps(export_dynamo(module, spec)))
