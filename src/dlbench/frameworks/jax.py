@@ -80,6 +80,7 @@ from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
+from dlbench.models.split import differentiates_input
 from dlbench.precision import get_precision
 from dlbench.weights import Weights
 
@@ -513,7 +514,8 @@ class JaxModel:
         self.state_paths = {name: where[id(var)][1] for name, var in builder.state.items()}
         self.step = jax.device_put(jnp.zeros((), jnp.uint32), device)
         self.key = jax.device_put(jax.random.key(0), device)
-        self.forward_fn, self.grad_fn = _make_functions(spec, self.graphdef, self.loss_scale)
+        self.forward_fn, self.grad_fn = _make_functions(spec, self.graphdef, self.loss_scale,
+                                                        differentiates_input(spec))
         self.train_fns: dict[OptimizerSpec, Callable] = {}
         self.opt_state: Any = None
 
@@ -558,9 +560,12 @@ def _unscale(grads: Any, loss_scale: float | None) -> Any:
     return grads if loss_scale is None else jax.tree.map(lambda g: g / jnp.asarray(loss_scale, g.dtype), grads)
 
 
-def _make_functions(spec: ModelSpec, graphdef: nnx.GraphDef,
-                    loss_scale: float | None = None) -> tuple[Callable, Callable]:
+def _make_functions(spec: ModelSpec, graphdef: nnx.GraphDef, loss_scale: float | None = None,
+                    with_input: bool = False) -> tuple[Callable, Callable]:
+    """The jitted forward and gradient; ``with_input``: the gradient is ``(parameters' gradients, the
+    input's)`` (a part after the first, models/split.py)."""
     loss_fn = _scaled(_training_loss(spec, graphdef), loss_scale)
+    argnums = (0, 4) if with_input else 0
 
     @jax.jit
     def forward_fn(params, frozen, stats, rest, x, mask):
@@ -570,7 +575,7 @@ def _make_functions(spec: ModelSpec, graphdef: nnx.GraphDef,
 
     @jax.jit
     def grad_fn(params, frozen, stats, rest, x, y, mask, step, key):
-        (_, (loss, _)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        (_, (loss, _)), grads = jax.value_and_grad(loss_fn, argnums=argnums, has_aux=True)(
             params, frozen, stats, rest, x, y, mask, jax.random.fold_in(key, step))
         return loss, _unscale(grads, loss_scale), step + 1
     return forward_fn, grad_fn
@@ -839,7 +844,9 @@ class JaxBackend(Backend):
         return self._canonical(model, {"params": grads}, model.spec.trainable_names())
 
     def loss_and_grads(self, model: JaxModel, batch) -> tuple[float, dict[str, np.ndarray]]:
-        loss, grads = self.gradient(model, batch)()
+        loss, grads = self.gradient(model, batch)()  # the timed closure: a part's input gradient too
+        if differentiates_input(model.spec):
+            grads = grads[0]
         return float(loss), self.grads_to_canonical(model, grads)
 
     def peak_device_memory(self, device: str) -> dict[str, int]:

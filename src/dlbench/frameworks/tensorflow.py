@@ -66,6 +66,7 @@ from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # 
 from dlbench.frameworks.tf_util import set_tf_threads, sync_tf, tf_device, tf_info, tf_profile  # noqa: E402
 from dlbench.measure.profile import ProfileTrace  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
+from dlbench.models.split import differentiates_input  # noqa: E402
 from dlbench.weights import Weights  # noqa: E402
 
 if keras.backend.backend() != "tensorflow":  # pragma: no cover - only when keras was imported first
@@ -99,22 +100,27 @@ class TFModel:
             return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
         scale = build.loss_scale
 
-        def scaled_grads(inputs, y):
+        def scaled_grads(inputs, y, with_input=False):
             """``(loss, gradients)``; under amp-fp16 the tape differentiates ``loss * scale`` (the
-            product made inside the tape, so it is recorded) and the gradients are divided by it."""
+            product made inside the tape, so it is recorded) and the gradients are divided by it.
+            ``with_input``: the input's gradient too, last (a part after the first, models/split.py)."""
             with tf.GradientTape() as tape:
+                if with_input:
+                    tape.watch(inputs)
                 loss = loss_of(inputs, y)
                 target = loss if scale is None else loss * scale
-            grads = tape.gradient(target, trainable)
+            grads = tape.gradient(target, [*trainable, inputs] if with_input else trainable)
             return loss, grads if scale is None else [_divide(g, scale) for g in grads]
 
         def infer(inputs):
             with tf.device(dev):
                 return net(inputs, training=False)
 
+        with_input = differentiates_input(spec)
+
         def loss_and_grads(inputs, y):
             with tf.device(dev):
-                return scaled_grads(inputs, y)
+                return scaled_grads(inputs, y, with_input)
 
         self.loss_of, self.scaled_grads = loss_of, scaled_grads
         self.infer_fn = tf.function(infer, jit_compile=self.jit, autograph=False)
@@ -237,8 +243,8 @@ class TensorFlowBackend(km.PolicyPrecision, Backend):
         return km.get_params(model.build)
 
     def loss_and_grads(self, model: TFModel, batch) -> tuple[float, dict[str, np.ndarray]]:
-        loss, grads = self.gradient(model, batch)()
-        dense = [None if g is None else tf.convert_to_tensor(g).numpy() for g in grads]
+        loss, grads = self.gradient(model, batch)()  # the timed closure: a part's input gradient too, last
+        dense = [None if g is None else tf.convert_to_tensor(g).numpy() for g in grads[:len(model.trainable)]]
         return float(loss.numpy()), km.grads_to_canonical(model.build, dense)
 
     def peak_device_memory(self, device: str) -> dict[str, int]:

@@ -51,6 +51,7 @@ from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
+from dlbench.models.split import differentiates_input
 from dlbench.weights import Weights
 
 
@@ -425,9 +426,12 @@ class TorchBackend(Backend):
         self._trains(model)
         model.net.train()
         net, loss_fn, x, y, mask = model.net, model.loss_fn, batch["x"], batch["y"], batch["mask"]
+        if differentiates_input(model.spec):  # x.grad too (models/split.py)
+            x.requires_grad_(True)
 
         def run():
             net.zero_grad(set_to_none=True)
+            x.grad = None
             with model.compute():
                 loss = loss_fn(x, y, mask)
             model.backward(loss)

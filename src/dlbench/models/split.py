@@ -120,6 +120,15 @@ def _part(spec: ModelSpec, k: int, layers: tuple[Layer, ...], inp: InputSpec, la
                                   options={**spec.options, "part": k}))
 
 
+def differentiates_input(spec: ModelSpec) -> bool:
+    """Whether ``spec``'s gradient also differentiates its input: a part after the first, whose input
+    is an activation in the whole model. The whole model's backward computes that gradient for every
+    layer but the first, so a part's gradient computes it too, and the parts' gradients add up to the
+    whole model's (a part computing only its parameters' gradients skipped a third of a dense layer's
+    backward)."""
+    return spec.options.get("part", 0) > 0 and spec.input.kind != "tokens"
+
+
 def part_ref(model: str, k: int) -> str:
     return f"{model}{SEPARATOR}{k}"
 
