@@ -426,12 +426,14 @@ class TorchBackend(Backend):
         self._trains(model)
         model.net.train()
         net, loss_fn, x, y, mask = model.net, model.loss_fn, batch["x"], batch["y"], batch["mask"]
-        if differentiates_input(model.spec):  # x.grad too (models/split.py)
+        with_input = differentiates_input(model.spec)  # x.grad too (models/split.py)
+        if with_input:
             x.requires_grad_(True)
 
         def run():
             net.zero_grad(set_to_none=True)
-            x.grad = None
+            if with_input:  # only a part's closure pays for clearing its input's gradient
+                x.grad = None
             with model.compute():
                 loss = loss_fn(x, y, mask)
             model.backward(loss)
