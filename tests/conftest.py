@@ -144,3 +144,28 @@ def run_in_framework(name: str, code: str, timeout: float = 600) -> dict:
                          timeout=timeout, start_new_session=True)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def part_input_gradient_shapes(name: str, backend: str, input_grad: str) -> list:
+    """For LeNet's parts 0-2 in framework ``name`` (backend class ``backend`` of its module): the shape
+    of the input gradient that one call of the part's gradient closure computed, or None. ``input_grad``
+    is an expression of ``p`` (the placed batch), ``run`` (the closure) and ``out`` (what it returned)
+    giving that gradient or None. A part after the first differentiates its input
+    (``models.split.differentiates_input``), as the whole model's backward does."""
+    return run_in_framework(name, f"""
+        import inspect, json
+        import numpy as np
+        from dlbench.frameworks.{name} import {backend}
+        from dlbench.models import get_model
+        from dlbench.weights import init_weights
+        from dlbench.data.synthetic import make_batch
+        b = {backend}(); b.set_threads(1)
+        shapes = []
+        for k in range(3):
+            spec = get_model(f"lenet#{{k}}", small=True)
+            m = b.build(spec, init_weights(spec, 0)); p = b.place(make_batch(spec, 4, 0), m)
+            run = b.gradient(m, p); out = run()
+            g = {input_grad}
+            shapes.append(None if g is None else list(np.shape(np.asarray(g))))
+        print(json.dumps(shapes))
+    """)

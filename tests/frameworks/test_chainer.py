@@ -3,7 +3,7 @@ that exercise its special rules: NStepLSTM's gate order and cut sequences, ceil-
 rebuilt from zero padding), frozen layers that stay frozen, and a training step that learns."""
 
 from dlbench.api import verify
-from tests.conftest import env_models, requires_framework, run_in_framework
+from tests.conftest import env_models, part_input_gradient_shapes, requires_framework, run_in_framework
 
 pytestmark = requires_framework("chainer")
 
@@ -36,3 +36,10 @@ def test_frozen_layers_stay_frozen_and_a_train_step_learns():
     assert changed["enc2.weight"] and changed["dec2.bias"]
     assert out["losses"][-1] < out["losses"][0]
     assert out["threads"]["blas"] and all(d["threads"] == 1 for d in out["threads"]["blas"])
+
+
+def test_a_parts_gradient_differentiates_its_input():
+    """The closure differentiates a ``chainer.Variable`` it made of the placed array (its ``x``)."""
+    shapes = part_input_gradient_shapes("chainer", "ChainerBackend",
+                                        "None if (v := inspect.getclosurevars(run).nonlocals['x']) is None else v.grad")
+    assert shapes == [None, [4, 20, 12, 12], [4, 50, 4, 4]], shapes

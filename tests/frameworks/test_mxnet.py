@@ -4,7 +4,7 @@ LRN and ceil pooling are covered by the full ``dlbench verify``), hybridize real
 a training step that learns."""
 
 from dlbench.api import verify
-from tests.conftest import env_models, requires_framework, run_in_framework
+from tests.conftest import env_models, part_input_gradient_shapes, requires_framework, run_in_framework
 
 pytestmark = requires_framework("mxnet")
 
@@ -40,3 +40,8 @@ def test_hybridize_caches_a_static_graph_and_a_train_step_learns():
     assert out["cached"] == [True, True]
     assert all(out["changed"]) and out["losses"][-1] < out["losses"][0]
     assert out["threads"]["omp_threads"] == 1 and out["threads"]["engine_workers"] == 1
+
+
+def test_a_parts_gradient_differentiates_its_input():
+    shapes = part_input_gradient_shapes("mxnet", "MxnetBackend", "None if p['x'].grad is None else p['x'].grad.asnumpy()")
+    assert shapes == [None, [4, 20, 12, 12], [4, 50, 4, 4]], shapes

@@ -3,7 +3,7 @@ adds the LSTM and ResNet-56), and a to_static training step that really
 differentiates and updates (a step timed about equal to a forward once made that suspicious)."""
 
 from dlbench.api import verify
-from tests.conftest import env_models, requires_framework, run_in_framework
+from tests.conftest import env_models, part_input_gradient_shapes, requires_framework, run_in_framework
 
 pytestmark = requires_framework("paddle")
 
@@ -44,3 +44,8 @@ def test_to_static_train_step_computes_gradients_and_updates_every_parameter():
     losses = out["losses"]
     assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
     assert out["threads"]["paddle_num_threads"] == 2
+
+
+def test_a_parts_gradient_differentiates_its_input():
+    shapes = part_input_gradient_shapes("paddle", "PaddleBackend", "None if p['x'].grad is None else p['x'].grad.numpy()")
+    assert shapes == [None, [4, 20, 12, 12], [4, 50, 4, 4]], shapes

@@ -2,7 +2,7 @@
 convolution is im2col with tensor ops), float32, and the compile cache that DLBENCH_CACHE_DIR moves."""
 
 from dlbench.api import verify
-from tests.conftest import requires_framework, run_in_framework
+from tests.conftest import part_input_gradient_shapes, requires_framework, run_in_framework
 
 pytestmark = requires_framework("pytensor")
 
@@ -64,3 +64,10 @@ def test_batch_norm_running_statistics_stay_float32_in_training():
         print(json.dumps({"dtype": str(after.dtype), "moved": bool(np.any(after != before))}))
     """)
     assert out == {"dtype": "float32", "moved": True}
+
+
+def test_a_parts_gradient_differentiates_its_input():
+    """The compiled gradient returns the loss, the parameters' gradients and, last, a part's input's."""
+    shapes = part_input_gradient_shapes("pytensor", "PyTensorBackend",
+                                        "out[-1] if len(out) == 1 + len(m.trainable) + 1 else None")
+    assert shapes == [None, [4, 20, 12, 12], [4, 50, 4, 4]], shapes

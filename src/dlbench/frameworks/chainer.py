@@ -52,6 +52,7 @@ from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.models import layers as L
 from dlbench.models.layers import _pool_out
 from dlbench.models.spec import ModelSpec
+from dlbench.models.split import differentiates_input
 from dlbench.weights import Weights
 
 try:  # in the environment's requirements; optional elsewhere
@@ -348,9 +349,14 @@ class ChainerBackend(Backend):
 
     def gradient(self, model: ChainerModel, batch) -> Callable[[], Any]:
         net, spec = model.net, model.spec
+        x = chainer.Variable(batch["x"]) if differentiates_input(spec) else None  # x's gradient too (models/split.py)
+        if x is not None:
+            batch = {**batch, "x": x}
 
         def run():
             net.cleargrads()
+            if x is not None:
+                x.cleargrad()
             with chainer.using_config("train", True):
                 loss = _loss(spec, net, batch)
             loss.backward()

@@ -42,6 +42,7 @@ from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
+from dlbench.models.split import differentiates_input
 from dlbench.weights import Weights
 
 CTX = mx.cpu()
@@ -347,6 +348,8 @@ class MxnetBackend(Backend):
 
     def gradient(self, model: MxModel, batch) -> Callable[[], Any]:
         loss_block, x, y, mask = model.loss, batch["x"], batch["y"], batch["mask"]
+        if differentiates_input(model.spec):  # x's gradient too (models/split.py), written over at each backward
+            x.attach_grad()
 
         def run():
             with autograd.record(train_mode=True):

@@ -45,6 +45,7 @@ from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
+from dlbench.models.split import differentiates_input
 from dlbench.weights import Weights
 
 
@@ -335,9 +336,14 @@ class PaddleBackend(Backend):
     def gradient(self, model: PaddleModel, batch) -> Callable[[], Any]:
         model.loss.train()
         net, loss_fn, x, y, mask = model.net, model.loss, batch["x"], batch["y"], batch["mask"]
+        with_input = differentiates_input(model.spec)  # x's gradient too (models/split.py)
+        if with_input:
+            x.stop_gradient = False
 
         def run():
             net.clear_gradients()
+            if with_input:
+                x.clear_gradient(set_to_zero=False)
             loss = loss_fn(x, y, mask)
             loss.backward()
             return loss

@@ -72,6 +72,7 @@ from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # 
 from dlbench.models import layers as L  # noqa: E402
 from dlbench.models.layers import _pool_out  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
+from dlbench.models.split import differentiates_input  # noqa: E402
 from dlbench.weights import Weights  # noqa: E402
 
 try:
@@ -331,13 +332,13 @@ class PyTensorBackend(Backend):
         else:
             out, target = g.run(x, mask, train=True)
             loss = _loss(model.spec, out, target, x, y)
-            grads = pytensor.grad(loss, model.trainable)
-            if kind == "gradient":
-                fn = pytensor.function([], [loss, *grads], mode=model.mode, updates=g.bn_updates)
+            if kind == "gradient":  # a part's input gradient too, last (models/split.py)
+                wrt = [*model.trainable, *([x] if differentiates_input(model.spec) else [])]
+                fn = pytensor.function([], [loss, *pytensor.grad(loss, wrt)], mode=model.mode, updates=g.bn_updates)
             else:
                 lr, m = F32(opt.lr), F32(opt.momentum)
                 updates = list(g.bn_updates)
-                for p, gr in zip(model.trainable, grads, strict=True):
+                for p, gr in zip(model.trainable, pytensor.grad(loss, model.trainable), strict=True):
                     v = pytensor.shared(np.zeros(p.get_value(borrow=True).shape, F32), name=f"v_{p.name}")
                     v_new = m * v - lr * gr
                     updates += [(v, v_new), (p, p + v_new)]
@@ -380,6 +381,7 @@ class PyTensorBackend(Backend):
     def loss_and_grads(self, model: PyTensorModel, batch) -> tuple[float, dict[str, np.ndarray]]:
         saved = {n: s.get_value() for n, s in model.graph.state.items()}
         loss, *grads = self._function(model, batch, "gradient")()
+        grads = grads[:len(model.trainable)]  # a part's input gradient, last, is not a parameter's
         for n, v in saved.items():  # the gate's loss check must not move the BN statistics it later reads
             model.graph.state[n].set_value(v)
         return float(loss), {n: np.asarray(g) for n, g in zip(model.spec.trainable_names(), grads, strict=True)}
