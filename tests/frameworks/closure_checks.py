@@ -153,9 +153,43 @@ def trainer_and_predictor(backend, variant: str) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def part_gradient_differentiates_its_input(backend, variant: str) -> None:
+    """A part after the first differentiates its input too (``models.split.differentiates_input``):
+    its gradient closure returns the parameters' gradients and, last, the input's; the first part's
+    does not."""
+    for k in (0, 1, 2):
+        _, _, model, batch = _setup(backend, f"lenet#{k}", variant, small=True)
+        _, grads = backend.gradient(model, batch)()
+        params = len(model.net.trainable_variables)
+        assert len(grads) == params + (k > 0), (k, len(grads), params)
+        if k > 0:
+            x = batch["inputs"]
+            assert tuple(grads[-1].shape) == tuple(x.shape), (k, grads[-1].shape, x.shape)
+            assert float(np.abs(np.asarray(grads[-1], np.float32)).sum()) > 0, f"part {k}: a zero input gradient"
+
+
+def profile_writes_a_chrome_trace(backend, variant: str) -> None:
+    """The framework's own profiler over the forward closure (Keras: its backend's) writes a Chrome
+    trace whose operations make the top-operations table."""
+    import tempfile
+    from pathlib import Path
+
+    from dlbench.measure.profile import profile_closure, read_trace
+
+    _, _, model, batch = _setup(backend, "lenet", variant, small=True)
+    run = backend.forward(model, batch)
+    backend.sync(run())
+    with tempfile.TemporaryDirectory() as tmp:
+        p = profile_closure(backend.profile, run, 2, Path(tmp))
+        spans = [e for e in read_trace(Path(tmp) / p["trace"]) if e.get("ph") == "X"]
+    assert p["ops"] and p["self_us_total"] > 0, p
+    assert spans and all({"name", "ts", "dur", "pid", "tid"} <= e.keys() for e in spans)
+
+
 CHECKS = {f.__name__: f for f in (train_step_updates_and_gradient_does_not, frozen_encoders_stay_frozen,
                                   repeated_calls_agree, train_step_runs_in_training_mode, get_params_round_trips,
-                                  trainer_and_predictor)}
+                                  trainer_and_predictor, part_gradient_differentiates_its_input,
+                                  profile_writes_a_chrome_trace)}
 
 
 def run_all(backend, variant: str) -> dict[str, str]:

@@ -50,6 +50,7 @@ elif _requested == "torch":
     set_torch_inductor_cache()
 
 from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import keras  # noqa: E402
@@ -58,7 +59,10 @@ import numpy as np  # noqa: E402
 from dlbench.data.synthetic import Batch  # noqa: E402
 from dlbench.frameworks import keras_model as km  # noqa: E402
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
+from dlbench.frameworks.profilers import jax_profile, torch_profile  # noqa: E402
+from dlbench.measure.profile import ProfileTrace  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
+from dlbench.models.split import differentiates_input  # noqa: E402
 from dlbench.weights import Weights  # noqa: E402
 
 BACKEND = keras.backend.backend()
@@ -81,7 +85,7 @@ if BACKEND == "jax":
 elif BACKEND == "tensorflow":
     import tensorflow as tf
 
-    from dlbench.frameworks.tf_util import set_tf_threads, sync_tf, tf_info
+    from dlbench.frameworks.tf_util import set_tf_threads, sync_tf, tf_info, tf_profile
 elif BACKEND == "torch":
     import torch
 
@@ -197,8 +201,11 @@ class KerasBackend(km.PolicyPrecision, Backend):
         return lambda: predict(inputs)
 
     def gradient(self, model: KerasModel, batch) -> Callable[[], Any]:
+        """The loss and the trainable variables' gradients; a part's input gradient after them
+        (``models.split.differentiates_input``), computed as the whole model's backward computes it."""
         net, inputs, y = model.net, batch["inputs"], batch["y"]
         scale = model.build.loss_scale  # amp-fp16: the loss scaled before the backward, the gradients divided after
+        with_input = differentiates_input(model.spec)
 
         def scaled(loss):
             return loss if scale is None else loss * scale
@@ -214,9 +221,9 @@ class KerasBackend(km.PolicyPrecision, Backend):
 
             @jax.jit
             def grad_fn(trainable, non_trainable, inputs, y):
-                (_, (loss, _)), grads = jax.value_and_grad(loss_and_updates, has_aux=True)(
-                    trainable, non_trainable, inputs, y)
-                return loss, unscale(grads)
+                (_, (loss, _)), grads = jax.value_and_grad(loss_and_updates, argnums=(0, 2) if with_input else 0,
+                                                           has_aux=True)(trainable, non_trainable, inputs, y)
+                return loss, unscale([*grads[0], grads[1]] if with_input else grads)
             trainable = [v.value for v in net.trainable_variables]
             non_trainable = [v.value for v in net.non_trainable_variables]
             return lambda: grad_fn(trainable, non_trainable, inputs, y)
@@ -227,18 +234,24 @@ class KerasBackend(km.PolicyPrecision, Backend):
             @tf.function(jit_compile=JIT_COMPILE[BACKEND], autograph=False)
             def tf_grads(inputs, y):
                 with tf.GradientTape() as tape:  # the scaled loss made inside the tape, so it is recorded
+                    if with_input:
+                        tape.watch(inputs)
                     loss = net.compute_loss(x=inputs, y=y, y_pred=net(inputs, training=True))
                     target = scaled(loss)
-                return loss, unscale(tape.gradient(target, weights))
+                return loss, unscale(tape.gradient(target, [*weights, inputs] if with_input else weights))
             return lambda: tf_grads(inputs, y)
 
         weights = net.trainable_variables
+        if with_input:
+            inputs.requires_grad_(True)
 
         def run_torch():
             net.zero_grad()
+            if with_input:
+                inputs.grad = None
             loss = net.compute_loss(x=inputs, y=y, y_pred=net(inputs, training=True))
             scaled(loss).backward()
-            return loss, unscale([v.value.grad for v in weights])
+            return loss, unscale([v.value.grad for v in weights] + ([inputs.grad] if with_input else []))
         return run_torch
 
     def train_step(self, model: KerasModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
@@ -265,6 +278,14 @@ class KerasBackend(km.PolicyPrecision, Backend):
         elif torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
 
+    def profile(self, run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace:
+        """The profiler of the framework Keras runs on: its closures are that framework's calls."""
+        if BACKEND == "jax":
+            return jax_profile(run, calls, outdir)
+        if BACKEND == "tensorflow":
+            return tf_profile(run, calls, outdir)
+        return torch_profile(run, calls, outdir)
+
     def to_numpy(self, out: Any) -> np.ndarray:
         """The output as NumPy; a bfloat16/float16 one upcast (exactly) to float32."""
         if isinstance(out, tuple | list):
@@ -279,7 +300,8 @@ class KerasBackend(km.PolicyPrecision, Backend):
         return km.get_params(model.build)
 
     def loss_and_grads(self, model: KerasModel, batch) -> tuple[float, dict[str, np.ndarray]]:
-        loss, grads = self.gradient(model, batch)()
+        loss, grads = self.gradient(model, batch)()  # a part's input gradient, last, is not a parameter's
+        grads = grads[:len(model.net.trainable_variables)]
         return float(_numpy(loss)), km.grads_to_canonical(model.build, [_numpy(g) for g in grads])
 
     def peak_device_memory(self, device: str) -> dict[str, int]:
