@@ -7,7 +7,8 @@ never returns), ``oom`` (the process is SIGKILLed, as the kernel's OOM killer do
 on top of it: a planted slowdown for compare), ``lr`` (a learning rate 10x the spec's), ``held``
 (the closure waits while the file named by ``$DLBENCH_FAKE_HOLD`` exists and lists the batch size,
 then runs as ``ok``: a test holds a cell mid-measurement for as long as it needs, and releases it),
-``fp32only`` (accepts any precision and silently builds float32: the gate's precision check must catch it).
+``fp32only`` (accepts any precision and silently builds float32: the gate's precision check must catch it),
+``noprofile`` (plain torch with no profiler, as a framework dlbench has not wired one into).
 """
 
 import os
@@ -17,14 +18,15 @@ import time
 from dlbench.frameworks import FrameworkInfo
 
 FRAMEWORK_INFO = FrameworkInfo("fakefw", __file__, "torch", "torch",
-                               ("ok", "crash", "hang", "oom", "broken", "slow", "lr", "held", "fp32only"),
+                               ("ok", "crash", "hang", "oom", "broken", "slow", "lr", "held", "fp32only",
+                                "noprofile"),
                                "test double (torch)", devices=("cpu", "cuda"))
 
 
 def _backend():
     import numpy as np
 
-    from dlbench.frameworks.base import OptimizerSpec
+    from dlbench.frameworks.base import Backend, OptimizerSpec
     from dlbench.frameworks.torch import Builder, TorchBackend
 
     class TransposedKernel(Builder):
@@ -78,6 +80,11 @@ def _backend():
                     return out
                 return run
             return fn
+
+        def profile(self, run, calls, outdir):
+            if self.mode == "noprofile":
+                return Backend.profile(self, run, calls, outdir)
+            return super().profile(run, calls, outdir)
 
         def trainer(self, model, opt):
             if self.mode == "lr":

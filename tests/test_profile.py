@@ -17,7 +17,8 @@ from dlbench.store import Store
 
 FAST = {"repeats": 1, "warmup": 1, "min_iters": 3, "min_time_s": 0.1, "profile_calls": 2}
 PROFILED = [fw for fw, module in (("torch", "torch"), ("jax", "flax"), ("tensorflow", "tensorflow"),
-                                  ("onnxruntime", "onnxruntime")) if importlib.util.find_spec(module) is not None]
+                                  ("onnxruntime", "onnxruntime"), ("openvino", "openvino"))
+            if importlib.util.find_spec(module) is not None]
 
 
 def test_self_time_excludes_the_operations_nested_on_the_same_thread():
@@ -32,15 +33,27 @@ def test_self_time_excludes_the_operations_nested_on_the_same_thread():
 
 
 def test_an_xspace_becomes_chrome_events_in_microseconds():
+    """An XLA cluster's HLO instructions (Keras's jit_compile on TensorFlow) have no op type; they were
+    left out of the operations, and Keras-on-TF's profile of a jit-compiled model had none."""
     meta = {7: SimpleNamespace(name="matmul:MatMul", display_name="MatMul"),
-            8: SimpleNamespace(name="ExecutorState::Process", display_name="")}
+            8: SimpleNamespace(name="ExecutorState::Process", display_name=""),
+            9: SimpleNamespace(name="convolution.2", display_name="")}
+    stat_meta = {1: SimpleNamespace(name="hlo_op"), 2: SimpleNamespace(name="convolution.2"),
+                 3: SimpleNamespace(name="program_id")}
+    hlo = [SimpleNamespace(metadata_id=1, ref_value=2, str_value=""), SimpleNamespace(metadata_id=3, ref_value=0,
+                                                                                        str_value="")]
     line = SimpleNamespace(id=3, name="tf_Compute", display_name="", timestamp_ns=1000,
-                           events=[SimpleNamespace(metadata_id=7, offset_ps=2_000_000, duration_ps=5_000_000),
-                                   SimpleNamespace(metadata_id=8, offset_ps=0, duration_ps=9_000_000)])
-    space = SimpleNamespace(planes=[SimpleNamespace(name="/host:CPU", lines=[line], event_metadata=meta)])
+                           events=[SimpleNamespace(metadata_id=7, offset_ps=2_000_000, duration_ps=5_000_000, stats=[]),
+                                   SimpleNamespace(metadata_id=8, offset_ps=0, duration_ps=9_000_000, stats=[]),
+                                   SimpleNamespace(metadata_id=9, offset_ps=8_000_000, duration_ps=1_000_000,
+                                                   stats=hlo)])
+    space = SimpleNamespace(planes=[SimpleNamespace(name="/host:CPU", lines=[line], event_metadata=meta,
+                                                    stat_metadata=stat_meta)])
     events = xspace_events(space)
     (op,) = complete_events(events, lambda e: "op_type" in e.get("args", {}))
     assert (op["name"], op["ts"], op["dur"], op["tid"]) == ("matmul:MatMul", 3.0, 5.0, 3)
+    (xla,) = complete_events(events, lambda e: "hlo_op" in e.get("args", {}))
+    assert (xla["name"], xla["args"], xla["dur"]) == ("convolution.2", {"hlo_op": "convolution.2"}, 1.0)
     assert {e["name"] for e in events if e["ph"] == "M"} == {"process_name", "thread_name"}
 
 
@@ -72,13 +85,12 @@ def test_profiled_cells_keep_a_chrome_trace_and_their_top_operations(tmp_db, tmp
     assert "## Profiles" in md and f"{PROFILED[0]}/" in md and "self ms per call" in md
 
 
-@pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="openvino is not installed")
-def test_a_framework_without_a_profiler_keeps_its_timings_and_warns(tmp_db):
-    res = api.run(models=["lenet"], frameworks=["openvino"], scenarios=["forward"], threads=[1], protocol=FAST,
-                  db=tmp_db)
+def test_a_framework_without_a_profiler_keeps_its_timings_and_warns(tmp_db, fake_framework):
+    res = api.run(models=["lenet"], frameworks=["fakefw"], variants=["noprofile"], scenarios=["forward"], threads=[1],
+                  protocol=FAST, db=tmp_db)
     (cell,) = res.cells
     assert cell.ok and cell.time_ms is not None and "profile" not in cell.cell.metrics
-    assert any("no profile: openvino has no profiler" in w for w in cell.cell.warnings), cell.cell.warnings
+    assert any("no profile: fakefw has no profiler" in w for w in cell.cell.warnings), cell.cell.warnings
 
 
 @pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is not installed")
@@ -113,3 +125,30 @@ def test_a_bad_profile_count_is_one_line_and_exit_2(value, tmp_db, capsys):
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "profile" in err, err
     assert not tmp_db.exists() or json.dumps(Store(tmp_db, read_only=True).list_runs()) == "[]"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="openvino is not installed")
+def test_openvino_profiles_a_second_compiled_model_and_leaves_out_its_warm_up_call(tmp_path):
+    """OpenVINO had no profile (its counters are a compile option, PERF_COUNT): a second compiled model
+    of the same graph and inputs profiles the calls; the timed one keeps its counters off, and the
+    first call of the profiled request is not counted."""
+    from dlbench.data.synthetic import make_batch
+    from dlbench.frameworks import get_backend
+    from dlbench.measure.profile import profile_closure
+    from dlbench.models import get_model
+    from dlbench.weights import init_weights
+
+    backend = get_backend("openvino")
+    backend.set_threads(1)
+    spec = get_model("lenet", small=True)
+    model = backend.build(spec, init_weights(spec, seed=0))
+    run = backend.forward(model, backend.place(make_batch(spec, 4, seed=0), model))
+    expected = backend.to_numpy(run()).copy()
+    p = profile_closure(backend.profile, run, 3, tmp_path)
+    events = read_trace(tmp_path / p["trace"])
+    assert p["tool"].startswith("OpenVINO PERF_COUNT") and p["ops"]
+    assert {e["args"]["call"] for e in events} == {0, 1, 2} and all(r["calls"] % 3 == 0 for r in p["ops"])
+    assert all(":" in r["name"] for r in p["ops"])  # node:type
+    (compiled,) = model.compiled.values()
+    assert str(compiled.get_property("PERF_COUNT")).upper() in ("NO", "FALSE")
+    assert (backend.to_numpy(run()) == expected).all()

@@ -77,7 +77,8 @@ from flax import nnx
 
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
+from dlbench.frameworks.profilers import jax_profile
+from dlbench.measure.profile import ProfileTrace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.split import differentiates_input
@@ -798,15 +799,7 @@ class JaxBackend(Backend):
         jax.block_until_ready(out)
 
     def profile(self, run: Callable[[], Any], calls: int, outdir: pathlib.Path) -> ProfileTrace:
-        """jax.profiler's trace, in the Chrome format it writes beside its XSpace
-        (``create_perfetto_trace``); operations are the events XLA names an HLO op of (fusions, dots,
-        convolutions), the host-side dispatch events are in the trace only."""
-        with jax.profiler.trace(str(outdir), create_perfetto_trace=True):
-            for _ in range(calls):
-                self.sync(run())
-        path = max(outdir.glob("plugins/profile/*/perfetto_trace.json.gz"))
-        ops = complete_events(read_trace(path), lambda e: "hlo_op" in (e.get("args") or {}))
-        return ProfileTrace(path, ops, f"jax.profiler (jax {jax.__version__})")
+        return jax_profile(run, calls, outdir)
 
     def to_numpy(self, out: Any) -> np.ndarray:
         """The output as NumPy; a bfloat16/float16 one upcast (exactly) to float32."""

@@ -64,6 +64,7 @@ from dlbench.frameworks.onnx_export import (
     ExportEngine,
     forward_module,
 )
+from dlbench.measure.profile import ProfileTrace, complete_events, write_trace
 from dlbench.models.spec import ModelSpec
 from dlbench.weights import Weights
 
@@ -85,6 +86,19 @@ class OvModel:
     build_info: dict[str, Any]
     #: compiled models by the input shapes they were compiled for
     compiled: dict[tuple, ov.CompiledModel] = field(default_factory=dict)
+
+
+class InferRun:
+    """The timed closure: one synchronous ``infer()`` of the placed batch's request. It holds the
+    placed batch (the input tensors share its arrays' memory, which must live as long as the closure)
+    and the model, which ``profile`` compiles again with performance counters on."""
+
+    def __init__(self, model: OvModel, placed: dict[str, Any]):
+        self.model, self.arrays, self.request = model, placed["arrays"], placed["request"]
+
+    def __call__(self) -> ov.Tensor:
+        self.request.infer()
+        return self.request.get_output_tensor(0)
 
 
 class OpenVinoBackend(ExportEngine):
@@ -166,14 +180,12 @@ class OpenVinoBackend(ExportEngine):
         """The graph compiled for these input shapes (once per shape), its settings checked."""
         key = tuple(sorted(shapes.items()))
         if key not in model.compiled:
-            graph = model.graph.clone()
-            graph.reshape({name: ov.PartialShape(list(shape)) for name, shape in shapes.items()})
             cache_dir = os.environ.get("DLBENCH_CACHE_DIR")
             if cache_dir:
                 (Path(cache_dir) / "openvino").mkdir(parents=True, exist_ok=True)
                 self.core.set_property({"CACHE_DIR": str(Path(cache_dir) / "openvino")})
             started = time.perf_counter_ns()
-            compiled = self.core.compile_model(graph, "CPU", self.config())
+            compiled = self._compile(model, shapes, self.config())
             elapsed = time.perf_counter_ns() - started
             model.build_info["compile_s"][str(key)] = round(elapsed / 1e9, 3)
             model.build_info["compile_ns"] += elapsed
@@ -183,29 +195,60 @@ class OpenVinoBackend(ExportEngine):
             model.compiled[key] = compiled
         return model.compiled[key]
 
+    def _compile(self, model: OvModel, shapes: dict[str, tuple[int, ...]], config: dict[str, Any]) -> ov.CompiledModel:
+        graph = model.graph.clone()
+        graph.reshape({name: ov.PartialShape(list(shape)) for name, shape in shapes.items()})
+        return self.core.compile_model(graph, "CPU", config)
+
+    @staticmethod
+    def _request(compiled: ov.CompiledModel, arrays: dict[str, np.ndarray]) -> ov.InferRequest:
+        """An infer request whose input tensors share the arrays' memory."""
+        request = compiled.create_infer_request()
+        for name, array in arrays.items():
+            request.set_tensor(name, ov.Tensor(array, shared_memory=True))
+        return request
+
     def place(self, batch: Batch, model: OvModel) -> dict[str, Any]:
         arrays = {"x": np.ascontiguousarray(batch.x)}
         if "mask" in model.input_names:
             if batch.mask is None:
                 raise ValueError(f"{model.spec.name} takes a mask and the batch has none")
             arrays["mask"] = np.ascontiguousarray(batch.mask, dtype=np.float32)
-        compiled = self.compiled(model, {name: arrays[name].shape for name in model.input_names})
-        request = compiled.create_infer_request()
-        for name in model.input_names:
-            request.set_tensor(name, ov.Tensor(arrays[name], shared_memory=True))
-        return {"arrays": arrays, "request": request}
+        arrays = {name: arrays[name] for name in model.input_names}
+        compiled = self.compiled(model, {name: array.shape for name, array in arrays.items()})
+        return {"arrays": arrays, "request": self._request(compiled, arrays)}
 
     # --- the measured closures ---------------------------------------------------------------
     def forward(self, model: OvModel, batch) -> Callable[[], Any]:
-        request = batch["request"]
+        return InferRun(model, batch)
 
-        def run():
+    def profile(self, run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace:
+        """OpenVINO's per-node performance counters (``PERF_COUNT``), which the CPU plug-in keeps only
+        in a model compiled with them on: a second compiled model of the same graph, shapes and
+        settings, on the same input arrays, so the timed one never runs with counters. One call
+        first, left out (a request's first inference does one-time work); then the executed nodes
+        of each call, laid end to end in the trace in their execution order, named
+        ``node:type`` with the kernel (``exec_type``) and CPU time in their args."""
+        if not isinstance(run, InferRun):
+            raise UnsupportedError("openvino profiles its forward closure only")
+        request = self._request(self._compile(run.model, {n: a.shape for n, a in run.arrays.items()},
+                                              {**self.config(), "PERF_COUNT": True}), run.arrays)
+        request.infer()
+        events: list[dict[str, Any]] = []
+        ts = 0.0
+        for call in range(calls):
             request.infer()
-            return request.get_output_tensor(0)
-        run.placed = batch  # the input tensors share the placed arrays' memory: they live as long as the closure
-        return run
-
-
+            for node in request.profiling_info:
+                if node.status != ov.ProfilingInfo.Status.EXECUTED:
+                    continue
+                dur = node.real_time.total_seconds() * 1e6
+                events.append({"ph": "X", "pid": 0, "tid": 0, "name": f"{node.node_name}:{node.node_type}",
+                               "ts": ts, "dur": dur, "args": {"exec_type": node.exec_type, "call": call,
+                                                              "cpu_time_us": node.cpu_time.total_seconds() * 1e6}})
+                ts += dur
+        path = write_trace(events, outdir / "trace.json")
+        return ProfileTrace(path, complete_events(events, lambda e: True),
+                            f"OpenVINO PERF_COUNT (openvino {ov.__version__})")
 
     def sync(self, out: Any) -> None:
         """Nothing to wait for: a synchronous infer returns when its outputs are computed."""
@@ -214,9 +257,6 @@ class OpenVinoBackend(ExportEngine):
         return np.array(out.data)
 
     # --- introspection for the equivalence gate ------------------------------------------
-
-
-
 
     def info(self) -> dict[str, Any]:
         capabilities = self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")

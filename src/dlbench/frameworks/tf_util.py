@@ -70,7 +70,8 @@ def set_tf_threads(n: int) -> dict[str, Any]:
 def tf_profile(run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace:
     """TensorFlow's profiler over the calls: its XSpace (``*.xplane.pb``, what TensorBoard's profile
     plug-in reads) converted to a Chrome trace; operations are the events TensorFlow gives an op type
-    (``matmul:MatMul``), XLA clusters included."""
+    (``matmul:MatMul``) and, in an XLA-compiled cluster (Keras's ``jit_compile``), the HLO instructions
+    it ran (``convolution.2``), which have no op type."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     tf.profiler.experimental.start(str(outdir))
@@ -84,5 +85,5 @@ def tf_profile(run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace
     space.ParseFromString(max(outdir.glob("plugins/profile/*/*.xplane.pb")).read_bytes())
     events = xspace_events(space)
     path = write_trace(events, outdir / "trace.json")
-    return ProfileTrace(path, complete_events(events, lambda e: "op_type" in e.get("args", {})),
+    return ProfileTrace(path, complete_events(events, lambda e: {"op_type", "hlo_op"} & e.get("args", {}).keys()),
                         f"tf.profiler (tensorflow {tf.__version__})")

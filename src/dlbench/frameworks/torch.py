@@ -48,7 +48,8 @@ from torch import nn
 
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
+from dlbench.frameworks.profilers import torch_profile
+from dlbench.measure.profile import ProfileTrace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.split import differentiates_input
@@ -483,18 +484,7 @@ class TorchBackend(Backend):
             torch.cuda.synchronize()
 
     def profile(self, run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace:
-        """torch.profiler over the calls (CUDA kernels too once CUDA is in use); operations are its
-        ``cpu_op`` events (aten::*) and GPU ``kernel`` events."""
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=activities) as prof:
-            for _ in range(calls):
-                self.sync(run())
-        path = outdir / "trace.json"
-        prof.export_chrome_trace(str(path))
-        ops = complete_events(read_trace(path), lambda e: e.get("cat") in ("cpu_op", "kernel"))
-        return ProfileTrace(path, ops, f"torch.profiler (torch {torch.__version__})")
+        return torch_profile(run, calls, outdir)
 
     def to_numpy(self, out: Any) -> np.ndarray:
         return out.detach().float().cpu().numpy()

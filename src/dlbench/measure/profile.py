@@ -103,7 +103,8 @@ def profile_closure(profile: Callable[[Callable[[], Any], int, Path], ProfileTra
 def xspace_events(space: Any) -> list[dict[str, Any]]:
     """Chrome trace events from an XSpace (the protobuf TensorFlow's and XLA's profilers write as
     ``*.xplane.pb``): one process per plane, one thread per line; an event's metadata display name
-    (TensorFlow's op type, e.g. ``MatMul``) is kept as ``args.op_type``."""
+    (TensorFlow's op type, e.g. ``MatMul``) is kept as ``args.op_type``, and the HLO instruction an
+    event of an XLA-compiled cluster ran (its ``hlo_op`` stat, e.g. ``convolution.2``) as ``args.hlo_op``."""
     events: list[dict[str, Any]] = []
     for pid, plane in enumerate(space.planes):
         events.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": plane.name}})
@@ -116,7 +117,11 @@ def xspace_events(space: Any) -> list[dict[str, Any]]:
                 meta = plane.event_metadata[ev.metadata_id]
                 out = {"ph": "X", "pid": pid, "tid": tid, "name": meta.name,
                        "ts": (origin_ps + ev.offset_ps) / 1e6, "dur": ev.duration_ps / 1e6}
-                if meta.display_name:
-                    out["args"] = {"op_type": meta.display_name}
+                args = {"op_type": meta.display_name} if meta.display_name else {}
+                for stat in ev.stats:
+                    if plane.stat_metadata[stat.metadata_id].name == "hlo_op":
+                        args["hlo_op"] = plane.stat_metadata[stat.ref_value].name if stat.ref_value else stat.str_value
+                if args:
+                    out["args"] = args
                 events.append(out)
     return events
