@@ -160,6 +160,14 @@ def test_explain_command_text_json_and_bad_input(tmp_path, capsys):
         assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
 
 
+#: slowfw's whole-model gradient profiled over 2 calls: 10 ms of self time per call, 6 of it in one convolution
+PLANTED_PROFILE = {"trace": "trace.json", "tool": "planted profiler", "calls": 2, "self_us_total": 20_000.0,
+                   "ops": [{"name": "conv_backward", "calls": 4, "self_us": 12_000.0, "total_us": 12_000.0},
+                           {"name": "gemm", "calls": 2, "self_us": 5_000.0, "total_us": 5_000.0},
+                           {"name": "relu", "calls": 2, "self_us": 2_000.0, "total_us": 2_000.0},
+                           {"name": "copy", "calls": 2, "self_us": 1_000.0, "total_us": 1_000.0}]}
+
+
 def _planted_gradient(tmp_path):
     """lenet's parts forward and gradient in two frameworks: ``slowfw``'s part 2 is 1 ms slower forward
     and 3 ms slower in the gradient (so 2 ms in its backward); its whole gradient is 9 ms slower, 6 of
@@ -173,8 +181,9 @@ def _planted_gradient(tmp_path):
             model = "lenet" if k == 4 else f"lenet#{k}"
             cell = {"framework": fw, "variant": "v", "model": model, "scenario": scenario, "batch": 64, "threads": 1,
                     "device": "cpu", "data": "synthetic", "key": f"{fw}/v/{model}/{scenario}/b64/t1/cpu"}
-            store.save_cell(run, cell, "ok", "", 1.0, [], {}, [Sample(r, i, "measure", t * 1e6 * (1 + 0.001 * i))
-                                                               for r in range(3) for i in range(10)])
+            metrics = {"profile": PLANTED_PROFILE} if (fw, model, scenario) == ("slowfw", "lenet", "gradient") else {}
+            store.save_cell(run, cell, "ok", "", 1.0, [], metrics,
+                            [Sample(r, i, "measure", t * 1e6 * (1 + 0.001 * i)) for r in range(3) for i in range(10)])
     store.close()
     return api.results(run, tmp_path / "g.db")
 
@@ -199,6 +208,23 @@ def test_explain_says_how_much_of_the_whole_gap_the_parts_hold_and_splits_the_ba
     assert "backward" not in f.text()
     d = e.to_dict()
     assert d["covered"] == pytest.approx(1 / 3, rel=0.02) and d["backward_ms"] == pytest.approx(2.0, rel=0.02)
+
+
+def test_explain_names_the_top_operations_of_a_profiled_whole_model(tmp_path):
+    """A gap that lives in the whole model and in no part (XLA's layout changes in JAX's ResNet-56
+    gradient) had no account beyond "not in any one part"; a profiled whole model (--profile) now
+    names the operations that took its time, self ms per call."""
+    res = _planted_gradient(tmp_path)
+    (e,) = explain(res, "fastfw", "slowfw", "lenet", "gradient")
+    assert list(e.profiles) == ["slowfw"]  # fastfw's whole model was not profiled
+    ops = e.profiles["slowfw"]["ops"]
+    assert [op["name"] for op in ops] == ["conv_backward", "gemm", "relu"]  # PROFILE_OPS of them
+    assert ops[0]["self_ms"] == pytest.approx(6.0) and ops[0]["share"] == pytest.approx(0.6)
+    assert "profile of the whole model, slowfw (planted profiler), self time per call: conv_backward 6.00 ms (60%)" \
+        in e.text()
+    assert e.to_dict()["profiles"]["slowfw"]["tool"] == "planted profiler"
+    (f,) = explain(res, "fastfw", "slowfw", "lenet", "forward")
+    assert f.profiles == {} and "profile of" not in f.text()
 
 
 def test_the_report_shows_where_the_time_goes(tmp_path):

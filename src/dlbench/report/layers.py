@@ -8,7 +8,8 @@ ranks the parts by how much of the difference they hold and says how much of the
 the parts account for (the rest is in how each framework runs the model as one piece: fusion,
 per-call overhead); for a gradient, with the same parts' forward times in the run, it splits each
 part's difference into forward and backward. With the run's probe figures (``dlbench probe
---attach``) it adds each framework's GEMM and convolution rate.
+--attach``) it adds each framework's GEMM and convolution rate, and where the whole model's cell was
+profiled (``--profile``) the operations that took most of each framework's time.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from dlbench.models import UnknownModelError, get_model
 from dlbench.models.split import parse_part, split
 from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_num
 from dlbench.results import CellResult, RunResults
+
+#: a profiled whole model's operations an explanation names, by self time
+PROFILE_OPS = 3
 
 #: what the report's section says before its tables
 INTRO = ("Each part of the model (models/split.py: a layer with its activation and pooling, a residual block, the "
@@ -54,6 +58,7 @@ class Breakdown:
     parts: list[PartTime]
     whole_ms: float | None
     whole_ci: tuple[float, float] | None = None  # the whole model's median's 95% interval
+    whole_profile: dict[str, Any] | None = None  # the whole model's cell's profile (``measure.profile``)
 
     @property
     def sum_ms(self) -> float | None:
@@ -95,7 +100,9 @@ def breakdowns(res: RunResults) -> list[Breakdown]:
                           cells[p.index].cell.status if p.index in cells else "not measured") for p in parts]
         whole_cell = by_key.get((fw, variant, whole, scenario, batch, threads, device))
         ci = ((whole_cell.time_ms.ci_low, whole_cell.time_ms.ci_high) if _ms(whole_cell) is not None else None)
-        out.append(Breakdown(fw, variant, whole, scenario, batch, threads, device, times, _ms(whole_cell), ci))
+        profile = whole_cell.cell.metrics.get("profile") if whole_cell is not None else None
+        out.append(Breakdown(fw, variant, whole, scenario, batch, threads, device, times, _ms(whole_cell), ci,
+                             profile))
     return sorted(out, key=lambda b: (*b.where, b.framework, b.variant))
 
 
@@ -160,6 +167,8 @@ class Explanation:
     probes: list[dict[str, Any]] = field(default_factory=list)
     #: the whole model's 95% intervals: a gap inside both is noise, not something to explain
     whole_ci: dict[str, tuple[float, float] | None] = field(default_factory=dict)
+    #: per framework whose whole model was profiled: the profiler and its top operations, self ms per call
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def gap_ms(self) -> float | None:
@@ -222,6 +231,9 @@ class Explanation:
             lines.append(f"  probe {p['op']} ({p['scenario']}, {p['threads']} thread(s)), {p['framework']}: "
                          f"{fmt_num(p.get('gflops')) + ' GFLOP/s' if p.get('gflops') else fmt_num(p['median_ms']) + ' ms'}"
                          f" [{p['kernels']}]")
+        for name, prof in self.profiles.items():
+            ops = ", ".join(f"{op['name']} {fmt_num(op['self_ms'])} ms ({op['share']:.0%})" for op in prof["ops"])
+            lines.append(f"  profile of the whole model, {name} ({prof['tool']}), self time per call: {ops}")
         return "\n".join(lines)
 
 
@@ -265,10 +277,20 @@ def explain(res: RunResults, a: str, b: str, model: str, scenario: str, threads:
             r["share"] = r["diff_ms"] / total if total else 0.0
         rows.sort(key=lambda r: -abs(r["diff_ms"]))
         relevant = [p for p in probes if p["framework"] in (xa.framework, xb.framework) and p["threads"] == where[3]]
+        profiles = {n: _top_ops(x.whole_profile) for n, x in ((a, xa), (b, xb)) if x.whole_profile}
         out.append(Explanation(a, b, model, scenario, where[2], where[3], where[4],
                                {a: xa.whole_ms, b: xb.whole_ms}, {a: xa.sum_ms, b: xb.sum_ms}, rows, relevant,
-                               {a: xa.whole_ci, b: xb.whole_ci}))
+                               {a: xa.whole_ci, b: xb.whole_ci}, profiles))
     return out
+
+
+def _top_ops(profile: dict[str, Any]) -> dict[str, Any]:
+    """A stored profile's :data:`PROFILE_OPS` largest operations, self ms per profiled call and their
+    share of every operation's self time."""
+    calls, total = profile["calls"], profile["self_us_total"]
+    ops = [{"name": op["name"], "self_ms": op["self_us"] / calls / 1e3,
+            "share": op["self_us"] / total if total else 0.0} for op in profile["ops"][:PROFILE_OPS]]
+    return {"tool": profile["tool"], "ops": ops}
 
 
 def _named(x: Breakdown, name: str) -> bool:
