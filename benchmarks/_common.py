@@ -21,13 +21,18 @@ def dlbench(*argv: str) -> subprocess.CompletedProcess:
 
 
 def machine() -> str:
+    """The CPU with its widest vector extension (the same model name came with AVX2 only one day and
+    AVX-512 the next, and MKL's GEMM path differs between them), cores and kernel."""
     try:
         import cpuinfo
 
-        cpu = cpuinfo.get_cpu_info().get("brand_raw", platform.processor())
+        info = cpuinfo.get_cpu_info()
+        cpu, flags = info.get("brand_raw", platform.processor()), set(info.get("flags", []))
     except Exception:
-        cpu = platform.processor()
-    return f"{cpu}, {len(os.sched_getaffinity(0))} usable cores, {platform.system()} {platform.release()}"
+        cpu, flags = platform.processor(), set()
+    isa = next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2")) if flag in flags), None)
+    return (f"{cpu}{f' ({isa})' if isa else ''}, {len(os.sched_getaffinity(0))} usable cores, "
+            f"{platform.system()} {platform.release()}")
 
 
 def command(argv: list[str] | None = None) -> str:

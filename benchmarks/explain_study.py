@@ -10,7 +10,10 @@ a 2-core machine by ``dlbench run --dry-run``; ``--threads N`` measures one thre
 of its own (about half), and ``--workdir DIR`` keeps the database there so an interrupted study
 resumes (``dlbench run --resume``) on the same machine. ``--quick``: one run per explanation (fcn-r in
 torch and TensorFlow, resnet-56 in torch and JAX), 1 thread, one process per cell of at least 0.5 s
-of sampling. Prints the explanations, the probe and the report's per-part tables.
+of sampling. ``--only MODEL``: one explanation's run (its model and two frameworks) at the full
+protocol, ``--threads`` 1 or 2; ``--profile CALLS`` profiles every cell of the runs (``dlbench run
+--profile``), so each explanation names the whole model's top operations. Prints the explanations,
+the probe and the report's per-part tables.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from pathlib import Path
 from _common import dlbench, header, study_part
 
 #: the issue's run at a short protocol (3 processes, 2 warm-up, at least 5 calls and 0.5 s), as in versions_study
-FULL = ["--model", "fcn-r,resnet-56,lstm-imdb,alexnet-r", "--framework", "torch,jax,tensorflow,onnxruntime",
-        "--repeats", "3", "--warmup", "2", "--min-iters", "5", "--min-time", "0.5"]
+PROTOCOL = ["--repeats", "3", "--warmup", "2", "--min-iters", "5", "--min-time", "0.5"]
+FULL = ["--model", "fcn-r,resnet-56,lstm-imdb,alexnet-r", "--framework", "torch,jax,tensorflow,onnxruntime", *PROTOCOL]
 #: the issue's two explanations: (frameworks A,B, model, scenario)
 EXPLAIN = [("torch,tensorflow", "fcn-r", "forward"), ("torch,jax", "resnet-56", "gradient")]
 #: --quick: one run per explanation, of its model and two frameworks only, 1 thread, 1 process per cell
@@ -38,13 +41,24 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--threads", choices=["1", "2", "1,2"], default="1,2", help="the full run's thread counts")
     ap.add_argument("--workdir", type=Path, help="keep the database and the finished runs there (resumable)")
+    ap.add_argument("--only", choices=[model for _, model, _ in EXPLAIN], help="one explanation, full protocol")
+    ap.add_argument("--profile", type=int, metavar="CALLS", help="profile every cell over CALLS calls")
     args = ap.parse_args()
+    explain = [e for e in EXPLAIN if args.only in (None, e[1])]
     # the load average before the study, not after
     part = f", {args.threads} thread(s)" if args.threads != "1,2" and not args.quick else ""
+    part += f", {args.only} only" if args.only else ""
     head = header("Where the time goes: layers, probe and explain" + part + (" (quick form)" if args.quick else ""))
-    runs = ([[*QUICK, "--model", model, "--framework", pair] for pair, model, _ in EXPLAIN] if args.quick
-            else [[*FULL, "--threads", args.threads]])
-    frameworks = "torch,jax,tensorflow" if args.quick else "torch,jax,tensorflow,onnxruntime"
+    profile = ["--profile", str(args.profile)] if args.profile else []
+    if args.quick:
+        runs = [[*QUICK, "--model", model, "--framework", pair, *profile] for pair, model, _ in explain]
+    elif args.only:
+        runs = [[*PROTOCOL, "--threads", args.threads, "--model", model, "--framework", pair, *profile]
+                for pair, model, _ in explain]
+    else:
+        runs = [[*FULL, "--threads", args.threads, *profile]]
+    frameworks = ",".join(dict.fromkeys(fw for pair, _, _ in explain for fw in pair.split(","))) \
+        if args.quick or args.only else "torch,jax,tensorflow,onnxruntime"
     threads = "1" if args.quick else args.threads
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
@@ -60,7 +74,7 @@ def main() -> None:
         for run_id in run_ids[1:]:
             attach(db, run_id, [ProbeRow(**r) for r in found["rows"]], found["run_id"])
         explained = [dlbench("explain", run_ids[min(i, len(run_ids) - 1)], "--framework", pair, "--model", model,
-                             "--scenario", scenario, "--db", db) for i, (pair, model, scenario) in enumerate(EXPLAIN)]
+                             "--scenario", scenario, "--db", db) for i, (pair, model, scenario) in enumerate(explain)]
         sections = []
         for run_id in run_ids:
             dlbench("report", run_id, "--db", db, "--out", str(work / "report" / run_id))
@@ -74,7 +88,7 @@ def main() -> None:
               + (" (read back from the work directory, measured by an earlier invocation)" if "read_back" in d else ""))
     print(f"- {len(runs)} run(s) in {wall / 60:.1f} min; `dlbench probe --framework {frameworks} --threads {threads} "
           f"--attach RUN`: exit code {probe.returncode}\n")
-    for (pair, model, scenario), out in zip(EXPLAIN, explained, strict=True):
+    for (pair, model, scenario), out in zip(explain, explained, strict=True):
         print(f"`dlbench explain RUN --framework {pair} --model {model} --scenario {scenario}` (exit {out.returncode}):\n")
         print("```\n" + (out.stdout.strip() or out.stderr.strip()) + "\n```\n")
     print("| framework | probe | scenario | threads | ms | GFLOP/s | kernels |\n|---|---|---|---:|---:|---:|---|")
