@@ -169,3 +169,27 @@ def part_input_gradient_shapes(name: str, backend: str, input_grad: str) -> list
             shapes.append(None if g is None else list(np.shape(np.asarray(g))))
         print(json.dumps(shapes))
     """)
+
+
+def profile_in_framework(name: str, backend: str, scenario: str = "gradient") -> dict:
+    """LeNet's ``scenario`` closure in framework ``name`` profiled over 2 calls by its backend
+    (``backend``, the class in its module): the stored summary (``measure.profile.profile_closure``),
+    and whether every complete event of the trace file has the fields Chrome and Perfetto need."""
+    return run_in_framework(name, f"""
+        import json, tempfile
+        from pathlib import Path
+        from dlbench.frameworks.{name} import {backend}
+        from dlbench.measure.profile import profile_closure, read_trace
+        from dlbench.models import get_model
+        from dlbench.weights import init_weights
+        from dlbench.data.synthetic import make_batch
+        b = {backend}(); b.set_threads(1)
+        spec = get_model("lenet", small=True)
+        m = b.build(spec, init_weights(spec, 0)); p = b.place(make_batch(spec, 4, 0), m)
+        run = getattr(b, "{scenario}")(m, p); b.sync(run())
+        out = Path(tempfile.mkdtemp())
+        summary = profile_closure(b.profile, run, 2, out)
+        spans = [e for e in read_trace(out / summary["trace"]) if e.get("ph") in ("X", "B")]
+        summary["chrome_fields"] = bool(spans) and all({{"name", "ts", "pid", "tid"}} <= e.keys() for e in spans)
+        print(json.dumps(summary))
+    """)

@@ -10,7 +10,7 @@ import pytest
 
 from dlbench import api
 from dlbench.cli import main
-from dlbench.measure.profile import complete_events, op_table, read_trace, xspace_events
+from dlbench.measure.profile import complete_events, op_table, paired_events, read_trace, xspace_events
 from dlbench.report.build import write_report
 from dlbench.scenarios.timed import _profile
 from dlbench.store import Store
@@ -30,6 +30,23 @@ def test_self_time_excludes_the_operations_nested_on_the_same_thread():
     assert (rows["linear"].calls, rows["linear"].self_us, rows["linear"].total_us) == (2, 8.0, 14.0)
     assert (rows["addmm"].calls, rows["addmm"].self_us) == (2, 11.0)
     assert [r.name for r in op_table(ops)] == ["addmm", "linear"]
+
+
+def test_begin_end_pairs_become_complete_events_per_thread():
+    """MXNet's profiler writes an operation as a begin and an end event; the table reads complete ones."""
+    events = [{"ph": "B", "name": "outer", "ts": 0, "pid": 1, "tid": 1, "cat": "operator"},
+              {"ph": "B", "name": "inner", "ts": 2, "pid": 1, "tid": 1, "cat": "operator"},
+              {"ph": "B", "name": "other", "ts": 3, "pid": 1, "tid": 2, "cat": "operator"},
+              {"ph": "E", "name": "inner", "ts": 5, "pid": 1, "tid": 1},
+              {"ph": "E", "name": "other", "ts": 4, "pid": 1, "tid": 2},
+              {"ph": "E", "name": "outer", "ts": 10, "pid": 1, "tid": 1},
+              {"ph": "X", "name": "done", "ts": 11, "dur": 1, "pid": 1, "tid": 1},
+              {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1}]
+    got = {e["name"]: (e["ph"], e["ts"], e["dur"], e.get("cat")) for e in paired_events(events)}
+    assert got == {"outer": ("X", 0, 10.0, "operator"), "inner": ("X", 2, 3.0, "operator"),
+                   "other": ("X", 3, 1.0, "operator"), "done": ("X", 11, 1, None)}
+    rows = {r.name: r for r in op_table(paired_events(events))}
+    assert rows["outer"].self_us == 7.0 and rows["inner"].self_us == 3.0
 
 
 def test_an_xspace_becomes_chrome_events_in_microseconds():

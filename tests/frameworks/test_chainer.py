@@ -3,7 +3,7 @@ that exercise its special rules: NStepLSTM's gate order and cut sequences, ceil-
 rebuilt from zero padding), frozen layers that stay frozen, and a training step that learns."""
 
 from dlbench.api import verify
-from tests.conftest import env_models, part_input_gradient_shapes, requires_framework, run_in_framework
+from tests.conftest import env_models, part_input_gradient_shapes, profile_in_framework, requires_framework, run_in_framework
 
 pytestmark = requires_framework("chainer")
 
@@ -43,3 +43,10 @@ def test_a_parts_gradient_differentiates_its_input():
     shapes = part_input_gradient_shapes("chainer", "ChainerBackend",
                                         "None if (v := inspect.getclosurevars(run).nonlocals['x']) is None else v.grad")
     assert shapes == [None, [4, 20, 12, 12], [4, 50, 4, 4]], shapes
+
+
+def test_profile_writes_a_chrome_trace_of_its_operations():
+    p = profile_in_framework("chainer", "ChainerBackend")
+    assert p["chrome_fields"] and p["calls"] == 2 and p["ops"] and p["self_us_total"] > 0, p
+    names = [op["name"] for op in p["ops"]]
+    assert any("LinearFunction" in n for n in names) and "LinearFunction (backward)" in names, names

@@ -4,7 +4,7 @@ LRN and ceil pooling are covered by the full ``dlbench verify``), hybridize real
 a training step that learns."""
 
 from dlbench.api import verify
-from tests.conftest import env_models, part_input_gradient_shapes, requires_framework, run_in_framework
+from tests.conftest import env_models, part_input_gradient_shapes, profile_in_framework, requires_framework, run_in_framework
 
 pytestmark = requires_framework("mxnet")
 
@@ -45,3 +45,10 @@ def test_hybridize_caches_a_static_graph_and_a_train_step_learns():
 def test_a_parts_gradient_differentiates_its_input():
     shapes = part_input_gradient_shapes("mxnet", "MxnetBackend", "None if p['x'].grad is None else p['x'].grad.asnumpy()")
     assert shapes == [None, [4, 20, 12, 12], [4, 50, 4, 4]], shapes
+
+
+def test_profile_writes_a_chrome_trace_of_its_operations():
+    p = profile_in_framework("mxnet", "MxnetBackend")
+    assert p["chrome_fields"] and p["calls"] == 2 and p["ops"] and p["self_us_total"] > 0, p
+    names = [op["name"] for op in p["ops"]]
+    assert any("FullyConnected" in n for n in names), names

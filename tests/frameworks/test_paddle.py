@@ -3,7 +3,7 @@ adds the LSTM and ResNet-56), and a to_static training step that really
 differentiates and updates (a step timed about equal to a forward once made that suspicious)."""
 
 from dlbench.api import verify
-from tests.conftest import env_models, part_input_gradient_shapes, requires_framework, run_in_framework
+from tests.conftest import env_models, part_input_gradient_shapes, profile_in_framework, requires_framework, run_in_framework
 
 pytestmark = requires_framework("paddle")
 
@@ -49,3 +49,10 @@ def test_to_static_train_step_computes_gradients_and_updates_every_parameter():
 def test_a_parts_gradient_differentiates_its_input():
     shapes = part_input_gradient_shapes("paddle", "PaddleBackend", "None if p['x'].grad is None else p['x'].grad.numpy()")
     assert shapes == [None, [4, 20, 12, 12], [4, 50, 4, 4]], shapes
+
+
+def test_profile_writes_a_chrome_trace_of_its_operations():
+    p = profile_in_framework("paddle", "PaddleBackend")
+    assert p["chrome_fields"] and p["calls"] == 2 and p["ops"] and p["self_us_total"] > 0, p
+    names = [op["name"] for op in p["ops"]]
+    assert any("matmul" in n for n in names), names

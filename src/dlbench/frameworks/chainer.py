@@ -34,12 +34,17 @@ Fast path and fairness settings:
   always divides by the window area, so the input is zero-padded on the bottom/right by the overhang
   and the pooled map rescaled by ``area / in-bounds count`` (a constant): the Caffe result, exactly.
 * labels are int32 (what ``softmax_cross_entropy`` and ``EmbedID`` expect).
+* profile: Chainer has no trace profiler (its ``TimerHook`` sums each function's time with no start
+  times), so a function hook of dlbench's (:class:`TraceHook`, Chainer's ``FunctionHook`` API, as
+  ``TimerHook`` is) records every function node's forward and backward as a Chrome trace event.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import chainer
@@ -49,6 +54,7 @@ import numpy as np
 
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.measure.profile import ProfileTrace, complete_events, write_trace
 from dlbench.models import layers as L
 from dlbench.models.layers import _pool_out
 from dlbench.models.spec import ModelSpec
@@ -296,6 +302,38 @@ def _loss(spec: ModelSpec, net: Net, batch: dict) -> chainer.Variable:
     return F.softmax_cross_entropy(F.reshape(out, (-1, out.shape[-1])), batch["y"].reshape(-1))
 
 
+class TraceHook(chainer.FunctionHook):
+    """Each function node's forward and backward as a complete Chrome trace event (its label, and
+    ``(backward)`` for a backward); a backward that applies other functions holds their events."""
+
+    name = "dlbench_trace"
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._started: list[float] = []
+
+    def _begin(self) -> None:
+        self._started.append(time.perf_counter())
+
+    def _end(self, function: Any, phase: str) -> None:
+        start = self._started.pop()
+        self.events.append({"ph": "X", "pid": 0, "tid": 0, "cat": phase, "ts": start * 1e6,
+                            "dur": (time.perf_counter() - start) * 1e6,
+                            "name": function.label + (" (backward)" if phase == "backward" else "")})
+
+    def forward_preprocess(self, function: Any, in_data: Any) -> None:
+        self._begin()
+
+    def forward_postprocess(self, function: Any, in_data: Any) -> None:
+        self._end(function, "forward")
+
+    def backward_preprocess(self, function: Any, in_data: Any, out_grad: Any) -> None:
+        self._begin()
+
+    def backward_postprocess(self, function: Any, in_data: Any, out_grad: Any) -> None:
+        self._end(function, "backward")
+
+
 class ChainerBackend(Backend):
     name = "chainer"
     variants = ("default",)
@@ -362,6 +400,16 @@ class ChainerBackend(Backend):
             loss.backward()
             return loss
         return run
+
+    def profile(self, run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace:
+        """:class:`TraceHook` over the calls: every function node's forward and backward."""
+        hook = TraceHook()
+        with hook:
+            for _ in range(calls):
+                self.sync(run())
+        path = write_trace(hook.events, outdir / "trace.json")
+        return ProfileTrace(path, complete_events(hook.events, lambda e: True),
+                            f"dlbench's FunctionHook trace (chainer {chainer.__version__})")
 
     def train_step(self, model: ChainerModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
         optimizer = chainer.optimizers.MomentumSGD(lr=opt.lr, momentum=opt.momentum)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import mxnet as mx
@@ -40,6 +41,7 @@ from mxnet.gluon import nn, rnn
 
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.measure.profile import ProfileTrace, paired_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.split import differentiates_input
@@ -371,6 +373,23 @@ class MxnetBackend(Backend):
 
     def sync(self, out: Any) -> None:
         mx.nd.waitall()
+
+    def profile(self, run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace:
+        """MXNet's profiler (``mx.profiler``, every operator) over the calls, each waited for, its Chrome
+        trace dump; operations are its ``operator`` events (``Convolution``, ``FullyConnected``), which it
+        writes as begin/end pairs. MXNet runs a backward as bulk segments by default (what is timed),
+        and profiles a segment as one ``ImperativeBulk`` event, not its operators."""
+        path = outdir / "trace.json"
+        mx.profiler.set_config(profile_all=True, aggregate_stats=False, filename=str(path))
+        mx.profiler.set_state("run")
+        try:
+            for _ in range(calls):
+                self.sync(run())
+        finally:
+            mx.profiler.set_state("stop")
+        mx.profiler.dump()
+        ops = [e for e in paired_events(read_trace(path)) if e.get("cat") == "operator"]
+        return ProfileTrace(path, ops, f"mx.profiler (mxnet {mx.__version__})")
 
     def to_numpy(self, out: Any) -> np.ndarray:
         return out.asnumpy()

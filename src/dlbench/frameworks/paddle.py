@@ -33,7 +33,9 @@ Fast path and fairness settings:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +45,7 @@ from paddle import nn
 
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.split import differentiates_input
@@ -280,6 +283,10 @@ class PaddleModel:
             self.loss = paddle.jit.to_static(self.loss, full_graph=True)
 
 
+#: the duration Paddle's Chrome export appends to an event's name
+_DURATION = re.compile(r"\[[\d.]+ \w+\]$")
+
+
 class PaddleBackend(Backend):
     name = "paddle"
     variants = ("dynamic", "to_static")
@@ -364,6 +371,21 @@ class PaddleBackend(Backend):
 
     def sync(self, out: Any) -> None:
         """CPU kernels run synchronously in Paddle's dygraph and executor: nothing to wait for."""
+
+    def profile(self, run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace:
+        """``paddle.profiler`` over the calls (dlbench runs Paddle on the CPU), its Chrome trace export;
+        operations are its ``Operator`` events (``conv2d dygraph``, and the backward's grad nodes,
+        ``Global_Conv2dGradNodeFinal``), each name without the duration Paddle appends to it."""
+        from paddle import profiler
+
+        with profiler.Profiler(targets=[profiler.ProfilerTarget.CPU],
+                               on_trace_ready=profiler.export_chrome_tracing(str(outdir), "paddle")):
+            for _ in range(calls):
+                self.sync(run())
+        path = max(outdir.glob("paddle*.json"))
+        ops = [{**e, "name": _DURATION.sub("", e["name"])}  # "conv2d dygraph[483.688 us]": one name per op
+               for e in complete_events(read_trace(path), lambda e: e.get("cat") == "Operator")]
+        return ProfileTrace(path, ops, f"paddle.profiler (paddle {paddle.__version__})")
 
     def to_numpy(self, out: Any) -> np.ndarray:
         return np.asarray(out.numpy())

@@ -62,6 +62,24 @@ def complete_events(events: Iterable[dict[str, Any]], keep: Callable[[dict[str, 
     return [e for e in events if e.get("ph") == "X" and "dur" in e and keep(e)]
 
 
+def paired_events(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Begin/end pairs (``ph`` ``B`` then ``E`` on the same thread, nested as a stack, the form MXNet's
+    profiler writes) as complete events (``X`` with ``dur``), the begin event's fields kept; complete
+    events pass through."""
+    out: list[dict[str, Any]] = []
+    open_: dict[tuple, list[dict[str, Any]]] = {}
+    for e in sorted(events, key=lambda e: float(e.get("ts", 0))):
+        where = (e.get("pid"), e.get("tid"))
+        if e.get("ph") == "B":
+            open_.setdefault(where, []).append(e)
+        elif e.get("ph") == "E" and open_.get(where):
+            begin = open_[where].pop()
+            out.append({**begin, "ph": "X", "dur": float(e["ts"]) - float(begin["ts"])})
+        elif e.get("ph") == "X":
+            out.append(e)
+    return out
+
+
 def op_table(ops: list[dict[str, Any]]) -> list[OpTime]:
     """Operations by self time, largest first: a nested operation's time is its parent's total, not
     its parent's self time (torch's ``aten::linear`` holds its ``aten::addmm``)."""
