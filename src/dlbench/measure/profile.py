@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -106,16 +107,37 @@ def op_table(ops: list[dict[str, Any]]) -> list[OpTime]:
     return sorted(rows, key=lambda r: -r.self_us)
 
 
+def op_kind(name: str) -> str:
+    """What kind of operation an event is: the op type of a ``name:Type`` event (TensorFlow, ONNX Runtime,
+    OpenVINO), an HLO instruction without XLA's instance number (``transpose_copy_fusion.71``), any
+    other name as it is (torch's ``aten::addmm``). XLA names each fusion apart, so a kind that takes
+    half of a compiled model's time can be spread over a hundred small rows of the table."""
+    kind = name.rpartition(":")[2] if ":" in name and "::" not in name else name
+    return re.sub(r"\.\d+$", "", kind) or name
+
+
+def kind_table(rows: list[OpTime]) -> list[OpTime]:
+    """The operation table summed by :func:`op_kind`, largest self time first."""
+    kinds: dict[str, list[float]] = {}
+    for r in rows:
+        k = kinds.setdefault(op_kind(r.name), [0, 0.0, 0.0])
+        k[0] += r.calls
+        k[1] += r.self_us
+        k[2] += r.total_us
+    return sorted((OpTime(n, int(c), s, t) for n, (c, s, t) in kinds.items()), key=lambda r: -r.self_us)
+
+
 def profile_closure(profile: Callable[[Callable[[], Any], int, Path], ProfileTrace], fn: Callable[[], Any],
                     calls: int, outdir: Path) -> dict[str, Any]:
     """Run ``calls`` calls of ``fn`` under a backend's profiler writing into ``outdir``; what a cell
-    stores: the trace file (relative to ``outdir``), the profiler, every operation's self time summed and
-    the :data:`TOP` operations."""
+    stores: the trace file (relative to ``outdir``), the profiler, every operation's self time summed,
+    the :data:`TOP` operations and the :data:`TOP` kinds of operation (:func:`kind_table`)."""
     outdir.mkdir(parents=True, exist_ok=True)
     trace = profile(fn, calls, outdir)
     table = op_table(trace.ops)
     return {"trace": str(trace.path.relative_to(outdir)), "tool": trace.tool, "calls": calls,
-            "self_us_total": sum(r.self_us for r in table), "ops": [r.to_dict() for r in table[:TOP]]}
+            "self_us_total": sum(r.self_us for r in table), "ops": [r.to_dict() for r in table[:TOP]],
+            "kinds": [r.to_dict() for r in kind_table(table)[:TOP]]}
 
 
 def xspace_events(space: Any) -> list[dict[str, Any]]:

@@ -233,7 +233,7 @@ class Explanation:
                          f" [{p['kernels']}]")
         for name, prof in self.profiles.items():
             ops = ", ".join(f"{op['name']} {fmt_num(op['self_ms'])} ms ({op['share']:.0%})" for op in prof["ops"])
-            lines.append(f"  profile of the whole model, {name} ({prof['tool']}), self time per call: {ops}")
+            lines.append(f"  profile of the whole model, {name} ({prof['tool']}), self time per call by {prof['by']}: {ops}")
         return "\n".join(lines)
 
 
@@ -285,12 +285,14 @@ def explain(res: RunResults, a: str, b: str, model: str, scenario: str, threads:
 
 
 def _top_ops(profile: dict[str, Any]) -> dict[str, Any]:
-    """A stored profile's :data:`PROFILE_OPS` largest operations, self ms per profiled call and their
+    """A stored profile's :data:`PROFILE_OPS` largest kinds of operation (``measure.profile.op_kind``;
+    a profile stored before kinds were, its largest operations), self ms per profiled call and their
     share of every operation's self time."""
     calls, total = profile["calls"], profile["self_us_total"]
-    ops = [{"name": op["name"], "self_ms": op["self_us"] / calls / 1e3,
-            "share": op["self_us"] / total if total else 0.0} for op in profile["ops"][:PROFILE_OPS]]
-    return {"tool": profile["tool"], "ops": ops}
+    by = "kind" if "kinds" in profile else "operation"
+    ops = [{"name": op["name"], "self_ms": op["self_us"] / calls / 1e3, "share": op["self_us"] / total if total else 0.0}
+           for op in profile["kinds" if by == "kind" else "ops"][:PROFILE_OPS]]
+    return {"tool": profile["tool"], "by": by, "ops": ops}
 
 
 def _named(x: Breakdown, name: str) -> bool:
