@@ -130,23 +130,28 @@ def test_a_framework_without_a_profiler_keeps_its_timings_and_warns(tmp_db, fake
     assert any("no profile: fakefw has no profiler" in w for w in cell.cell.warnings), cell.cell.warnings
 
 
-@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is not installed")
-def test_onnxruntime_profiles_a_second_session_and_leaves_out_its_warm_up_call(tmp_path):
-    """ONNX Runtime had no profile (its profiler is a session option): a second session of the same
-    graph profiles the calls; the timed session is not touched and its warm-up call is not counted."""
+def _profile_engine(framework: str, tmp_path):
+    """An inference engine's LeNet forward, its output, and its profile over 3 calls into ``tmp_path``."""
     from dlbench.data.synthetic import make_batch
     from dlbench.frameworks import get_backend
     from dlbench.measure.profile import profile_closure
     from dlbench.models import get_model
     from dlbench.weights import init_weights
 
-    backend = get_backend("onnxruntime")
+    backend = get_backend(framework)
     backend.set_threads(1)
     spec = get_model("lenet", small=True)
     model = backend.build(spec, init_weights(spec, seed=0))
     run = backend.forward(model, backend.place(make_batch(spec, 4, seed=0), model))
     expected = backend.to_numpy(run()).copy()
-    p = profile_closure(backend.profile, run, 3, tmp_path)
+    return backend, model, run, expected, profile_closure(backend.profile, run, 3, tmp_path)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is not installed")
+def test_onnxruntime_profiles_a_second_session_and_leaves_out_its_warm_up_call(tmp_path):
+    """ONNX Runtime had no profile (its profiler is a session option): a second session of the same
+    graph profiles the calls; the timed session is not touched and its warm-up call is not counted."""
+    backend, model, run, expected, p = _profile_engine("onnxruntime", tmp_path)
     events = read_trace(tmp_path / p["trace"])
     assert p["tool"].startswith("onnxruntime profiler") and p["ops"]
     nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
@@ -169,19 +174,7 @@ def test_openvino_profiles_a_second_compiled_model_and_leaves_out_its_warm_up_ca
     """OpenVINO had no profile (its counters are a compile option, PERF_COUNT): a second compiled model
     of the same graph and inputs profiles the calls; the timed one keeps its counters off, and the
     first call of the profiled request is not counted."""
-    from dlbench.data.synthetic import make_batch
-    from dlbench.frameworks import get_backend
-    from dlbench.measure.profile import profile_closure
-    from dlbench.models import get_model
-    from dlbench.weights import init_weights
-
-    backend = get_backend("openvino")
-    backend.set_threads(1)
-    spec = get_model("lenet", small=True)
-    model = backend.build(spec, init_weights(spec, seed=0))
-    run = backend.forward(model, backend.place(make_batch(spec, 4, seed=0), model))
-    expected = backend.to_numpy(run()).copy()
-    p = profile_closure(backend.profile, run, 3, tmp_path)
+    backend, model, run, expected, p = _profile_engine("openvino", tmp_path)
     events = read_trace(tmp_path / p["trace"])
     assert p["tool"].startswith("OpenVINO PERF_COUNT") and p["ops"]
     assert {e["args"]["call"] for e in events} == {0, 1, 2} and all(r["calls"] % 3 == 0 for r in p["ops"])
