@@ -182,3 +182,30 @@ def test_openvino_profiles_a_second_compiled_model_and_leaves_out_its_warm_up_ca
     (compiled,) = model.compiled.values()
     assert str(compiled.get_property("PERF_COUNT")).upper() in ("NO", "FALSE")
     assert (backend.to_numpy(run()) == expected).all()
+
+
+def test_the_report_sums_a_profile_by_kind_where_kinds_merge_operations(tmp_path):
+    """XLA's fusions are one row each in the report's profile table; a kind spread over many rows
+    (JAX's transpose_copy_fusion.N, 58% of its ResNet-56 gradient) read as several small ones."""
+    from dlbench.store import Sample
+
+    ops = [{"name": f"transpose_copy_fusion.{i}", "calls": 2, "self_us": 3_000.0, "total_us": 3_000.0} for i in (71, 75)]
+    ops.append({"name": "convolution.1", "calls": 2, "self_us": 4_000.0, "total_us": 4_000.0})
+    kinds = [{"name": "transpose_copy_fusion", "calls": 4, "self_us": 6_000.0, "total_us": 6_000.0},
+             {"name": "convolution", "calls": 2, "self_us": 4_000.0, "total_us": 4_000.0}]
+    store = Store(tmp_path / "p.db")
+    run = store.create_run("t", {})
+    for fw, profile in (("xlafw", {"trace": "t.json", "tool": "planted", "calls": 2, "self_us_total": 10_000.0,
+                                   "ops": ops, "kinds": kinds}),
+                        ("oldfw", {"trace": "t.json", "tool": "planted", "calls": 2, "self_us_total": 4_000.0,
+                                   "ops": ops[2:]})):  # stored before profiles had kinds
+        cell = {"framework": fw, "variant": "v", "model": "lenet", "scenario": "forward", "batch": 64, "threads": 1,
+                "device": "cpu", "data": "synthetic", "key": f"{fw}/v/lenet/forward/b64/t1/cpu"}
+        store.save_cell(run, cell, "ok", "", 1.0, [], {"profile": profile},
+                        [Sample(r, i, "measure", 1e6) for r in range(3) for i in range(5)])
+    store.close()
+    md = write_report(api.results(run, tmp_path / "p.db"), tmp_path / "rep", db=tmp_path / "p.db").markdown.read_text()
+    section = md.split("## Profiles")[1]
+    assert section.count(", by kind") == 1 and "xlafw/v lenet forward" in section.split(", by kind")[0]
+    by_kind = section.split(", by kind")[1]
+    assert "| transpose\\_copy\\_fusion | 2.00 | 3.00 | 60% |" in by_kind.split("### oldfw")[0], by_kind
