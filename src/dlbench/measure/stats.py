@@ -75,20 +75,40 @@ def _as_groups(values, groups) -> list[np.ndarray]:
     return [v[g == k] for k in np.unique(g)]
 
 
+#: values drawn at once by :func:`hierarchical_medians` (memory: 8 bytes each, twice)
+BOOTSTRAP_BLOCK = 2_000_000
+
+
 def hierarchical_medians(groups: list[np.ndarray], resamples: int = BOOTSTRAP,
                          rng: np.random.Generator | None = None) -> np.ndarray:
     """Bootstrap distribution of the pooled median: resample the groups (processes), then the
-    values within each chosen group. With a single group it is the plain bootstrap."""
+    values within each chosen group. With a single group it is the plain bootstrap.
+
+    Vectorised over resamples, in blocks of :data:`BOOTSTRAP_BLOCK` values: a resample's chosen groups
+    are drawn into a row padded to the largest group (padding sorts last as +inf), and the median is
+    read at the row's own middle. One Python iteration per resample (about 56 us) made ``dlbench
+    explain`` of a 120-cell layers run take 9.0 s, 2.3 s vectorised."""
     rng = rng or np.random.default_rng(0)
     groups = [np.asarray(g, dtype=np.float64) for g in groups if len(g)]
     if len(groups) == 1:
         g = groups[0]
         return np.median(g[rng.integers(0, g.size, (resamples, g.size))], axis=1)
+    k = len(groups)
+    sizes = np.array([g.size for g in groups])
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    flat, width = np.concatenate(groups), int(sizes.max())
+    block = max(1, BOOTSTRAP_BLOCK // (k * width))
     out = np.empty(resamples)
-    for i in range(resamples):
-        chosen = rng.integers(0, len(groups), len(groups))
-        out[i] = np.median(np.concatenate([groups[c][rng.integers(0, groups[c].size, groups[c].size)]
-                                           for c in chosen]))
+    for start in range(0, resamples, block):
+        r = min(block, resamples - start)
+        chosen = rng.integers(0, k, (r, k))
+        n = sizes[chosen][..., None]  # (r, k, 1): each chosen group's size
+        draws = np.minimum((rng.random((r, k, width)) * n).astype(np.int64), n - 1)
+        values = flat[offsets[chosen][..., None] + draws]
+        values[np.arange(width) >= n] = np.inf  # past a group's own size: padding
+        values = np.sort(values.reshape(r, k * width), axis=1)
+        total, rows = n.sum(axis=(1, 2)), np.arange(r)
+        out[start:start + r] = (values[rows, (total - 1) // 2] + values[rows, total // 2]) / 2
     return out
 
 
