@@ -146,24 +146,36 @@ def run_in_framework(name: str, code: str, timeout: float = 600) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def part_input_gradient_shapes(name: str, backend: str, input_grad: str) -> list:
-    """For LeNet's parts 0-2 in framework ``name`` (backend class ``backend`` of its module): the shape
-    of the input gradient that one call of the part's gradient closure computed, or None. ``input_grad``
-    is an expression of ``p`` (the placed batch), ``run`` (the closure) and ``out`` (what it returned)
-    giving that gradient or None. A part after the first differentiates its input
-    (``models.split.differentiates_input``), as the whole model's backward does."""
-    return run_in_framework(name, f"""
-        import inspect, json
+def _lenet_in(name: str, backend: str) -> str:
+    """Code that makes ``b``, framework ``name``'s backend (class ``backend`` of its module) on 1 thread,
+    and ``built(model)``: LeNet (or a part of it, ``lenet#k``), small, seeded, and its placed batch of 4."""
+    return f"""
+        import inspect, json, tempfile
+        from pathlib import Path
         import numpy as np
         from dlbench.frameworks.{name} import {backend}
         from dlbench.models import get_model
         from dlbench.weights import init_weights
         from dlbench.data.synthetic import make_batch
         b = {backend}(); b.set_threads(1)
+
+        def built(model):
+            spec = get_model(model, small=True)
+            m = b.build(spec, init_weights(spec, 0))
+            return m, b.place(make_batch(spec, 4, 0), m)
+    """
+
+
+def part_input_gradient_shapes(name: str, backend: str, input_grad: str) -> list:
+    """For LeNet's parts 0-2 in framework ``name`` (backend class ``backend`` of its module): the shape
+    of the input gradient that one call of the part's gradient closure computed, or None. ``input_grad``
+    is an expression of ``p`` (the placed batch), ``run`` (the closure) and ``out`` (what it returned)
+    giving that gradient or None. A part after the first differentiates its input
+    (``models.split.differentiates_input``), as the whole model's backward does."""
+    return run_in_framework(name, _lenet_in(name, backend) + f"""
         shapes = []
         for k in range(3):
-            spec = get_model(f"lenet#{{k}}", small=True)
-            m = b.build(spec, init_weights(spec, 0)); p = b.place(make_batch(spec, 4, 0), m)
+            m, p = built(f"lenet#{{k}}")
             run = b.gradient(m, p); out = run()
             g = {input_grad}
             shapes.append(None if g is None else list(np.shape(np.asarray(g))))
@@ -175,17 +187,9 @@ def profile_in_framework(name: str, backend: str, scenario: str = "gradient") ->
     """LeNet's ``scenario`` closure in framework ``name`` profiled over 2 calls by its backend
     (``backend``, the class in its module): the stored summary (``measure.profile.profile_closure``),
     and whether every complete event of the trace file has the fields Chrome and Perfetto need."""
-    return run_in_framework(name, f"""
-        import json, tempfile
-        from pathlib import Path
-        from dlbench.frameworks.{name} import {backend}
+    return run_in_framework(name, _lenet_in(name, backend) + f"""
         from dlbench.measure.profile import profile_closure, read_trace
-        from dlbench.models import get_model
-        from dlbench.weights import init_weights
-        from dlbench.data.synthetic import make_batch
-        b = {backend}(); b.set_threads(1)
-        spec = get_model("lenet", small=True)
-        m = b.build(spec, init_weights(spec, 0)); p = b.place(make_batch(spec, 4, 0), m)
+        m, p = built("lenet")
         run = getattr(b, "{scenario}")(m, p); b.sync(run())
         out = Path(tempfile.mkdtemp())
         summary = profile_closure(b.profile, run, 2, out)
