@@ -1,7 +1,14 @@
 import numpy as np
 import pytest
 
-from dlbench.measure.stats import BOOTSTRAP_BLOCK, bootstrap_ci, hierarchical_medians, ratio_ci, summarize
+from dlbench.measure.stats import (
+    BOOTSTRAP_BLOCK,
+    bootstrap_ci,
+    hierarchical_medians,
+    hierarchical_medians_by_definition,
+    ratio_ci,
+    summarize,
+)
 
 
 def test_summary_values():
@@ -68,29 +75,22 @@ def test_process_ratio_ci_matches_the_test():
     assert 1.25 < lo < r < hi < 1.36
 
 
-def _by_definition(groups, resamples, rng):
-    """The hierarchical bootstrap as its docstring defines it, one resample at a time."""
-    out = np.empty(resamples)
-    for i in range(resamples):
-        chosen = rng.integers(0, len(groups), len(groups))
-        out[i] = np.median(np.concatenate([groups[c][rng.integers(0, groups[c].size, groups[c].size)]
-                                           for c in chosen]))
-    return out
-
-
 @pytest.mark.parametrize("block", [BOOTSTRAP_BLOCK, 7])  # one block; many blocks of a few resamples
 def test_the_vectorised_hierarchical_bootstrap_draws_what_its_definition_draws(block, monkeypatch):
-    """One Python iteration per resample made loading a 120-cell run take 9 s; the vectorised draw
+    """One Python iteration per resample made loading a large run slow (benchmarks/bootstrap_speed.py); the vectorised draw
     (padded rows, each median read at its own middle) must keep the distribution: groups of unequal
     size, so a resample's pooled size varies and an even one takes the mean of its middle two."""
     monkeypatch.setattr("dlbench.measure.stats.BOOTSTRAP_BLOCK", block)
     rng = np.random.default_rng(3)
     groups = [rng.normal(10, 1, 7), rng.normal(12, 1, 4), rng.normal(11, 2, 10)]
     fast = hierarchical_medians(groups, 20_000, np.random.default_rng(0))
-    slow = _by_definition(groups, 20_000, np.random.default_rng(1))
+    slow = hierarchical_medians_by_definition(groups, 20_000, np.random.default_rng(1))
     assert fast.shape == (20_000,) and np.isfinite(fast).all()
     for q in (0.025, 0.25, 0.5, 0.75, 0.975):
         assert np.quantile(fast, q) == pytest.approx(np.quantile(slow, q), abs=0.05), q
+    wide = [rng.normal(10, 1, 800) for _ in range(3)]  # past VECTORISED_WIDTH: the definition's own draw
+    assert (hierarchical_medians(wide, 50, np.random.default_rng(2))
+            == hierarchical_medians_by_definition(wide, 50, np.random.default_rng(2))).all()
     pooled = np.concatenate(groups)
     assert set(np.round(fast[:200], 9)) <= set(np.round(np.concatenate(
         [pooled, (pooled[:, None] + pooled[None, :]).ravel() / 2]), 9))  # a value or the mean of two

@@ -77,6 +77,10 @@ def _as_groups(values, groups) -> list[np.ndarray]:
 
 #: values drawn at once by :func:`hierarchical_medians` (memory: 8 bytes each, twice)
 BOOTSTRAP_BLOCK = 2_000_000
+#: the widest resample (groups x largest group) :func:`hierarchical_medians` draws vectorised; past it,
+#: sorting the padded rows gains little on, or loses to, one Python iteration per resample
+#: (benchmarks/bootstrap_speed.py times both)
+VECTORISED_WIDTH = 2_000
 
 
 def hierarchical_medians(groups: list[np.ndarray], resamples: int = BOOTSTRAP,
@@ -84,10 +88,11 @@ def hierarchical_medians(groups: list[np.ndarray], resamples: int = BOOTSTRAP,
     """Bootstrap distribution of the pooled median: resample the groups (processes), then the
     values within each chosen group. With a single group it is the plain bootstrap.
 
-    Vectorised over resamples, in blocks of :data:`BOOTSTRAP_BLOCK` values: a resample's chosen groups
+    Vectorised over resamples (up to :data:`VECTORISED_WIDTH` values a resample; wider ones one at a
+    time), in blocks of :data:`BOOTSTRAP_BLOCK` values: a resample's chosen groups
     are drawn into a row padded to the largest group (padding sorts last as +inf), and the median is
-    read at the row's own middle. One Python iteration per resample (about 56 us) made ``dlbench
-    explain`` of a 120-cell layers run take 9.0 s, 2.3 s vectorised."""
+    read at the row's own middle. It draws what :func:`hierarchical_medians_by_definition` draws;
+    ``benchmarks/bootstrap_speed.py`` times the two (docs/performance/bootstrap_speed.md)."""
     rng = rng or np.random.default_rng(0)
     groups = [np.asarray(g, dtype=np.float64) for g in groups if len(g)]
     if len(groups) == 1:
@@ -95,8 +100,11 @@ def hierarchical_medians(groups: list[np.ndarray], resamples: int = BOOTSTRAP,
         return np.median(g[rng.integers(0, g.size, (resamples, g.size))], axis=1)
     k = len(groups)
     sizes = np.array([g.size for g in groups])
+    width = int(sizes.max())
+    if k * width > VECTORISED_WIDTH:
+        return hierarchical_medians_by_definition(groups, resamples, rng)
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    flat, width = np.concatenate(groups), int(sizes.max())
+    flat = np.concatenate(groups)
     block = max(1, BOOTSTRAP_BLOCK // (k * width))
     out = np.empty(resamples)
     for start in range(0, resamples, block):
@@ -109,6 +117,20 @@ def hierarchical_medians(groups: list[np.ndarray], resamples: int = BOOTSTRAP,
         values = np.sort(values.reshape(r, k * width), axis=1)
         total, rows = n.sum(axis=(1, 2)), np.arange(r)
         out[start:start + r] = (values[rows, (total - 1) // 2] + values[rows, total // 2]) / 2
+    return out
+
+
+def hierarchical_medians_by_definition(groups: list[np.ndarray], resamples: int = BOOTSTRAP,
+                                       rng: np.random.Generator | None = None) -> np.ndarray:
+    """The hierarchical bootstrap one resample at a time, as its definition reads: the reference the
+    vectorised :func:`hierarchical_medians` is checked and timed against (about 56 us a resample)."""
+    rng = rng or np.random.default_rng(0)
+    groups = [np.asarray(g, dtype=np.float64) for g in groups if len(g)]
+    out = np.empty(resamples)
+    for i in range(resamples):
+        chosen = rng.integers(0, len(groups), len(groups))
+        out[i] = np.median(np.concatenate([groups[c][rng.integers(0, groups[c].size, groups[c].size)]
+                                           for c in chosen]))
     return out
 
 
