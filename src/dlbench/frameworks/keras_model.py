@@ -243,12 +243,27 @@ class SpecModel(keras.Model):
         return super().compute_loss(x, y, y_pred, sample_weight, training)
 
 
+class LogitsCrossentropy(keras.losses.SparseCategoricalCrossentropy):
+    """Keras's sparse softmax cross-entropy of the model's output as it is. On the TensorFlow backend
+    Keras's sigmoid and softmax attach their input to their output (``_keras_logits``), and its
+    cross-entropy then takes that input instead: a model ending in a sigmoid (fcn-r's parts #1 and #2)
+    got a loss over other values than in every other framework, and failed the gate. A copy of the
+    output carries no such attribute."""
+
+    def __init__(self) -> None:
+        super().__init__(from_logits=True)
+
+    def call(self, y_true, y_pred):
+        return super().call(y_true, keras.ops.copy(y_pred))
+
+
 def keras_loss(spec: ModelSpec) -> keras.losses.Loss | None:
-    """The loss ``compile`` gets: Keras's standard one for softmax models; None for MSE ones
-    (their loss is :meth:`SpecModel.compute_loss`, which needs the model's target output)."""
+    """The loss ``compile`` gets: Keras's sparse softmax cross-entropy from logits for softmax models
+    (:class:`LogitsCrossentropy`); None for MSE ones (their loss is :meth:`SpecModel.compute_loss`,
+    which needs the model's target output)."""
     if spec.loss.kind == "mse":
         return None
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return LogitsCrossentropy()
 
 
 # --- precision ------------------------------------------------------------------------------------
