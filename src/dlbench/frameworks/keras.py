@@ -7,7 +7,8 @@ import, from ``KERAS_BACKEND``, so each variant runs in its own process with tha
 Fast path = what a Keras user gets:
 
 * ``model.compile(optimizer=keras.optimizers.SGD(lr, momentum=0.9), loss=..., jit_compile=JIT)``
-  with the loss Keras's ``SparseCategoricalCrossentropy(from_logits=True)``, or ``None`` for the
+  with the loss Keras's ``SparseCategoricalCrossentropy(from_logits=True)`` over a copy of the output
+  (``keras_model.LogitsCrossentropy``: on TF a sigmoid output would lend the loss its input), or ``None`` for the
   autoencoders (their MSE against the Mark'd activation is the model's ``compute_loss``).
   ``JIT``: True on JAX (``jax.jit``) and TensorFlow (XLA; Keras's "auto" would turn XLA off on a
   CPU-only TF machine); see :data:`JIT_COMPILE` for torch.
