@@ -12,7 +12,7 @@ import pytest
 
 from dlbench import api
 from dlbench.cli import main
-from dlbench.measure.percentiles import percentiles, samples_needed
+from dlbench.measure.percentiles import disagreement, percentiles, samples_needed
 from dlbench.scenarios.loadgen import parse_summary
 from tests.conftest import requires
 
@@ -64,6 +64,43 @@ def test_the_interval_holds_the_estimate_and_is_reproducible():
     for p in a:
         assert p.ci_low <= p.value <= p.ci_high and p.ci_low < p.ci_high
     assert a[1].ci_high - a[1].ci_low > a[0].ci_high - a[0].ci_low  # the tail is less certain
+
+
+def _two_processes(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A planted mixture: two processes of 1,500 calls each, one serving at 0.095 ms, the other 0.134."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(0.095, 0.002, 1500), rng.normal(0.134, 0.003, 1500)
+    return np.concatenate([a, b]), np.repeat([0, 1], 1500), np.array([np.percentile(a, 50), np.percentile(b, 50)])
+
+
+def test_the_pooled_interval_is_hierarchical_so_it_holds_each_process_value():
+    """Bootstrapping the pooled calls gives a narrow interval around the mixture's p50 that excludes both
+    processes' own p50s; resampling the processes first gives one a re-run can land anywhere in."""
+    values, groups, own = _two_processes()
+    (flat,) = percentiles(values, (50.0,))
+    assert not flat.ci_low <= own[1] <= flat.ci_high  # what the pooled bootstrap claimed
+    (p50,) = percentiles(values, (50.0,), groups=groups)
+    assert p50.value == flat.value  # the estimate is the pooled percentile either way
+    assert p50.ci_low <= own.min() and own.max() <= p50.ci_high
+    assert percentiles(values, (50.0,), groups=groups) == [p50]  # seeded
+
+
+def test_unequal_processes_take_the_one_at_a_time_bootstrap():
+    values, groups, own = _two_processes()
+    keep = np.ones(values.size, bool)
+    keep[-300:] = False  # the second process stopped early
+    (p50,) = percentiles(values[keep], (50.0,), groups=groups[keep], resamples=300)
+    assert p50.ci_low <= own.min() and own.max() <= p50.ci_high
+
+
+def test_processes_that_disagree_are_named():
+    values, groups, _ = _two_processes()
+    pooled = percentiles(values, (50.0, 90.0), groups=groups)
+    each = [percentiles(values[groups == r], (50.0, 90.0)) for r in (0, 1)]
+    (p50, p90) = disagreement(pooled, each)
+    assert p50.startswith("processes disagree on p50: 0.095, 0.134 ms in its 2 processes")
+    same = [percentiles(values[groups == 0][:750], (50.0,)), percentiles(values[groups == 0][750:], (50.0,))]
+    assert disagreement(percentiles(values[groups == 0], (50.0,)), same) == []
 
 
 # --- LoadGen's summary ------------------------------------------------------------------------------

@@ -6,9 +6,10 @@ model asks how slow its slowest answers are. Each fresh process builds the model
 (batch 1 by default, any ``--batch``), warms the forward closure up like every timed cell, then
 times ``serving.latency_calls`` calls *one by one* (never a loop divided by k: a tail is made of
 single calls), each followed by the backend's sync. The stored samples are those calls; the cell's
-metrics hold p50, p90, p99 and p99.9 with bootstrap intervals, pooled over the processes and per
-process, each with the number of samples behind it, or refused with the reason when too few
-(:mod:`dlbench.measure.percentiles`).
+metrics hold p50, p90, p99 and p99.9 with bootstrap intervals, pooled over the processes (the
+interval hierarchical: processes, then calls) and per process, each with the number of samples
+behind it, or refused with the reason when too few (:mod:`dlbench.measure.percentiles`); the cell
+warns where its processes disagree on a percentile.
 
 Every framework with a ``forward`` closure runs it; nothing per framework.
 """
@@ -19,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.measure.percentiles import percentiles
+from dlbench.measure.percentiles import disagreement, percentiles
 from dlbench.scenarios.base import CellOutcome, Context, Scenario, run_in_turn
 from dlbench.scenarios.prepare import prepare, versions
 from dlbench.scenarios.timed import make_closure
@@ -62,18 +63,22 @@ class Latency(Scenario):
         if out.status == "unsupported" or not per_process:
             return out
         pooled: list[float] = []
+        groups: list[int] = []
         for r, result in enumerate(per_process):
             out.samples += [Sample(r, i, "warmup", v) for i, v in enumerate(result["warmup_ns"])]
             out.samples += [Sample(r, i, "measure", v) for i, v in enumerate(result["calls_ns"])]
             pooled += [v / 1e6 for v in result["calls_ns"]]
+            groups += [r] * len(result["calls_ns"])
             if result["truncated"]:
                 out.warnings.append(f"process {r}: stopped at max_time_s after {len(result['calls_ns'])} of "
                                     f"{suite.serving.latency_calls} calls")
+        together = percentiles(pooled, seed=suite.seed, groups=groups)
+        each = [percentiles([v / 1e6 for v in r["calls_ns"]], seed=suite.seed) for r in per_process]
+        out.warnings += disagreement(together, each)
         out.metrics = {
-            "latency": {"pooled": [p.to_dict() for p in percentiles(pooled, seed=suite.seed)],
-                        "per_process": [[p.to_dict() for p in percentiles([v / 1e6 for v in r["calls_ns"]],
-                                                                          seed=suite.seed)] for r in per_process],
-                        "calls": [len(r["calls_ns"]) for r in per_process]},
+            "latency": {"pooled": [p.to_dict() for p in together],
+                        "per_process": [[p.to_dict() for p in ps] for ps in each],
+                        "calls": [len(r["calls_ns"]) for r in per_process], "interval": "hierarchical"},
             "threads_readback": per_process[0]["threads_readback"], "versions": per_process[0]["versions"],
             "repeats_done": len(per_process)}
         refused = [p for p in tail(out.metrics) if p["refused"]]
