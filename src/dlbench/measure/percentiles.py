@@ -10,7 +10,10 @@ medians' interval is (:mod:`dlbench.measure.stats`): each resample draws the pro
 calls within each chosen process second, because two fresh processes serving the same model differ
 far more than the calls of one (a p50 of 0.095 ms in one process and 0.134 ms in the other was seen);
 a bootstrap of the pooled calls would say what more calls of the same processes give, not what a
-re-run gives. :func:`disagreement` names the percentiles on which the processes disagree.
+re-run gives. Where every process has enough calls of its own for the percentile, the interval is
+also never narrower than Student's t interval over the processes' own values
+(:func:`dlbench.measure.stats.process_ci`): a bootstrap over 2 or 3 processes has too few distinct
+draws to be trusted alone. :func:`disagreement` names the percentiles on which the processes disagree.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
+from dlbench.measure.stats import process_ci
 
 #: the percentiles a latency cell reports
 QUANTILES = (50.0, 90.0, 99.0, 99.9)
@@ -75,8 +80,11 @@ def percentiles(values, qs: tuple[float, ...] = QUANTILES, level: float = 0.95, 
                      else hierarchical_percentiles(parts, qs, resamples, rng))
         row = boots[:, qs.index(q)]
         alpha = (1 - level) / 2
-        out.append(Percentile(q, n, float(np.percentile(x, q)), float(np.quantile(row, alpha)),
-                              float(np.quantile(row, 1 - alpha))))
+        value, lo, hi = float(np.percentile(x, q)), float(np.quantile(row, alpha)), float(np.quantile(row, 1 - alpha))
+        if len(parts) >= 2 and all(p.size >= need for p in parts):  # never narrower than the processes allow
+            plo, phi = process_ci([float(np.percentile(p, q)) for p in parts], level)
+            lo, hi = min(lo, plo), max(hi, phi)
+        out.append(Percentile(q, n, value, lo, hi))
     return out
 
 
