@@ -25,6 +25,10 @@ class CellResult:
     samples_per_s: float | None = None
     gflops: float | None = None
     pct_peak: float | None = None
+    #: the peak ``pct_peak`` is a share of (``measure.peak.describe``: its precision, rate and engine)
+    peak: str | None = None
+    #: what the analysis found wrong with the derived rates (a rate above its precision's measured peak)
+    rate_warnings: list[str] = field(default_factory=list)
     first_call_ms: float | None = None
     compile_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # closure -> {cold, warm} medians
     convergence: dict[str, Any] = field(default_factory=dict)  # scenarios.convergence.summarise_curves

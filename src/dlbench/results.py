@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlbench.cell_result import CellResult
+from dlbench.measure.peak import describe, peak_for
 from dlbench.scenarios import registry
 from dlbench.store import CellRecord, Store
 
@@ -40,9 +41,10 @@ class RunResults:
         not an error: the quick suite's ONNX Runtime training cells must not make ``dlbench run`` exit 1."""
         return [c for c in self.failed if c.cell.status != "unsupported"]
 
-    def peak_gflops(self, threads: int) -> float | None:
-        rates = self.peaks.get(threads)
-        return max(rates.values()) if rates else None
+    def peak_gflops(self, threads: int, precision: str = "fp32") -> float | None:
+        """The measured peak of ``precision``'s compute type at ``threads`` (None: not measured)."""
+        found = peak_for(self.peaks.get(threads), precision)
+        return found[1] if found else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"run": self.run, "environment": self.environment,
@@ -53,11 +55,15 @@ class RunResults:
                 "cells": [c.to_dict() for c in self.cells]}
 
 
-def analyse_cell(store: Store, cell: CellRecord, verified: str, peak: float | None) -> CellResult:
-    """A stored cell's statistics, computed by its scenario from the raw samples."""
+def analyse_cell(store: Store, cell: CellRecord, verified: str, peaks: dict[str, float] | None) -> CellResult:
+    """A stored cell's statistics, computed by its scenario from the raw samples; its share of the
+    peak of its own precision among ``peaks`` (engine -> GFLOP/s at the cell's thread count)."""
     res = CellResult(cell=cell, verified=verified)
     samples = store.samples(cell.id)
-    registry.of_stored(cell.scenario).analyse(res, samples, peak)
+    found = peak_for(peaks, cell.precision) if cell.device == "cpu" else None
+    registry.of_stored(cell.scenario).analyse(res, samples, found[1] if found else None)
+    if found and res.pct_peak is not None:
+        res.peak = describe(*found)
     return res
 
 
@@ -70,6 +76,5 @@ def load_run(store: Store, run_id: str | None = None) -> RunResults:
     for cell in store.cells(run_id):
         v = verifications.get((cell.framework, cell.variant, cell.model, cell.device, cell.precision),
                               {}).get("verdict", "unknown")
-        rates = peaks.get(cell.threads)
-        cells.append(analyse_cell(store, cell, v, max(rates.values()) if rates else None))
+        cells.append(analyse_cell(store, cell, v, peaks.get(cell.threads)))
     return RunResults(run, store.environment(run_id), peaks, verifications, cells)

@@ -66,6 +66,9 @@ def render_markdown(content: ReportContent, plots: list[Plot], skipped: list[Ski
     if content.verification:
         out += ["### Equivalence gate: not passed", ""] + [f"- {md(k)}: {md(v)}" for k, v in content.verification]
         out.append("")
+    if content.unsupported:
+        out += ["### Not gated: unsupported by the framework", ""]
+        out += [f"- {md(k)}: {md(v)}" for k, v in content.unsupported] + [""]
     out += ["## Plots", ""]
     for p in plots:
         out += [f"![{md(p.title)}]({plot_files[p.name]})", "", f"*{md(p.title)}.* {md(p.caption)}", ""]

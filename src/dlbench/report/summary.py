@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlbench import versions
+from dlbench.measure.peak import by_precision
 from dlbench.models.split import parse_part
 from dlbench.report.convergence import agreement
 from dlbench.results import CellResult, RunResults
@@ -104,9 +105,11 @@ def summary_scenarios(rows: list[SummaryRow]) -> list[str]:
 def summary_dict(results: RunResults) -> dict[str, Any]:
     return {
         "run_id": results.run_id, "status": results.run["status"], "suite": results.run["suite_name"],
-        "peak_gflops": {str(t): max(r.values()) for t, r in results.peaks.items()},
+        "peak_gflops": {str(t): results.peak_gflops(t) for t in results.peaks},
+        "peak_gflops_by_precision": {str(t): by_precision(r) for t, r in results.peaks.items()},
         "models": {m: [r.to_dict() for r in rows] for m, rows in summary_rows(results).items()},
         "failed": [{"key": c.cell.key, "status": c.cell.status, "reason": c.cell.reason} for c in results.failed],
-        "warnings": [{"key": c.cell.key, "warnings": c.cell.warnings} for c in results.cells if c.cell.warnings],
+        "warnings": [{"key": c.cell.key, "warnings": [*c.cell.warnings, *c.rate_warnings]} for c in results.cells
+                     if c.cell.warnings or c.rate_warnings],
         "agreement": agreement(results.cells),
     }

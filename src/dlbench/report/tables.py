@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from dlbench.measure.peak import by_precision, engine_precision, peak_precision
 from dlbench.report.summary import SummaryRow, summary_rows
 from dlbench.results import CellResult, RunResults
 from dlbench.scenarios import registry
@@ -80,10 +81,12 @@ class ReportContent:
     tables: list[Table]
     footnotes: list[Footnote]
     warnings: list[tuple[str, str]]  # (cell key, warning)
-    verification: list[tuple[str, str]]  # (framework/variant/model/device, verdict and reason) for non-passes
+    verification: list[tuple[str, str]]  # (framework/variant/model/device, verdict and reason): failed the gate
     convergence: list[Table] = field(default_factory=list)  # final accuracy, time-to-accuracy; the agreement check
     #: the scenario-specific sections after the results (layers, latency, profiles), each from its own module
     sections: list[Section] = field(default_factory=list)
+    #: (framework/variant/model/device, reason): what a framework cannot run, so the gate had nothing to check
+    unsupported: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -151,10 +154,11 @@ def _compile_value(c: CellResult | None, notes: _Notes) -> Value:
 
 def _no_peak(c: CellResult) -> str:
     if c.cell.device != "cpu":
-        return "no peak FLOP/s is measured for accelerators (the peak is the CPU's float32 matmul rate)"
+        return "no peak FLOP/s is measured for accelerators (the peaks are the CPU's matmul rates)"
     if c.gflops is None:
         return f"model {c.cell.model} has no FLOP count"
-    return f"no peak FLOP/s was measured for {c.cell.threads} thread(s)"
+    return (f"no {peak_precision(c.cell.precision)} peak was measured for {c.cell.threads} thread(s) (a cell is "
+            "divided by its own precision's peak, never by another's)")
 
 
 def _rate_scenario(rows: list[SummaryRow]) -> str | None:
@@ -180,7 +184,7 @@ def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
     columns += [Column(s, f"{s} ms (median [95% CI])", "low") for s in scenarios]
     if rate:
         columns += [Column("samples_per_s", f"samples/s ({rate})", "high"),
-                    Column("pct_peak", f"% of peak FLOP/s ({rate})", "high")]
+                    Column("pct_peak", f"% of its precision's peak FLOP/s ({rate})", "high")]
     columns.append(Column("memory", "peak memory MiB", "low"))
     if has_compile:
         columns.append(Column("compile", "compile s (cold first calls)", "low"))
@@ -202,8 +206,9 @@ def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
                 values += [_failed(c, notes), _failed(c, notes)]
             else:
                 values.append(Value(fmt_num(c.samples_per_s), c.samples_per_s))
-                values.append(Value(fmt_num(c.pct_peak), c.pct_peak) if c.pct_peak is not None
-                              else Value(DASH, note=notes.add(_no_peak(c))))
+                values.append(Value(fmt_num(c.pct_peak), c.pct_peak, detail=f"of the {c.peak}",
+                                    note=notes.add(c.rate_warnings[0]) if c.rate_warnings else None)
+                              if c.pct_peak is not None else Value(DASH, note=notes.add(_no_peak(c))))
         mem = row_memory_bytes(r)
         values.append(Value(fmt_bytes_mib(mem), mem / 2**20 if mem else None))
         if has_compile:
@@ -272,15 +277,18 @@ def environment_items(res: RunResults) -> list[tuple[str, str]]:
 
 
 def peaks_table(res: RunResults) -> Table:
-    engines = sorted({e for rates in res.peaks.values() for e in rates})
+    """Each engine's matmul rate per thread count, then each precision's peak (the fastest of its engines):
+    what a cell of that precision's "% of peak" divides by."""
+    engines = sorted({e for rates in res.peaks.values() for e in rates}, key=lambda e: (engine_precision(e), e))
+    precisions = sorted({engine_precision(e) for e in engines}, key=lambda p: (p != "fp32", p))
     columns = [Column("threads", "threads")] + [Column(e, f"{e} GFLOP/s") for e in engines] + \
-        [Column("peak", "peak GFLOP/s (the max)")]
+        [Column(f"peak {p}", f"{p} peak GFLOP/s") for p in precisions]
     rows = []
     for t in sorted(res.peaks):
-        rates = res.peaks[t]
+        rates, best = res.peaks[t], by_precision(res.peaks[t])
         rows.append([Value(str(t))] + [Value(fmt_num(rates.get(e)), rates.get(e)) for e in engines]
-                    + [Value(fmt_num(max(rates.values())), max(rates.values()))])
-    return Table("measured float32 matmul peak", columns, rows)
+                    + [Value(fmt_num(best.get(p)), best.get(p)) for p in precisions])
+    return Table("measured matmul peak per precision", columns, rows)
 
 
 def convergence_tables(res: RunResults) -> list[Table]:
@@ -336,10 +344,13 @@ def build_content(res: RunResults) -> ReportContent:
     notes = _Notes()
     tables = [model_table(m, [r for r in rows if set(r.cells) - {"convergence"}], notes)
               for m, rows in summary_rows(res).items() if any(set(r.cells) - {"convergence"} for r in rows)]
-    warnings = [(c.cell.key, w) for c in res.cells for w in c.cell.warnings]
-    verification = [("/".join([fw, variant, model, device] + ([precision] if precision != "fp32" else [])),
-                     f"{v['verdict']}: {v.get('reason') or ''}".strip(": "))
-                    for (fw, variant, model, device, precision), v in res.verifications.items()
-                    if v.get("verdict") != "pass"]
+    warnings = [(c.cell.key, w) for c in res.cells for w in (*c.cell.warnings, *c.rate_warnings)]
+    verification, unsupported = [], []
+    for (fw, variant, model, device, precision), v in res.verifications.items():
+        name = "/".join([fw, variant, model, device] + ([precision] if precision != "fp32" else []))
+        if v.get("verdict") == "unsupported":  # not a failure of the gate: nothing to check
+            unsupported.append((name, v.get("reason") or ""))
+        elif v.get("verdict") != "pass":
+            verification.append((name, f"{v['verdict']}: {v.get('reason') or ''}".strip(": ")))
     return ReportContent(res.run, environment_items(res), peaks_table(res), tables, notes.list(), warnings,
-                         verification, convergence_tables(res))
+                         verification, convergence_tables(res), unsupported=unsupported)

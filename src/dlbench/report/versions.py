@@ -138,8 +138,7 @@ def history(store: Store, base: str, model: str, scenario: str, batch: int | Non
         for cell in cells:
             verdict = verdicts.get((cell.framework, cell.variant, cell.model, cell.device, cell.precision),
                                    {}).get("verdict", "unknown")
-            rates = peaks.get(cell.threads)
-            res = analyse_cell(store, cell, verdict, max(rates.values()) if rates else None)
+            res = analyse_cell(store, cell, verdict, peaks.get(cell.threads))
             if _timed(res):
                 points.append(Point(run_id, run["started_at"], env.get("hostname", ""), cell.framework,
                                     (env.get("frameworks") or {}).get(cell.framework), res))

@@ -254,3 +254,7 @@ def analyse_iterations(res: CellResult, samples: list[Sample], peak: float | Non
         res.gflops = flops * flop_factor / seconds / 1e9
         if peak:
             res.pct_peak = 100.0 * res.gflops / peak
+            if res.pct_peak > 100.0:  # more than the machine did: the FLOP count or the peak is wrong
+                res.rate_warnings.append(f"{res.gflops:,.0f} GFLOP/s is above the measured {cell.precision} peak "
+                                         f"({peak:,.0f} GFLOP/s at {cell.threads} thread(s)): the FLOP count "
+                                         "overstates the work, or the peak was measured low")
