@@ -36,6 +36,7 @@ from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.launch.subprocess import JobOutcome
 from dlbench.measure.stats import summarize
 from dlbench.models import UnknownModelError, get_model
+from dlbench.models.flops import closure_flops_per_sample
 from dlbench.models.spec import ModelSpec
 from dlbench.store import Sample
 
@@ -90,8 +91,10 @@ class Scenario(ABC):
     #: the backend closure a framework must declare (``FrameworkInfo.scenarios``) to run this scenario
     #: (``convergence`` and ``scaling`` train: ``train_step``); None: see :meth:`unsupported`
     requires: str | None = None
-    #: FLOPs of one call as a multiple of the forward pass (backward ~ 2x forward, the usual convention;
-    #: an optimiser's element-wise work is not counted); None: no GFLOP/s
+    #: FLOPs of one call as a multiple of the forward pass: 1.0 a forward; above 1 the call runs a
+    #: backward too, counted from what it computes (:mod:`dlbench.models.flops`: weight gradients and the
+    #: input gradients needed, about 3x the forward, less where the first layer's input is the data; an
+    #: optimiser's element-wise work is not counted; the time estimates use the multiple); None: no GFLOP/s
     flop_factor: float | None = None
     #: each stored ``measure`` sample is one call's time (so medians, CIs and ``compare`` apply)
     per_iteration: bool = True
@@ -220,9 +223,11 @@ def cell_artifacts(cell: Cell, ctx: Context) -> Path | None:
     return ctx.artifacts / cell.key.replace("/", "__")
 
 
-def flops_per_batch(model: str, batch: int) -> float | None:
+def flops_per_batch(model: str, batch: int, backward: bool = False) -> float | None:
+    """FLOPs of one call on ``batch`` samples: the forward, or with ``backward`` the forward and the
+    gradients the call computes (:func:`dlbench.models.flops.closure_flops_per_sample`)."""
     try:
-        return get_model(model).flops_per_sample * batch
+        return closure_flops_per_sample(get_model(model), backward) * batch
     except UnknownModelError:  # a stored run of a model this dlbench no longer has
         return None
 
@@ -249,9 +254,9 @@ def analyse_iterations(res: CellResult, samples: list[Sample], peak: float | Non
     # a scaling step counts every worker's samples; a capped call (H2O's frames) the samples it processed
     batch = int(cell.metrics.get("global_batch") or cell.metrics.get("call_samples") or cell.batch)
     res.samples_per_s = batch / seconds
-    flops = flops_per_batch(cell.model, batch)
+    flops = flops_per_batch(cell.model, batch, backward=flop_factor is not None and flop_factor > 1)
     if flops is not None and flop_factor is not None:
-        res.gflops = flops * flop_factor / seconds / 1e9
+        res.gflops = flops / seconds / 1e9
         if peak:
             res.pct_peak = 100.0 * res.gflops / peak
             if res.pct_peak > 100.0:  # more than the machine did: the FLOP count or the peak is wrong
