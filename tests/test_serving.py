@@ -13,7 +13,10 @@ import pytest
 from dlbench import api
 from dlbench.cli import main
 from dlbench.measure.percentiles import disagreement, percentiles, samples_needed
-from dlbench.scenarios.loadgen import parse_summary
+from dlbench.report.latency import latency_tables, rules_text
+from dlbench.report.tables import DASH
+from dlbench.scenarios import registry
+from dlbench.scenarios.loadgen import near_floor, parse_summary
 from tests.conftest import requires
 
 SHORT = {"min_duration_s": 0.3, "min_queries": 20}
@@ -149,6 +152,20 @@ def test_loadgen_offline_and_single_stream_cells_store_loadgen_s_summary(fake_fr
         assert (kept / cell.cell.key.replace("/", "__") / "mlperf_log_detail.txt").is_file()
     assert by["loadgen-offline"].cell.metrics["loadgen"]["scenario"] == "Offline"
     assert by["loadgen-offline"].cell.batch > 1 and by["loadgen-single-stream"].cell.batch == 1
+    # the harness floor: the same settings against a system under test that answers at once, stored and shown
+    for cell in by.values():
+        floor = cell.cell.metrics["loadgen"]["floor"]
+        assert floor["samples_per_s"] > 0 and floor["percentiles_ms"]["50"] > 0
+    single = by["loadgen-single-stream"].cell.metrics["loadgen"]
+    assert single["floor"]["percentiles_ms"]["50"] <= single["percentiles_ms"]["50"]
+    assert "(floor " in registry.get("loadgen-single-stream").text(by["loadgen-single-stream"])
+    tables = {t.title: t for t in latency_tables(res)}
+    rows = {r[1].text: r for r in tables["MLPerf LoadGen"].rows}
+    labels = [c.label for c in tables["MLPerf LoadGen"].columns]
+    assert rows["single-stream"][labels.index("p50 ms")].detail.startswith("floor ")
+    # an offline run is one query: its "latencies" are the run's length, not shown as a sample's
+    assert rows["offline"][labels.index("p99 ms")].text == DASH and "one query" in rows["offline"][
+        labels.index("p99 ms")].detail
 
 
 @requires("torch")
@@ -175,6 +192,20 @@ def test_loadgen_missing_makes_the_cell_unsupported_with_the_pip_line(fake_frame
     (cell,) = _run(tmp_db, ["loadgen-offline"], **SHORT).cells
     assert cell.cell.status == "unsupported"
     assert cell.cell.reason.endswith("pip install mlcommons-loadgen") and "mlperf_loadgen" in cell.cell.reason
+
+
+def test_loadgen_s_rules_are_met_only_by_a_valid_result_under_its_own_settings():
+    """Regression: "LoadGen's rules: met" was printed beside an INVALID result."""
+    assert rules_text({"meets_rules": True, "valid": True}) == "met"
+    assert rules_text({"meets_rules": True, "valid": False}) == "not met (INVALID)"
+    assert rules_text({"meets_rules": False, "valid": True}).startswith("short")
+
+
+def test_a_latency_near_the_harness_floor_is_flagged():
+    cell, floor = {"percentiles_ms": {"50": 0.43}}, {"percentiles_ms": {"50": 0.30}}
+    assert "within 2x of the harness floor's 0.3 ms" in near_floor("Server", cell, floor)
+    assert near_floor("Server", {"percentiles_ms": {"50": 4.3}}, floor) is None
+    assert near_floor("Offline", cell, floor) is None  # one query: no per-sample latency
 
 
 # --- flags ---------------------------------------------------------------------------------------------

@@ -17,9 +17,13 @@ from dlbench.scenarios.latency import tail
 
 #: what the section says before its tables
 INTRO = ("Latency: single forward calls timed one by one (no loop averaging), pooled over the fresh processes; "
-         "95% bootstrap interval in brackets; a percentile with fewer than 10 samples above it is not given. "
-         "LoadGen: MLPerf LoadGen's own verdict and figures for the cell; “short” marks settings below LoadGen's "
-         "rules (--loadgen-min-duration/--loadgen-min-queries).")
+         "95% interval in brackets, over the processes (processes, then calls); a percentile with fewer than 10 "
+         "samples above it is not given. LoadGen: MLPerf LoadGen's own verdict and figures for the cell; its rules "
+         "are met only by a VALID result under LoadGen's own minimum duration and query count (“short”: settings "
+         "below them, --loadgen-min-duration/--loadgen-min-queries). An offline run is one query holding every "
+         "sample, so it has no per-sample latency to show: its percentiles are the whole run's length. The harness "
+         "floor is the same LoadGen settings against a system under test that completes every query at once, on "
+         "the same cores: latency below it is LoadGen's and the serving thread's, not the framework's.")
 
 
 def _latency_cells(res: RunResults) -> list[CellResult]:
@@ -68,16 +72,33 @@ def latency_tables(res: RunResults) -> list[Table]:
             f = c.cell.metrics["loadgen"]
             pct, settings = f.get("percentiles_ms", {}), f.get("settings", {})
             server = c.cell.scenario == "loadgen-server"
+            offline = c.cell.scenario == "loadgen-offline"
+            floor = (f.get("floor") or {}).get("percentiles_ms", {})
             rows.append([Value(c.cell.model), Value(c.cell.scenario.removeprefix("loadgen-")),
                          Value(f"{c.cell.framework}/{c.cell.variant}"), Value(str(c.cell.threads)),
                          Value(str(c.cell.batch)), Value(str(f.get("result", DASH))),
                          Value(fmt_num(c.samples_per_s), c.samples_per_s)]
-                        + [Value(fmt_num(pct.get(q))) for q in ("50", "90", "99")]
+                        + [Value(DASH, detail=OFFLINE) if offline else
+                           Value(fmt_num(pct.get(q)), detail=f"floor {fmt_num(floor[q])}" if q in floor else "")
+                           for q in ("50", "90", "99")]
                         + [Value(fmt_num(settings.get("server_target_qps")) if server else DASH),
                            Value(fmt_num(settings.get("server_target_latency_ns", 0) / 1e6) if server else DASH),
-                           Value("met" if f.get("meets_rules") else "short")])
+                           Value(rules_text(f))])
         out.append(Table("MLPerf LoadGen", cols, rows))
     return out
+
+
+#: why an offline cell shows no latency percentiles
+OFFLINE = "offline: one query of every sample; its latency is the run's length, not a sample's"
+
+
+def rules_text(figures: dict) -> str:
+    """Whether a LoadGen cell meets LoadGen's rules: a VALID result under LoadGen's own settings."""
+    if not figures.get("meets_rules"):
+        return "short (settings below LoadGen's)"
+    if figures.get("valid") is False:
+        return "not met (INVALID)"
+    return "met"
 
 
 def _bold(t: Table) -> Table:

@@ -20,6 +20,16 @@ half the rate one stream of single calls reaches in the warm-up), its bound ``--
 LoadGen's 100 ms); ``--find-peak`` runs LoadGen's FindPeakPerformance mode, which searches the
 highest QPS meeting the bound. LoadGen's summary is stored verbatim with its key figures parsed, and
 its log files are kept with the run (:func:`dlbench.scenarios.base.cell_artifacts`).
+
+**The harness floor.** Everything runs in the one measuring process, pinned to the cell's cores
+(``--threads``): LoadGen's own threads (the one issuing queries and the one logging and timing
+responses), the serving thread and the framework's compute threads share them, so at a light load
+a server's latency can be the harness's rather than the framework's (0.43 ms against 0.095 ms for a
+lone call was seen). After the measured test the cell runs LoadGen again with the same settings and
+the same serving thread in the same process, against a system under test that completes each query
+at once (a closure that does nothing): that run's figures, the floor, are stored with the cell
+(``metrics["loadgen"]["floor"]``) and shown beside its figures, and the cell warns where its median
+latency is within :data:`NEAR_FLOOR` x of the floor's. It doubles a cell's LoadGen time.
 """
 
 from __future__ import annotations
@@ -61,6 +71,10 @@ KEY_FIGURES = {
     "min_duration (ms)": "min_duration_ms", "min_query_count": "min_query_count",
 }
 PERCENTILE = re.compile(r"^(\d+(?:\.\d+)?) percentile latency \(ns\)$")
+#: a median latency within this multiple of the harness floor's is mostly the harness's
+NEAR_FLOOR = 2.0
+#: the floor's figures kept with a cell (the rest of its summary is LoadGen's boilerplate)
+FLOOR_FIGURES = ("result", "samples_per_s", "percentiles_ms", "mean_ms")
 
 
 def parse_summary(text: str) -> dict[str, Any]:
@@ -112,8 +126,8 @@ class LoadGen(Scenario):
             raise UsageError("--find-peak, --qps and --p99-ms set the loadgen-server scenario; the suite has none")
 
     def estimate(self, cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
-        duration = suite.serving.min_duration_s or 10.0
-        return start_s + SAMPLES * step_s + duration * (6 if suite.serving.find_peak else 1.2)
+        duration = suite.serving.min_duration_s or 10.0  # the measured test, then the harness floor's
+        return start_s + SAMPLES * step_s + duration * ((6 if suite.serving.find_peak else 1.2) + 1.2)
 
     def job(self, cell, suite: Suite) -> dict[str, Any]:
         return {**super().job(cell, suite), "loadgen": {"mode": self.mode, **suite.serving.model_dump()}}
@@ -131,9 +145,13 @@ class LoadGen(Scenario):
             return out
         r = results[0]
         figures = parse_summary(r["summary"])
+        floor = parse_summary(r["floor_summary"])
         out.metrics = {"loadgen": {**figures, "summary": r["summary"], "settings": r["settings"],
-                                   "meets_rules": r["meets_rules"], "logs": r["logs"]},
+                                   "meets_rules": r["meets_rules"], "logs": r["logs"],
+                                   "floor": {k: floor[k] for k in FLOOR_FIGURES if k in floor}},
                        "threads_readback": r["threads_readback"], "versions": r["versions"]}
+        if warning := near_floor(self.mode, figures, floor):
+            out.warnings.append(warning)
         if not r["meets_rules"]:
             out.warnings.append("shortened LoadGen settings (--loadgen-min-duration/--loadgen-min-queries): "
                                 "the cell does not meet LoadGen's rules")
@@ -184,7 +202,9 @@ class LoadGen(Scenario):
             lg.DestroyQSL(qsl)
             lg.DestroySUT(handle)
         summary = (Path(outdir) / "mlperf_log_summary.txt").read_text()
-        return {"summary": summary, "meets_rules": meets_rules, "settings": _described(settings),
+        floor_summary = _floor(lg, settings, count, size, str(Path(outdir) / "floor"))
+        return {"summary": summary, "floor_summary": floor_summary, "meets_rules": meets_rules,
+                "settings": _described(settings),
                 "logs": sorted(str(f) for f in Path(outdir).glob("mlperf_log_*")),
                 "threads_readback": p.readback, "versions": {**versions(backend), "mlcommons-loadgen": _lg_version()}}
 
@@ -202,6 +222,9 @@ class LoadGen(Scenario):
         p99 = f.get("percentiles_ms", {}).get("99")
         if p99 is not None and self.mode != "Offline":  # offline's one query has no tail
             parts.append(f"p99 {p99:.3g} ms")
+            floor = (f.get("floor") or {}).get("percentiles_ms", {}).get("99")
+            if floor is not None:
+                parts.append(f"(floor {floor:.3g})")
         if not f.get("meets_rules", True):
             parts.append("(short)")
         return " ".join(parts)
@@ -209,6 +232,42 @@ class LoadGen(Scenario):
     @property
     def column(self) -> str:
         return f"{self.name} (LoadGen)"
+
+
+def near_floor(mode: str, figures: dict[str, Any], floor: dict[str, Any]) -> str | None:
+    """A warning where the cell's median latency is within :data:`NEAR_FLOOR` x of the harness floor's
+    (offline's one query has no per-sample latency to compare)."""
+    mine, base = figures.get("percentiles_ms", {}).get("50"), floor.get("percentiles_ms", {}).get("50")
+    if mode == "Offline" or mine is None or not base or mine > NEAR_FLOOR * base:
+        return None
+    return (f"p50 {mine:.3g} ms is within {NEAR_FLOOR:g}x of the harness floor's {base:.3g} ms (LoadGen and the "
+            "serving thread answering at once, same settings and cores): the figure is mostly the harness's")
+
+
+def _floor(lg, settings, count: int, size: int, outdir: str) -> str:
+    """LoadGen's summary of the same settings against a system under test that completes every query at
+    once (the same serving thread, no compute): what the harness alone costs. Performance mode only: a
+    peak search of a system that does nothing measures nothing."""
+    settings.mode = lg.TestMode.PerformanceOnly
+    Path(outdir).mkdir(parents=True, exist_ok=True)
+
+    def nothing():
+        return None
+    groups = count // size if size > 1 else 0
+    sut = _Server(lg, [nothing] * count, [nothing] * groups, size, lambda _: None)
+    handle = lg.ConstructSUT(sut.issue, sut.flush)
+    qsl = lg.ConstructQSL(count, count, lambda _: None, lambda _: None)
+    output = lg.LogOutputSettings()
+    output.outdir, output.copy_summary_to_stdout = outdir, False
+    log = lg.LogSettings()
+    log.log_output, log.enable_trace = output, False
+    try:
+        lg.StartTestWithLogSettings(handle, qsl, settings, log)
+    finally:
+        sut.stop()
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(handle)
+    return (Path(outdir) / "mlperf_log_summary.txt").read_text()
 
 
 def _rows(batch: Batch, start: int, stop: int) -> Batch:
