@@ -166,3 +166,12 @@ def test_each_scenario_has_its_own_throughput_column(tmp_path, capsys):
     assert main(["show", run, "--db", str(db)]) == 0
     text = capsys.readouterr().out
     assert "forward samples/s" in text and "train_step samples/s" in text
+
+
+def test_run_s_scenario_help_lists_every_registered_scenario(capsys, monkeypatch):
+    """Regression: ``--scenario``'s help named 5 of the scenarios; it is read from the registry."""
+    monkeypatch.setenv("COLUMNS", "1000")  # no wrapping inside a name
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = capsys.readouterr().out.split("--scenario SCENARIO")[-1].split("--batch BATCH")[0]
+    assert set(registry.names()) <= {n.strip(" ,") for n in text.split(":", 1)[1].split("(")[0].split()}

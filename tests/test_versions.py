@@ -300,3 +300,30 @@ def test_a_database_from_before_versions_opens_and_joins_the_history(tmp_db, cap
     conn = sqlite3.connect(tmp_db)
     assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
     conn.close()
+
+
+def test_one_release_twice_in_a_run_reads_as_two_rows_and_the_terminal_names_versions_as_the_report(tmp_db,
+                                                                                                  capsys):
+    """Regression: the report's versions table showed two identical ``jax 0.10.2`` rows (a pinned release
+    equal to the main Python's), and terminal tables printed ``torch==2.11.0`` where the report says
+    ``torch 2.11.0``."""
+    store = Store(tmp_db)
+    try:
+        run_id = store.create_run("versions", {"name": "versions"})
+        store.save_environment(run_id, {**ENV, "frameworks": {"torch": "2.13.0", "torch==2.13.0": "2.13.0",
+                                                              "torch==2.11.0": "2.11.0"}})
+        for i, name in enumerate(("torch", "torch==2.13.0", "torch==2.11.0")):
+            store.save_verification(run_id, name, "eager", "lenet", "cpu", "pass", "", {})
+            store.save_cell(run_id, cell(name, "eager", "forward", 8, 1), "ok", "", 1, [], metrics(),
+                            timed_samples(5.0, noise=0.02, repeats=3, seed=i))
+        finish(store, run_id)
+    finally:
+        store.close()
+    (series,) = run_series(api.results(run_id, tmp_db))
+    from dlbench.report.versions import series_table
+
+    labels = [r[0].text for r in series_table(series).rows]
+    assert len(set(labels)) == 3 and "torch 2.13.0 (own environment)" in labels and "torch 2.13.0 (main Python)" in labels
+    assert main(["show", run_id, "--db", str(tmp_db)]) == 0
+    out = capsys.readouterr().out
+    assert "torch 2.11.0" in out and "torch==2.11.0" not in out

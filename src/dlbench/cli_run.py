@@ -339,7 +339,7 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
     every = [r for rows in tables.values() for r in rows]
     axes = ("framework", "variant", "batch", "threads", "device", "data", "precision")
     shown = [a for a in axes if a in ("framework", "variant") or len({getattr(r, a) for r in every}) > 1]
-    shown_as = {"precision": "precision_text"}
+    shown_as = {"precision": "precision_text", "framework": "shown_name"}  # jax 0.4.38, as the report shows it
     fixed = [f"{a} {getattr(every[0], a)}" for a in axes if a not in shown] if every else []
     for model, rows in tables.items():
         scenarios = summary_scenarios(rows)
@@ -449,7 +449,7 @@ def register(sub) -> None:
     p.add_argument("--model", help="comma-separated models, e.g. lenet,resnet-56")
     p.add_argument("--framework", help="comma-separated frameworks (default: all installed)")
     p.add_argument("--variant", help="comma-separated variants, or 'all'")
-    p.add_argument("--scenario", help="comma-separated: forward,gradient,train_step,compile,scaling")
+    p.add_argument("--scenario", help=f"comma-separated, of: {', '.join(registry.names())} (default: the suite's; quick's: forward,train_step)")
     p.add_argument("--batch", help="comma-separated batch sizes")
     p.add_argument("--threads", help="comma-separated thread counts; 'all' or 'half' of the cores")
     p.add_argument("--device", help="comma-separated devices (cpu, cuda)")

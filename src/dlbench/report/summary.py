@@ -41,6 +41,11 @@ class SummaryRow:
     #: how the framework is shown (``jax 0.4.38`` when the run has several versions of it: dlbench.versions)
     label: str = ""
 
+    @property
+    def shown_name(self) -> str:
+        """The framework as every table shows it: its label, else its name."""
+        return self.label or self.framework
+
     def text(self, scenario: str) -> str:
         """The scenario's cell, as the scenario writes it ("" when the row has no such cell)."""
         c = self.cells.get(scenario)

@@ -14,6 +14,7 @@ Pure over analysed results, except :func:`history`, which reads the store (only 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -145,6 +146,15 @@ def history(store: Store, base: str, model: str, scenario: str, batch: int | Non
     return build_series(points)
 
 
+def _shown(points: list[Point]) -> dict[int, str]:
+    """Each point's label, told apart where one run measured the same release twice: a pinned release
+    in its own environment beside the main Python's (``jax==0.10.2`` and ``jax``, both 0.10.2)."""
+    seen = Counter((p.run_id, p.label) for p in points)
+    return {id(p): p.label + ("" if seen[(p.run_id, p.label)] == 1 else
+                              " (own environment)" if versions.SEP in p.framework else " (main Python)")
+            for p in points}
+
+
 def series_table(s: Series, across_runs: bool = False) -> Table:
     cols = [Column("version", "version", numeric=False)]
     if across_runs:
@@ -153,9 +163,10 @@ def series_table(s: Series, across_runs: bool = False) -> Table:
     cols += [Column("time", "ms per batch (median [95% CI])", "low"), Column("processes", "processes"),
              Column("change", "change from the row above", numeric=False)]
     rows = []
+    shown = _shown(s.points)
     for p in s.points:
         t = p.cell.time_ms
-        row = [Value(p.label)]
+        row = [Value(shown[id(p)])]
         if across_runs:
             row += [Value(p.date), Value(p.host), Value(p.run_id)]
         row += [Value(f"{fmt_num(t.median)} [{fmt_num(t.ci_low)}, {fmt_num(t.ci_high)}]", t.median),
