@@ -449,7 +449,8 @@ def register(sub) -> None:
     p.add_argument("--model", help="comma-separated models, e.g. lenet,resnet-56")
     p.add_argument("--framework", help="comma-separated frameworks (default: all installed)")
     p.add_argument("--variant", help="comma-separated variants, or 'all'")
-    p.add_argument("--scenario", help=f"comma-separated, of: {', '.join(registry.names())} (default: the suite's; quick's: forward,train_step)")
+    p.add_argument("--scenario", help=f"comma-separated, of: {', '.join(registry.names())} "
+                                      "(default: the suite's; quick's: forward,train_step)")
     p.add_argument("--batch", help="comma-separated batch sizes")
     p.add_argument("--threads", help="comma-separated thread counts; 'all' or 'half' of the cores")
     p.add_argument("--device", help="comma-separated devices (cpu, cuda)")
