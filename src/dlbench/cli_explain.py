@@ -18,6 +18,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     frameworks = names(args.framework, "--framework") or []
     if len(frameworks) != 2:
         raise UsageError(f"--framework names the two frameworks to compare (A,B), got {args.framework!r}")
+    if frameworks[0] == frameworks[1]:
+        raise UsageError(f"--framework names one framework twice ({args.framework!r}): name two to compare (A,B)")
+    if args.top < 1:
+        raise UsageError(f"--top must be a positive integer, got {args.top}")
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     res = api.results(args.run_id, args.db)

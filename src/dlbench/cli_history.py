@@ -40,7 +40,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file (it names a directory)")
-    base = versions.base_of(framework)  # every version of it: the name's version only picks the framework
+    try:
+        base, _ = versions.split(str(framework))  # every version of it: the name's version only picks the framework
+    except versions.SpecError as exc:
+        raise UsageError(str(exc)) from None
     store = Store(args.db, create=False, read_only=True)
     try:
         found = history(store, base, model, scenario, batch, threads, args.variant, get_precision(args.precision).name)

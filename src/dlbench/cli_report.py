@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from rich.markup import escape
 from rich.table import Table
@@ -48,8 +49,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from dlbench.report.compare import compare_runs, compare_versions
 
-    if args.fail_above is not None and args.fail_above < 0:
-        raise UsageError(f"--fail-above must be >= 0, got {args.fail_above}")
+    if args.fail_above is not None and not (0 <= args.fail_above < math.inf):  # NaN compares false: never failed
+        raise UsageError(f"--fail-above must be a finite percentage >= 0, got {args.fail_above}")
     if args.baseline is None and args.run_b is None:
         raise UsageError("compare: give RUN_A and RUN_B, or one run and --baseline FRAMEWORK==VERSION")
     if args.baseline is not None and args.run_b is not None:
