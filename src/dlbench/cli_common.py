@@ -103,3 +103,9 @@ def write_output(path: str, text: str, db: str | None = None) -> None:
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def note_damage(notes: list[str]) -> None:
+    """Say on stderr what reading the database set aside as damaged (dlbench.damage), one line each."""
+    for note in notes:
+        print(f"dlbench: warning: damaged row: {note} (dlbench check --db DB lists every one)", file=sys.stderr)

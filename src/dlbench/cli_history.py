@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dlbench import versions
-from dlbench.cli_common import console, counts, names, write_output
+from dlbench.cli_common import console, counts, names, note_damage, write_output
 from dlbench.errors import UsageError
 from dlbench.precision import get_precision
 from dlbench.store import DEFAULT_DB, Store, check_output
@@ -49,6 +49,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         found = history(store, base, model, scenario, batch, threads, args.variant, get_precision(args.precision).name)
     finally:
         store.close()
+    note_damage(store.damage)
     if not found:
         raise UsageError(f"no stored timed cell of {base} {model} {scenario}"
                          + (f" batch {batch}" if batch else "") + (f" threads {threads}" if threads else "")

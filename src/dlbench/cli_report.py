@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlbench import cli_run
-from dlbench.cli_common import console, names, write_output
+from dlbench.cli_common import console, names, note_damage, write_output
 from dlbench.errors import UsageError
 from dlbench.store import DEFAULT_DB, check_output
 
@@ -20,7 +20,9 @@ from dlbench.store import DEFAULT_DB, check_output
 def _store_results(run_id: str | None, db: str):
     from dlbench import api
 
-    return api.results(run_id, db)
+    res = api.results(run_id, db)
+    note_damage(res.damaged)
+    return res
 
 
 # --- report -------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlbench import flags, resolve
-from dlbench.cli_common import console, counts, names, texts, write_output
+from dlbench.cli_common import console, counts, names, note_damage, texts, write_output
 from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
 from dlbench.errors import UsageError
 from dlbench.estimate import Estimate, format_duration, setup_seconds
@@ -238,7 +238,10 @@ def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
         store = Store(args.db, create=False)
         try:
             # a run stored before a bound was added holds values the suite model now refuses: exit 2, one line
-            suite = suite_from_dict(store.get_run(args.resume)["suite"], f"run {args.resume}")
+            run = store.get_run(args.resume)
+            if store.damage:
+                raise UsageError(f"run {args.resume} cannot be resumed: {store.damage[0]}")
+            suite = suite_from_dict(run["suite"], f"run {args.resume}")
             done = store.done_keys(args.resume)
         finally:
             store.close()
@@ -400,6 +403,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from dlbench import api
 
     res = api.results(args.run_id, args.db)
+    note_damage(res.damaged)
     if args.warnings and not args.json:
         for c in res.cells:
             for w in c.cell.warnings:
@@ -414,6 +418,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.out:
         check_output(args.out, args.db)  # before reading: the refusal costs nothing
     res = api.results(args.run_id, args.db)
+    note_damage(res.damaged)
     if args.format == "json":
         data = res.to_dict()
         for cell, c in zip(data["cells"], res.cells, strict=True):
