@@ -41,7 +41,7 @@ def test_a_pinned_name_is_its_base_framework_at_that_version():
     assert framework_info("jax").version is None and framework_info("jax").base == "jax"
     assert versions.split("tensorflow==2.18.1") == ("tensorflow", "2.18.1")
     assert versions.split("onnxruntime") == ("onnxruntime", None)
-    assert framework_info("jax==99.0").version == "99.0"  # well formed: pip decides whether it exists
+    assert framework_info("jax==99.0").version == "99.0.0"  # well formed: pip decides whether it exists
 
 
 @pytest.mark.parametrize("spec, message", BAD)
@@ -167,26 +167,26 @@ def _failing_pip(monkeypatch, line: str) -> list[list[str]]:
 
 
 def test_a_version_pip_cannot_install_is_reported_with_pips_reason(envs_dir, monkeypatch):
-    line = "ERROR: No matching distribution found for jax==99.0"
+    line = "ERROR: No matching distribution found for jax==99.0.0"
     calls = _failing_pip(monkeypatch, line)
-    failed = ondemand.ensure_envs(["jax==99.0"])
-    assert failed["jax==99.0"].startswith(f"jax==99.0 could not be installed: {line}")
-    assert any("jax==99.0" in c for cmd in calls for c in cmd)
-    assert not envs.env_path("jax==99.0").exists() and line in envs.log_path("jax==99.0").read_text()
-    assert main(["envs", "create", "jax==99.0"]) == 1
+    failed = ondemand.ensure_envs(["jax==99.0.0"])
+    assert failed["jax==99.0.0"].startswith(f"jax==99.0.0 could not be installed: {line}")
+    assert any("jax==99.0.0" in c for cmd in calls for c in cmd)
+    assert not envs.env_path("jax==99.0.0").exists() and line in envs.log_path("jax==99.0.0").read_text()
+    assert main(["envs", "create", "jax==99.0.0"]) == 1
 
 
 @requires("torch")
 def test_a_run_keeps_going_when_a_version_cannot_be_installed(envs_dir, monkeypatch, tmp_db, capsys):
-    line = "ERROR: No matching distribution found for onnxruntime==99.0"
+    line = "ERROR: No matching distribution found for onnxruntime==99.0.0"
     _failing_pip(monkeypatch, line)
-    res = api.run(db=tmp_db, models=["lenet"], frameworks=["torch", "onnxruntime==99.0"], scenarios=["forward"],
+    res = api.run(db=tmp_db, models=["lenet"], frameworks=["torch", "onnxruntime==99.0.0"], scenarios=["forward"],
                   batches=[4], threads=[1], protocol={"warmup": 1, "min_iters": 3, "min_time_s": 0.0, "repeats": 1,
                                                       "timeout_s": 120})
     by = {c.cell.framework: c for c in res.cells}
     assert by["torch"].cell.status == "ok"
-    assert by["onnxruntime==99.0"].cell.status == "unsupported" and line in by["onnxruntime==99.0"].cell.reason
-    assert res.verifications[("onnxruntime==99.0", "default", "lenet", "cpu", "fp32")]["verdict"] == "unsupported"
+    assert by["onnxruntime==99.0.0"].cell.status == "unsupported" and line in by["onnxruntime==99.0.0"].cell.reason
+    assert res.verifications[("onnxruntime==99.0.0", "default", "lenet", "cpu", "fp32")]["verdict"] == "unsupported"
     assert not res.errors  # unsupported is not a failure: exit 0
 
 

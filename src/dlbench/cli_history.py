@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dlbench import versions
-from dlbench.cli_common import console, counts, names, write_output
+from dlbench.cli_common import console, counts, names, note_damage, write_output
 from dlbench.errors import UsageError
 from dlbench.precision import get_precision
 from dlbench.store import DEFAULT_DB, Store, check_output
@@ -40,12 +40,16 @@ def cmd_history(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file (it names a directory)")
-    base = versions.base_of(framework)  # every version of it: the name's version only picks the framework
+    try:
+        base, _ = versions.split(str(framework))  # every version of it: the name's version only picks the framework
+    except versions.SpecError as exc:
+        raise UsageError(str(exc)) from None
     store = Store(args.db, create=False, read_only=True)
     try:
         found = history(store, base, model, scenario, batch, threads, args.variant, get_precision(args.precision).name)
     finally:
         store.close()
+    note_damage(store.damage)
     if not found:
         raise UsageError(f"no stored timed cell of {base} {model} {scenario}"
                          + (f" batch {batch}" if batch else "") + (f" threads {threads}" if threads else "")

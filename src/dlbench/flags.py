@@ -21,11 +21,18 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
                 distributed: dict | None = None, serving: dict | None = None,
                 precisions: list[str] | None = None) -> Suite:
     """A suite from a name, a file or a built :class:`Suite`, and flag overrides (flags alone build one
-    on the spot). None leaves an axis as the suite has it; an empty list is refused."""
+    on the spot). None leaves an axis as the suite has it; an empty list is refused. Settings are
+    checked by the suite's own models (:func:`dlbench.resolve.check_settings`), the validator a suite file meets."""
+    resolve.check_settings("protocol", protocol)
+    resolve.check_settings("convergence", convergence)
+    resolve.check_settings("serving", serving)
+    resolve.check_settings("distributed", distributed)
+    if seed is not None:
+        resolve.check_settings("seed", seed)
     if models is not None:
         resolve.models(models)
     if frameworks is not None:
-        resolve.frameworks(frameworks)
+        frameworks = resolve.frameworks(frameworks)
     resolve.not_empty(scenarios, "scenarios")
     resolve.not_empty(devices, "devices")
     if batches is not None:
@@ -44,6 +51,8 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
         base["models"] = models
         if isinstance(base.get("batch_sizes"), dict):
             base["batch_sizes"] = ["default"]
+        if isinstance(base.get("data"), dict):  # a suite's data set for a model the flags leave out goes with it
+            base["data"] = {k: v for k, v in base["data"].items() if k == "default" or k in models}
     if frameworks is not None:
         base["frameworks"] = frameworks
     if scenarios is not None:
@@ -81,3 +90,4 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
         base["variants"] = resolve.variant_map(resolve.suite_frameworks(suite_from_dict(base, "command line")),
                                                variants)
     return suite_from_dict(base, "command line")
+

@@ -9,9 +9,10 @@ Nothing here imports a framework.
 
 from __future__ import annotations
 
-import math
 import os
 import re
+
+from pydantic import ValidationError
 
 from dlbench.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, framework_info, installed_version
@@ -53,6 +54,7 @@ def frameworks(names: list[str] | None) -> list[str]:
     if names is None:
         return installed()
     try:
+        names = list(dict.fromkeys(framework_info(n).name for n in names))  # one spelling per release
         check_frameworks(names)
     except UnknownFrameworkError as exc:
         raise UsageError(str(exc)) from None
@@ -157,8 +159,38 @@ def batches(values: list[int | str]) -> list[int | str]:
 
 
 def timeout(seconds: float) -> float:
-    """Seconds a measuring process may run: positive and finite."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) \
-            or seconds <= 0:
-        raise UsageError(f"timeout must be a positive number of seconds, got {seconds!r}")
+    """Seconds a measuring process may run: the suite's ``protocol.timeout_s`` rule (positive, finite,
+    at most a week), so ``verify --timeout`` and ``run --timeout`` refuse alike."""
+    check_settings("protocol", {"timeout_s": seconds})
     return float(seconds)
+
+
+#: the ``dlbench run`` flag that sets each suite setting (named in a refusal beside the suite's key)
+FLAG_OF = {
+    ("protocol", "warmup"): "--warmup", ("protocol", "min_iters"): "--min-iters", ("protocol", "min_time_s"): "--min-time",
+    ("protocol", "repeats"): "--repeats", ("protocol", "timeout_s"): "--timeout", ("protocol", "profile_calls"): "--profile",
+    ("convergence", "epochs"): "--epochs", ("convergence", "target_accuracy"): "--target-accuracy",
+    ("convergence", "lr"): "--lr", ("serving", "latency_calls"): "--latency-calls", ("serving", "qps"): "--qps",
+    ("serving", "p99_ms"): "--p99-ms", ("serving", "min_duration_s"): "--loadgen-min-duration",
+    ("serving", "min_queries"): "--loadgen-min-queries", ("seed",): "--seed",
+}
+
+
+def check_settings(section: str, values: dict | int | None) -> None:
+    """Flag values of one suite section (``protocol``, ``serving``, ...; or ``seed``) checked by the suite
+    model's own fields, so a flag and a suite file refuse the same values; a refusal is one line
+    naming the flag (where there is one) and the suite key. None: nothing given."""
+    if values is None:
+        return
+    try:
+        Suite.model_validate({"models": ["_"], section: values})
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = tuple(str(p) for p in err["loc"])
+            if loc[:1] != (section,):
+                continue
+            key = ".".join(loc)
+            flag = FLAG_OF.get(loc[:2]) or FLAG_OF.get(loc[:1])
+            value = values.get(loc[1]) if isinstance(values, dict) and len(loc) > 1 else values
+            msg = " ".join(str(err["msg"]).removeprefix("Value error, ").split())
+            raise UsageError(f"{flag + ' (' + key + ')' if flag else key}: {msg}, got {value!r}") from None

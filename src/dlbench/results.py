@@ -6,10 +6,11 @@ agree everywhere and are always recomputable from what the store keeps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dlbench.cell_result import CellResult
+from dlbench.damage import Damaged, check_metrics, check_samples
 from dlbench.measure.peak import describe, peak_for
 from dlbench.scenarios import registry
 from dlbench.store import CellRecord, Store
@@ -24,6 +25,8 @@ class RunResults:
     peaks: dict[int, dict[str, float]]
     verifications: dict
     cells: list[CellResult]
+    #: what was found damaged while reading the run and set aside, one line each (dlbench.damage)
+    damaged: list[str] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -57,14 +60,31 @@ class RunResults:
 
 def analyse_cell(store: Store, cell: CellRecord, verified: str, peaks: dict[str, float] | None) -> CellResult:
     """A stored cell's statistics, computed by its scenario from the raw samples; its share of the
-    peak of its own precision among ``peaks`` (engine -> GFLOP/s at the cell's thread count)."""
+    peak of its own precision among ``peaks`` (engine -> GFLOP/s at the cell's thread count).
+    :class:`Damaged` when its samples or metrics cannot be what dlbench stored (a time that is text,
+    zero, negative or infinite), or its figures cannot be computed from them."""
     res = CellResult(cell=cell, verified=verified)
     samples = store.samples(cell.id)
+    check_samples(samples)
+    check_metrics(cell.metrics)
     found = peak_for(peaks, cell.precision) if cell.device == "cpu" else None
-    registry.of_stored(cell.scenario).analyse(res, samples, found[1] if found else None)
+    try:
+        registry.of_stored(cell.scenario).analyse(res, samples, found[1] if found else None)
+    except (TypeError, ValueError, ArithmeticError, KeyError, IndexError, AttributeError) as exc:
+        raise Damaged(f"its figures cannot be computed from what is stored ({type(exc).__name__}: {exc})") from None
     if found and res.pct_peak is not None:
         res.peak = describe(*found)
     return res
+
+
+def analyse_or_set_aside(store: Store, cell: CellRecord, verified: str,
+                         peaks: dict[str, float] | None) -> CellResult | None:
+    """:func:`analyse_cell`, or None for a damaged cell, noted in ``store.damage`` with its run and key."""
+    try:
+        return analyse_cell(store, cell, verified, peaks)
+    except Damaged as exc:
+        store.damage.append(f"run {cell.run_id}: cell {cell.key} set aside: {exc}")
+        return None
 
 
 def load_run(store: Store, run_id: str | None = None) -> RunResults:
@@ -76,5 +96,8 @@ def load_run(store: Store, run_id: str | None = None) -> RunResults:
     for cell in store.cells(run_id):
         v = verifications.get((cell.framework, cell.variant, cell.model, cell.device, cell.precision),
                               {}).get("verdict", "unknown")
-        cells.append(analyse_cell(store, cell, v, peaks.get(cell.threads)))
-    return RunResults(run, store.environment(run_id), peaks, verifications, cells)
+        if (res := analyse_or_set_aside(store, cell, v, peaks.get(cell.threads))) is not None:
+            cells.append(res)
+    environment = store.environment(run_id)
+    return RunResults(run, environment, peaks, verifications, cells,
+                      [n for n in store.damage if n.startswith(f"run {run_id}:")])

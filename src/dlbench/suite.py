@@ -16,15 +16,27 @@ from dlbench.distributed.cluster import ClusterError, parse_latency, parse_rate
 from dlbench.measure.timer import Protocol
 from dlbench.precision import PRECISIONS
 
+#: sane maxima of the settings (one week of seconds; ten million calls or iterations; a seed numpy takes)
+MAX_SECONDS = 7 * 24 * 3600.0
+MAX_COUNT = 10_000_000
+MAX_SEED = 2**32 - 1
+#: the largest batch size, thread count or worker count a suite or a flag may name
+MAX_BATCH = 2**24
+MAX_WORKERS = 4096
+
 
 class ProtocolModel(BaseModel):
+    """The timing protocol. Every bound is here, on the field, so a suite file, a flag (dlbench.flags
+    validates flags through these models) and the Python API refuse the same values: no infinity, no
+    NaN, nothing negative, nothing past a sane maximum."""
+
     model_config = ConfigDict(extra="forbid")
-    warmup: int = Field(10, ge=0)
-    min_iters: int = Field(20, ge=1)
-    min_time_s: float = Field(2.0, ge=0)
-    repeats: int = Field(3, ge=1)
-    max_time_s: float = Field(120.0, gt=0)
-    timeout_s: float = Field(600.0, gt=0)
+    warmup: int = Field(10, ge=0, le=MAX_COUNT)
+    min_iters: int = Field(20, ge=1, le=MAX_COUNT)
+    min_time_s: float = Field(2.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
+    repeats: int = Field(3, ge=1, le=1000)
+    max_time_s: float = Field(120.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    timeout_s: float = Field(600.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     #: calls profiled by the framework's own profiler after the timed ones, in the first process of each
     #: timed cell (0: no profile; dlbench.measure.profile)
     profile_calls: int = Field(0, ge=0, le=1000)
@@ -43,10 +55,10 @@ class ConvergenceModel(BaseModel):
     """Settings of the convergence scenario."""
 
     model_config = ConfigDict(extra="forbid")
-    epochs: int = Field(10, ge=1)
-    target_accuracy: float = Field(0.95, gt=0, le=1)
-    lr: float | None = Field(None, gt=0)
-    log_steps: int = Field(50, ge=1)
+    epochs: int = Field(10, ge=1, le=100_000)
+    target_accuracy: float = Field(0.95, gt=0, le=1, allow_inf_nan=False)
+    lr: float | None = Field(None, gt=0, le=1000, allow_inf_nan=False)
+    log_steps: int = Field(50, ge=1, le=MAX_COUNT)
 
 
 class ServingModel(BaseModel):
@@ -55,17 +67,17 @@ class ServingModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     #: timed single calls per process of a latency cell (3 processes x 3,500 calls: a p99.9 has its 10,000)
-    latency_calls: int = Field(3500, ge=1)
+    latency_calls: int = Field(3500, ge=1, le=MAX_COUNT)
     #: server: the target rate of Poisson-arriving queries (None: half the rate one stream of calls reaches)
-    qps: float | None = Field(None, gt=0)
+    qps: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)
     #: server: the bound on the 99th percentile latency, ms (None: LoadGen's default, 100 ms)
-    p99_ms: float | None = Field(None, gt=0)
+    p99_ms: float | None = Field(None, gt=0, le=MAX_SECONDS * 1000, allow_inf_nan=False)
     #: server: search the highest QPS meeting the bound (LoadGen's FindPeakPerformance mode)
     find_peak: bool = False
     #: LoadGen's minimum duration and query count (None: LoadGen's rules); shorter ones mark the cell
     #: as not meeting LoadGen's rules
-    min_duration_s: float | None = Field(None, gt=0)
-    min_queries: int | None = Field(None, ge=1)
+    min_duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    min_queries: int | None = Field(None, ge=1, le=MAX_COUNT)
 
 
 class DistributedModel(BaseModel):
@@ -75,15 +87,15 @@ class DistributedModel(BaseModel):
     workers: list[int] = Field(default_factory=lambda: [1])
     scaling: Literal["weak", "strong"] = "weak"
     exchange: list[Literal["allreduce", "ps-sync", "ps-async"]] = Field(default_factory=lambda: ["allreduce"])
-    ps_shards: int = Field(2, ge=1)
+    ps_shards: int = Field(2, ge=1, le=MAX_WORKERS)
     launcher: Literal["subprocess", "torchrun", "ray"] = "subprocess"
     cluster: Literal["", "netns"] = ""
     #: link shaping when ``--cluster`` brings namespaces up itself (tc tbf rate; latency needs netem)
     bandwidth: str = "1gbit"
     latency: str = ""
     #: torchrun across machines: this node's rank, the node count and the c10d rendezvous endpoint
-    nnodes: int = Field(1, ge=1)
-    node_rank: int = Field(0, ge=0)
+    nnodes: int = Field(1, ge=1, le=MAX_WORKERS)
+    node_rank: int = Field(0, ge=0, le=MAX_WORKERS)
     rdzv_endpoint: str = ""
     #: Ray cluster address for ``launcher: ray`` ("" starts a local one)
     ray_address: str = ""
@@ -93,8 +105,8 @@ class DistributedModel(BaseModel):
     @field_validator("workers")
     @classmethod
     def _workers(cls, v: list[int]) -> list[int]:
-        if not v or any(w < 1 for w in v):
-            raise ValueError(f"workers must be positive integers, got {v}")
+        if not v or any(w < 1 or w > MAX_WORKERS for w in v):
+            raise ValueError(f"workers must be integers in [1, {MAX_WORKERS}], got {v}")
         return v
 
     @field_validator("exchange")
@@ -164,7 +176,7 @@ class Suite(BaseModel):
     data_dir: str | None = None
     protocol: ProtocolModel = Field(default_factory=ProtocolModel)
     convergence: ConvergenceModel = Field(default_factory=ConvergenceModel)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     distributed: DistributedModel = Field(default_factory=lambda: DistributedModel())
     serving: ServingModel = Field(default_factory=ServingModel)
 
@@ -197,6 +209,19 @@ class Suite(BaseModel):
             check_batches(lst)
         return v
 
+    @model_validator(mode="after")
+    def _mappings_name_the_suites_models(self) -> Suite:
+        """A mapping by model (``batch_sizes``, ``data``) names the suite's models or ``default``: a typo
+        (``lenett``) would otherwise be ignored and the model measured at its default."""
+        for field in ("batch_sizes", "data"):
+            mapping = getattr(self, field)
+            if isinstance(mapping, dict):
+                unknown = [k for k in mapping if k != "default" and k not in self.models]
+                if unknown:
+                    raise ValueError(f"{field} names model(s) {unknown} that are not among the suite's models "
+                                     f"{self.models} (or 'default')")
+        return self
+
 
 def check_threads(threads: list[int | str]) -> None:
     """The rule for thread counts, wherever they come from (suite, flag, API): at least one; each an
@@ -218,3 +243,5 @@ def _check_counts(values: list[int | str], what: str, words: tuple[str, ...]) ->
             raise ValueError(f"{what} must be integers (or {alternatives}), got {v!r}")
         if isinstance(v, int) and v <= 0:
             raise ValueError(f"{what} must be > 0, got {v}")
+        if isinstance(v, int) and v > MAX_BATCH:
+            raise ValueError(f"{what} must be at most {MAX_BATCH:,}, got {v}")

@@ -26,13 +26,17 @@ these records to report an environment's framework as installed.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
@@ -58,7 +62,7 @@ RECORD = "dlbench-env.json"
 LOG = "create.log"
 
 __all__ = ["EnvError", "EnvRecord", "envs_dir", "recipes", "requirements", "load", "list_envs", "python_for",
-           "stale", "worker_env", "create", "remove", "env_path", "log_path"]
+           "stale", "worker_env", "create", "build_lock", "remove", "env_path", "log_path"]
 
 
 class EnvError(Exception):
@@ -192,14 +196,61 @@ def _repo_root() -> Path | None:
 
 
 def _run(cmd: list[str], log: Path, what: str) -> None:
+    """Run one build step (pip, venv) in a process group of its own, killed as a whole when this
+    process is stopped (SIGTERM, Ctrl-C: :func:`create` turns both into an exception): pip and the
+    build backends it starts never outlive dlbench."""
     with open(log, "a") as f:
         f.write(f"\n$ {' '.join(cmd)}\n")
         f.flush()
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
         env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env).returncode
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+        try:
+            rc = proc.wait()
+        except BaseException:
+            _kill_group(proc)
+            raise
     if rc:
         raise EnvError(f"{what} failed (exit {rc}):\n{_error_lines(log.read_text())}")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@contextmanager
+def build_lock(framework: str, progress: Callable[[str], None] = lambda s: None) -> Iterator[None]:
+    """Hold the framework's build lock (``FRAMEWORK.lock`` beside the environments, ``flock``): two
+    ``dlbench envs create`` (or two runs building on demand) of one environment never build into one
+    folder at once. The second waits, saying which process holds the lock, then reuses what the first
+    built. The kernel drops the lock when its holder dies, however it dies."""
+    path = env_path(framework)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.parent / f"{path.name}.lock"
+    with open(lock, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            progress(f"{framework}: {holder} is building this environment; waiting for it to finish")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.seek(0)
+            f.truncate()
+            f.flush()
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _error_lines(text: str, limit: int = 25) -> str:
@@ -252,6 +303,13 @@ def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
 
     Raises :class:`EnvError` with pip's exact error when something cannot be installed; the
     half-built directory is removed and the full log kept beside it (``FRAMEWORK.log``)."""
+    from dlbench.interrupt import signals_interrupt
+
+    with signals_interrupt(), build_lock(info.name, progress):
+        return _create(info, python, force, progress)
+
+
+def _create(info: FrameworkEntry, python: str | None, force: bool, progress: Callable[[str], None]) -> EnvRecord:
     framework = info.name
     reqs, build = requirements(framework)
     existing = load(framework)

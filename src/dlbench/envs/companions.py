@@ -80,7 +80,7 @@ BEFORE = {
     "torch": "PyTorch before 2.1 has no torch.export, which the backend's compile variant and the ONNX export use",
 }
 
-_RELEASE = re.compile(r"(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?")
+_RELEASE = re.compile(r"([0-9]+(?:\.[0-9]+)*)(?:(a|b|rc)([0-9]+))?(?:\.post([0-9]+))?(?:\.dev([0-9]+))?")
 
 
 def release_key(version: str) -> tuple:

@@ -143,12 +143,7 @@ def framework_info(name: str) -> FrameworkInfo:
         versions.check(base, version)
     except versions.SpecError as exc:
         raise UnknownFrameworkError(str(exc)) from None
-    return replace(FRAMEWORKS[base], name=name, version=version)
-
-
-def _strip_local(version: str) -> str:
-    """``2.13.0+cpu`` -> ``2.13.0``: a local build tag does not change the release."""
-    return version.split("+", 1)[0]
+    return replace(FRAMEWORKS[base], name=f"{base}{versions.SEP}{version}", version=version)
 
 
 def installed_version(name: str) -> str | None:
@@ -157,11 +152,11 @@ def installed_version(name: str) -> str | None:
     A pinned name (``jax==0.4.38``) is installed in its own environment, or in this Python when this
     Python has exactly that version."""
     info = framework_info(name)
-    record = envs.load(name)
+    record = envs.load(info.name)
     if record is not None and record.framework_version:
         return record.framework_version
     here = _version_here(info)
-    if info.version is not None and (here is None or _strip_local(here) != info.version):
+    if info.version is not None and (here is None or not versions.same_release(here, info.version)):
         return None
     return here
 
@@ -206,7 +201,7 @@ def get_backend(name: str) -> Backend:
     info = framework_info(name)
     if info.version is not None:
         here = _version_here(info)
-        if here is None or _strip_local(here) != info.version:
+        if here is None or not versions.same_release(here, info.version):
             raise UnsupportedError(f"{name}: this interpreter ({sys.executable}) has {info.base} {here or 'missing'}, "
                                    f"not {info.version} (dlbench envs create {name})")
     module = import_plugin(info.module)

@@ -24,7 +24,7 @@ from dlbench.envs.companions import release_key
 from dlbench.report.compare import CellChange, compare_cells
 from dlbench.report.plots import Plot, Skipped, _figure, _safe, _svg
 from dlbench.report.tables import Column, Section, Table, Value, fmt_num
-from dlbench.results import CellResult, RunResults, analyse_cell
+from dlbench.results import CellResult, RunResults, analyse_or_set_aside
 from dlbench.scenarios import registry
 from dlbench.store import Store
 
@@ -139,8 +139,8 @@ def history(store: Store, base: str, model: str, scenario: str, batch: int | Non
         for cell in cells:
             verdict = verdicts.get((cell.framework, cell.variant, cell.model, cell.device, cell.precision),
                                    {}).get("verdict", "unknown")
-            res = analyse_cell(store, cell, verdict, peaks.get(cell.threads))
-            if _timed(res):
+            res = analyse_or_set_aside(store, cell, verdict, peaks.get(cell.threads))
+            if res is not None and _timed(res):
                 points.append(Point(run_id, run["started_at"], env.get("hostname", ""), cell.framework,
                                     (env.get("frameworks") or {}).get(cell.framework), res))
     return build_series(points)

@@ -34,8 +34,10 @@ latency is within :data:`NEAR_FLOOR` x of the floor's. It doubles a cell's LoadG
 
 from __future__ import annotations
 
+import os
 import queue
 import re
+import shutil
 import sys
 import threading
 import time
@@ -138,8 +140,11 @@ class LoadGen(Scenario):
         job = self.job(cell, ctx.suite)
         outdir = cell_artifacts(cell, ctx)
         if outdir is not None:
-            outdir.mkdir(parents=True, exist_ok=True)
-            job["outdir"] = str(outdir)
+            why = _unwritable(outdir)
+            if why is None:
+                job["outdir"] = str(outdir)
+            else:  # as --profile does: the logs are lost, the cell and the run are not
+                out.warnings.append(f"LoadGen's log files are not kept: {why}")
         results = run_in_turn(cell, ctx, [job], ctx.suite.protocol.timeout_s, out)
         if not results:
             return out
@@ -203,9 +208,11 @@ class LoadGen(Scenario):
             lg.DestroySUT(handle)
         summary = (Path(outdir) / "mlperf_log_summary.txt").read_text()
         floor_summary = _floor(lg, settings, count, size, str(Path(outdir) / "floor"))
+        kept = sorted(str(f) for f in Path(outdir).glob("mlperf_log_*")) if job.get("outdir") else []
+        if not job.get("outdir"):  # a directory of our own: the summaries are stored, the rest is not kept
+            shutil.rmtree(outdir, ignore_errors=True)
         return {"summary": summary, "floor_summary": floor_summary, "meets_rules": meets_rules,
-                "settings": _described(settings),
-                "logs": sorted(str(f) for f in Path(outdir).glob("mlperf_log_*")),
+                "settings": _described(settings), "logs": kept,
                 "threads_readback": p.readback, "versions": {**versions(backend), "mlcommons-loadgen": _lg_version()}}
 
     # --- results --------------------------------------------------------------------------------
@@ -322,6 +329,18 @@ def _lg_version() -> str:
         return importlib.metadata.version("mlcommons-loadgen")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _unwritable(outdir: Path) -> str | None:
+    """Why a cell's artifact directory cannot take LoadGen's logs (``artifacts/`` beside the database a
+    file, a dangling or foreign symlink, a read-only directory), or None when it can."""
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create {outdir}: {exc.strerror or exc}"
+    if not os.access(outdir, os.W_OK | os.X_OK):
+        return f"{outdir} is not writable"
+    return None
 
 
 def _tempdir() -> str:
