@@ -15,8 +15,9 @@ release line (:mod:`dlbench.envs.companions`); the rest is as for any environmen
 What goes in: the framework's pinned requirements, kept in this package
 (``requirements/FRAMEWORK.txt``; if ``requirements/FRAMEWORK.build.txt`` exists it is installed
 first and the framework is built without build isolation, for sdists whose ``setup.py`` needs an
-old setuptools), then dlbench itself with ``--no-deps`` (editable from the checkout when there is
-one). The measuring process imports only NumPy besides the framework (the worker, the backends'
+old setuptools), then dlbench itself with ``--no-deps``; from a checkout, its ``src`` is put on the
+environment's path by a ``.pth`` file instead (an editable install without the build: see
+:func:`_link_checkout`). The measuring process imports only NumPy besides the framework (the worker, the backends'
 base, models, weights, reference, verify, timer and memory modules use the standard library and
 NumPy), so no other dlbench dependency is installed: the framework's NumPy pin stays the only one.
 
@@ -282,7 +283,10 @@ def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
         repo = _repo_root()
         source = str(repo) if repo else f"dlbench=={_dlbench_version()}"
         progress(f"{framework}: installing dlbench's measuring code (--no-deps) from {source}")
-        _run([*pip, "--no-deps", *(["-e", source] if repo else [source])], log, "installing dlbench")
+        if repo:
+            _link_checkout(env_python, repo, log)
+        else:
+            _run([*pip, "--no-deps", source], log, "installing dlbench")
         probe = _probe(env_python, info.import_name)
         if probe["import_error"]:
             raise EnvError(f"the new environment cannot run dlbench's measuring code: {probe['import_error']}")
@@ -302,6 +306,22 @@ def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
     dist = info.distribution if isinstance(info.distribution, str) else info.distribution[0]
     progress(f"{framework}: {dist} {record.framework_version} ready in {record.create_seconds:.0f} s")
     return record
+
+
+def _link_checkout(env_python: Path, repo: Path, log: Path) -> None:
+    """Put the checkout's ``src`` on the environment's path with a ``.pth`` file: what an editable
+    install of dlbench's src layout amounts to, without building it. An editable install needs
+    dlbench's build backend (setuptools >= 77, wheel) fetched from the index into a build environment
+    for every environment built, which a local or offline index (a framework team's mirror, the
+    bisect test's) may not hold; the measuring code needs none of it."""
+    out = subprocess.run([str(env_python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if out.returncode:
+        raise EnvError(f"the environment's interpreter failed: {out.stderr.strip()[-2000:]}")
+    pth = Path(out.stdout.strip()) / "dlbench-checkout.pth"
+    pth.write_text(str(repo / "src") + "\n")
+    with open(log, "a") as f:
+        f.write(f"\n$ echo {repo / 'src'} > {pth}\n")
 
 
 def _dlbench_version() -> str:

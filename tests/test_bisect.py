@@ -1,0 +1,170 @@
+"""``dlbench bisect``: the planted tests (a local index of fake releases, see tests/fakerelease.py), the
+search on its own, the stored state and ``--list``, and bad input.
+
+The planted tests go through the real path: pip lists the releases from a ``--find-links`` directory
+(pip's own configuration, as a user's mirror would be), each release's environment is built by
+``dlbench.envs.create`` with pip, and each step is a stored run judged by ``compare``'s test."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from dlbench import bisect, envs
+from dlbench.bisect import Step, next_candidate, pool
+from dlbench.cli import main
+from dlbench.frameworks import FRAMEWORKS, load_plugins
+from tests import fakerelease
+
+RELEASES = ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8"]
+FAST = ["--warmup", "1", "--min-iters", "5", "--min-time", "0", "--timeout", "120"]
+
+
+@pytest.fixture
+def local_index(tmp_path, monkeypatch):
+    """pip pointed at a --find-links directory only; fakerel registered here and in every process."""
+    links = tmp_path / "links"
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.setenv("DLBENCH_ENVS_DIR", str(tmp_path / "envs"))
+    monkeypatch.setenv("DLBENCH_PLUGINS", fakerelease.__file__)
+    load_plugins()
+    yield links
+    FRAMEWORKS.pop("fakerel", None)
+
+
+def test_the_planted_slow_release_is_found_exactly_skipping_an_uninstallable_one(local_index, tmp_db, capsys):
+    """1.6 sleeps 4 ms per call (the forward itself takes microseconds); 1.4, the first midpoint,
+    cannot be installed. The first bad release must be 1.6, with at most ceil(log2(n)) + 2 builds
+    (failed attempts included), 1.4 said as skipped, and every step a stored run."""
+    fakerelease.make_index(local_index, RELEASES, slow_from="1.6", uninstallable=("1.4",))
+    code = main(["bisect", "--framework", "fakerel", "--good", "1.0", "--bad", "1.8", "--model", "dense-1",
+                 "--scenario", "forward", "--repeats", "3", *FAST, "--db", str(tmp_db), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out
+    r = out["result"]
+    assert out["status"] == "found" and (r["first_bad"], r["last_good"]) == ("1.6", "1.5")
+    assert r["ratio"]["ratio"] > 2 and r["ratio"]["ci_low"] > 1.05 and r["ratio"]["p"] < 0.01
+    assert r["skipped"] == [{"version": "1.4", "reason": r["skipped"][0]["reason"]}]
+    assert "dlbench-fakerel-missing-dependency" in r["skipped"][0]["reason"]
+    attempts = len(out["built"]) + len(out["not_installable"])
+    assert attempts <= math.ceil(math.log2(len(RELEASES))) + 2, out["built"]
+    assert out["not_installable"] == ["1.4"] and set(out["built"]) >= {"1.0", "1.5", "1.6", "1.8"}
+    assert [envs.load(f"fakerel=={v}").framework_version for v in out["built"]] == out["built"]
+    # every step is a stored run of the candidate beside its bounds, and --list shows the bisection
+    from dlbench.store import Store
+
+    store = Store(tmp_db, read_only=True)
+    runs = {r["id"] for r in store.list_runs()}
+    assert {run for st in out["steps"] for run in st["runs"]} <= runs and len(runs) >= 3
+    store.close()
+    assert main(["bisect", "--list", "--db", str(tmp_db)]) == 0
+    listed = capsys.readouterr().out
+    assert out["id"] in listed and "found" in listed and "1.6" in listed
+
+
+def test_gate_mode_finds_the_first_release_that_fails_the_gate(local_index, tmp_db, capsys):
+    fakerelease.make_index(local_index, ["2.0", "2.1", "2.2", "2.3", "2.4"], wrong_from="2.3")
+    code = main(["bisect", "--framework", "fakerel", "--good", "2.0", "--bad", "2.4", "--model", "dense-1", "--gate",
+                 "--db", str(tmp_db)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "first bad release: fakerel 2.3 fails the gate (last good: 2.2)" in out
+
+
+# --- the search alone -------------------------------------------------------------------------------
+def _walk(releases: list[str], first_bad: str, unjudgeable: set[str]) -> tuple[dict[str, str], int]:
+    verdicts = {releases[0]: "good", releases[-1]: "bad"}
+    tries = 2
+    while (v := next_candidate(releases, verdicts)) is not None:
+        tries += 1
+        verdicts[v] = "skip" if v in unjudgeable else "bad" if releases.index(v) >= releases.index(first_bad) else "good"
+    return verdicts, tries
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 9, 17, 40])
+def test_the_search_takes_at_most_log2_steps_and_finds_every_planted_release(n):
+    releases = [f"1.{i}" for i in range(n)]
+    for k in range(1, n):
+        verdicts, tries = _walk(releases, releases[k], set())
+        lo, hi = bisect.bounds(releases, verdicts)
+        assert releases[hi] == releases[k] and hi == lo + 1
+        assert tries <= math.ceil(math.log2(n)) + 2
+
+
+def test_a_skipped_release_next_to_the_change_leaves_both_as_candidates():
+    releases = [f"1.{i}" for i in range(9)]
+    verdicts, _ = _walk(releases, "1.5", {"1.4"})
+    lo, hi = bisect.bounds(releases, verdicts)
+    assert (releases[lo], releases[hi]) == ("1.3", "1.5")  # 1.4 may be the first bad one: git bisect says the same
+
+
+def test_pooling_keeps_every_process():
+    from dlbench.results import CellResult
+
+    a = CellResult(cell=None, verified="pass", samples_ms=[1.0, 1.1, 2.0], sample_repeats=[0, 0, 1],
+                   repeat_medians_ms=[1.05, 2.0])
+    b = CellResult(cell=None, verified="pass", samples_ms=[3.0], sample_repeats=[0], repeat_medians_ms=[3.0])
+    p = pool([a, b])
+    assert p.sample_repeats == [0, 0, 1, 2] and p.repeat_medians_ms == [1.05, 2.0, 3.0]
+
+
+def test_a_stored_bisection_reads_back_as_it_was_saved(tmp_db):
+    from dlbench.store import Store
+
+    b = bisect.Bisection("b-x", 1.0, bisect.Settings("jax", "0.4.38", "0.10.2", "fcn-r", "train_step"),
+                         ["0.4.38", "0.5.0", "0.10.2"], [Step("0.4.38", "good"), Step("0.5.0", "skip", "pip: no")],
+                         built=["0.4.38"], status="interrupted")
+    store = Store(tmp_db)
+    store.save_bisection(b.id, b.started_at, b.status, b.to_dict())
+    store.close()
+    assert bisect.listing(tmp_db)[0] == b
+
+
+# --- bad input ----------------------------------------------------------------------------------------
+BAD = [
+    (["--good", "0.4.38", "--bad", "0.10.2", "--model", "fcn-r", "--scenario", "train_step"], "--framework is required"),
+    (["--framework", "jax==0.4.38", "--good", "0.4.38", "--bad", "0.10.2", "--model", "fcn-r", "--scenario", "forward"],
+     "name the framework alone"),
+    (["--framework", "mxnet", "--good", "1.8", "--bad", "1.9.1", "--model", "lenet", "--scenario", "forward"],
+     "cannot be pinned"),
+    (["--framework", "jax", "--good", "abc", "--bad", "0.10.2", "--model", "lenet", "--scenario", "forward"],
+     "not a release number"),
+    (["--framework", "jax", "--good", "0.4.38", "--bad", "0.10.2", "--model", "nosuch", "--scenario", "forward"],
+     "unknown model"),
+    (["--framework", "jax", "--good", "0.4.38", "--bad", "0.10.2", "--model", "lenet"], "--scenario is required"),
+    (["--framework", "jax", "--good", "0.4.38", "--bad", "0.10.2", "--model", "lenet", "--scenario", "compile"],
+     "per-batch scenario"),
+    (["--framework", "jax", "--good", "0.4.38", "--bad", "0.10.2", "--model", "lenet", "--gate", "--scenario",
+      "forward"], "leave --scenario out"),
+    (["--framework", "jax", "--good", "0.4.38", "--bad", "0.10.2", "--model", "lenet", "--scenario", "forward",
+      "--threshold", "0"], "--threshold"),
+    (["--framework", "jax", "--good", "0.4.38", "--bad", "0.10.2", "--model", "lenet", "--scenario", "forward",
+      "--repeats", "4", "--max-repeats", "3"], "below --repeats"),
+    (["--framework", "jax", "--good", "0.4.38", "--bad", "0.10.2", "--model", "lenet", "--scenario", "forward",
+      "--repeats", "1"], "--repeats must be at least 2"),
+    (["--resume", "b-nosuch"], "no bisection"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD)
+def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_db, capsys):
+    from dlbench.store import Store
+
+    Store(tmp_db).close()
+    assert main(["bisect", *argv, "--db", str(tmp_db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_ends_pip_does_not_list_are_refused(local_index, tmp_db, capsys):
+    fakerelease.make_index(local_index, ["1.0", "1.1"])
+    assert main(["bisect", "--framework", "fakerel", "--good", "1.0", "--bad", "1.9", "--model", "dense-1",
+                 "--scenario", "forward", "--db", str(tmp_db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--bad 1.9: pip lists no such release of dlbench-fakerel" in err and "1.0, 1.1" in err
+    assert main(["bisect", "--framework", "fakerel", "--good", "1.1", "--bad", "1.0", "--model", "dense-1",
+                 "--scenario", "forward", "--db", str(tmp_db)]) == 2
+    assert "must be an older release" in capsys.readouterr().err
