@@ -4,7 +4,8 @@ measures them there: a cell or a verification of framework F runs ``ENV/bin/pyth
 when F has an environment (it takes precedence over the main Python).
 
 Layout: ``$DLBENCH_ENVS_DIR`` (default ``~/.cache/dlbench/envs``) holds one directory per framework,
-a plain venv plus ``dlbench-env.json``, its record (interpreter, every installed distribution's
+a plain venv (without a pip of its own where this Python's pip can install into it: see
+:func:`_driver_pip`) plus ``dlbench-env.json``, its record (interpreter, every installed distribution's
 version read from that interpreter, creation date and seconds, the requirement files used). The
 record is written last, so a directory without one is a failed or interrupted build and is ignored.
 
@@ -271,10 +272,12 @@ def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
     started = time.perf_counter()
     base = python or getattr(sys, "_base_executable", None) or sys.executable
     try:
+        own_pip = python is not None or bool(build) or not _driver_pip()
         progress(f"{framework}: creating a venv with {base}")
-        _run([base, "-m", "venv", str(path)], log, "creating the venv")
+        _run([base, "-m", "venv", *([] if own_pip else ["--without-pip"]), str(path)], log, "creating the venv")
         env_python = path / "bin" / "python"
-        pip = [str(env_python), "-m", "pip", "install", "--no-input"]
+        pip = ([str(env_python), "-m", "pip"] if own_pip else [sys.executable, "-m", "pip", "--python", str(env_python)])
+        pip += ["install", "--no-input"]
         if build:
             progress(f"{framework}: installing build prerequisites: {' '.join(build)}")
             _run([*pip, *build], log, f"installing {' '.join(build)}")
@@ -306,6 +309,21 @@ def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
     dist = info.distribution if isinstance(info.distribution, str) else info.distribution[0]
     progress(f"{framework}: {dist} {record.framework_version} ready in {record.create_seconds:.0f} s")
     return record
+
+
+def _driver_pip() -> bool:
+    """Whether this Python's pip can install into another interpreter (``--python``, pip 22.3 and later).
+    Then an environment is a venv without a pip of its own, installed into by this pip (the same
+    configuration, the same index): ensurepip is most of the time a venv takes to make, and the
+    environment's packages are the same. An environment on another Python (``python=``) or with build
+    prerequisites (an sdist built without isolation, which expects the venv's own setuptools) keeps its own pip."""
+    from importlib.metadata import version
+
+    try:
+        major, minor = (int(x) for x in version("pip").split(".")[:2])
+    except Exception:  # no pip here (PackageNotFoundError), or a version that is not numbers
+        return False
+    return (major, minor) >= (22, 3)
 
 
 def _link_checkout(env_python: Path, repo: Path, log: Path) -> None:
