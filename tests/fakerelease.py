@@ -35,9 +35,9 @@ companions.register("fakerel", DISTRIBUTION, (companions.Line("1.0", ()),), "fak
 
 
 def _backend():
+    import dlbench_fakerel
     import numpy as np
 
-    import dlbench_fakerel
     from dlbench import reference
     from dlbench.frameworks.base import Backend, UnsupportedError
 
