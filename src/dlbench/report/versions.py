@@ -209,9 +209,14 @@ def series_figure(s: Series, across_runs: bool = False, changes: list | None = N
     for c in changes or []:
         color = "red" if c.verdict == "slower" else "green"
         ax.axvline(c.index - 0.5, color=color, linestyle="--", alpha=0.7)
-        ax.annotate(f"step {c.change_pct:+.0f}%", (c.index - 0.5, max(med)), textcoords="offset points",
-                    xytext=(4, -10), color=color, fontsize="small")
-    ax.set_xticks(x, [p.label + (f"\n{p.date[:10]}" if across_runs else "") for p in s.points], fontsize="small")
+        ax.annotate(f"step {c.change_pct:+.0f}%", (c.index - 0.5, min(med)), textcoords="offset points",
+                    xytext=(4, 2), color=color, fontsize="small")
+    crowded = len(s.points) > 6  # many runs: slanted labels that do not run into each other
+    sep = " " if crowded else "\n"
+    ax.set_xticks(x, [p.label + (f"{sep}{p.date[:10]}" if across_runs else "") for p in s.points], fontsize="small",
+                  rotation=45 if crowded else 0, ha="right" if crowded else "center")
+    if crowded:
+        fig.subplots_adjust(bottom=0.32)
     ax.set_ylabel("ms per batch (median, 95% CI)")
     ax.set_title(s.title, fontsize="small")
     ax.grid(True, alpha=0.3)
