@@ -168,3 +168,42 @@ def test_ends_pip_does_not_list_are_refused(local_index, tmp_db, capsys):
     assert main(["bisect", "--framework", "fakerel", "--good", "1.1", "--bad", "1.0", "--model", "dense-1",
                  "--scenario", "forward", "--db", str(tmp_db)]) == 2
     assert "must be an older release" in capsys.readouterr().err
+
+
+def test_an_interrupted_bisection_resumes_where_it_stopped(tmp_db, monkeypatch, capsys):
+    """The measuring faked (a release is bad from 3.5 on), the search, the stored state, the interruption
+    and --resume real: the releases judged before Ctrl-C are not judged again."""
+    from packaging.version import Version
+
+    releases = [f"3.{i}" for i in range(9)]
+    monkeypatch.setattr(bisect.releases, "between", lambda framework, good, bad, pre=False: releases)
+    monkeypatch.setattr(bisect._Measure, "build", lambda self, version: None)
+    judged, interrupted = [], []
+
+    def step(m, version, good, bad):
+        judged.append(version)
+        if version == "3.6" and not interrupted:
+            interrupted.append(version)
+            raise KeyboardInterrupt
+        slow = Version(version) >= Version("3.5")
+        test = {"ratio": 1.4 if slow else 1.0, "ci_low": 1.3 if slow else 0.97, "ci_high": 1.5 if slow else 1.03,
+                "p": 1e-4 if slow else 0.8, "verdict": "slower" if slow else "same", "processes": [3, 3],
+                "median_ms": [1.0, 1.4 if slow else 1.0]}
+        st = Step(version, "bad" if slow else "good", against=(good, bad), vs_good=test, processes=3, runs=["r"])
+        m.b.steps.append(st)
+        return st
+
+    monkeypatch.setattr(bisect, "_timed_step", step)
+    argv = ["bisect", "--framework", "jax", "--good", "3.0", "--bad", "3.8", "--model", "lenet", "--scenario",
+            "forward", "--db", str(tmp_db)]
+    assert main(argv) not in (0, 1, 2)  # interrupted
+    assert "dlbench bisect --resume b-" in capsys.readouterr().err
+    (stored,) = bisect.listing(tmp_db)
+    assert stored.status == "interrupted" and [s.version for s in stored.steps] == ["3.0", "3.8", "3.4"]
+    assert main(["bisect", "--list", "--db", str(tmp_db)]) == 0 and "interrupted" in capsys.readouterr().out
+    assert main(["bisect", "--resume", stored.id, "--db", str(tmp_db), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "found" and out["result"]["first_bad"] == "3.5" and out["result"]["last_good"] == "3.4"
+    assert judged == ["3.8", "3.4", "3.6", "3.6", "3.5"]
+    assert main(["bisect", "--resume", stored.id, "--db", str(tmp_db)]) == 1  # found: nothing to resume
+    assert "nothing to resume" in capsys.readouterr().err

@@ -426,6 +426,8 @@ def _loop(m: _Measure) -> Bisection:
     except KeyboardInterrupt:
         b.status, b.seconds = "interrupted", time.perf_counter() - started
         m.save()
+        m.say(f"bisection {b.id} interrupted after {len(b.steps)} judged release(s); go on with: "
+              f"dlbench bisect --resume {b.id}")
         raise
     b.seconds = time.perf_counter() - started
     b.result.setdefault("environments_built", len(b.built))
