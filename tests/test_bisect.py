@@ -19,7 +19,7 @@ from dlbench.frameworks import FRAMEWORKS, load_plugins
 from tests import fakerelease
 
 RELEASES = ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8"]
-FAST = ["--warmup", "1", "--min-iters", "5", "--min-time", "0", "--timeout", "120"]
+FAST = ["--warmup", "1", "--min-iters", "3", "--min-time", "0", "--timeout", "120"]
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_the_planted_slow_release_is_found_exactly_skipping_an_uninstallable_one
     (failed attempts included), 1.4 said as skipped, and every step a stored run."""
     fakerelease.make_index(local_index, RELEASES, slow_from="1.6", uninstallable=("1.4",))
     code = main(["bisect", "--framework", "fakerel", "--good", "1.0", "--bad", "1.8", "--model", "dense-1",
-                 "--scenario", "forward", "--repeats", "3", *FAST, "--db", str(tmp_db), "--json"])
+                 "--scenario", "forward", "--repeats", "2", *FAST, "--db", str(tmp_db), "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0, out
     r = out["result"]
@@ -207,3 +207,44 @@ def test_an_interrupted_bisection_resumes_where_it_stopped(tmp_db, monkeypatch, 
     assert judged == ["3.8", "3.4", "3.6", "3.6", "3.5"]
     assert main(["bisect", "--resume", stored.id, "--db", str(tmp_db)]) == 1  # found: nothing to resume
     assert "nothing to resume" in capsys.readouterr().err
+
+
+def _cell(version: str, medians: list[float]):
+    from dlbench.results import CellResult
+    from dlbench.store import CellRecord
+
+    record = CellRecord(0, "r", "k", f"jax=={version}", "jit", "lenet", "forward", 8, 1, "cpu", "synthetic", "ok", "",
+                        1.0, [], {})
+    samples = [m * f for m in medians for f in (0.99, 1.0, 1.01)]
+    return CellResult(cell=record, verified="pass", samples_ms=samples,
+                      sample_repeats=[i for i in range(len(medians)) for _ in range(3)], repeat_medians_ms=list(medians))
+
+
+def test_an_inconclusive_step_measures_more_processes_then_says_so(tmp_db, monkeypatch, capsys):
+    """A candidate halfway between its bounds with a wide process-to-process spread: neither slower than
+    the last good one nor faster than the first bad one. The step adds processes (--repeats at a time,
+    pooled) up to --max-repeats, then the bisection stops as inconclusive with the interval. (With 9
+    processes the same spread would call it slower: more processes do decide.)"""
+    releases = ["4.0", "4.1", "4.2"]
+    monkeypatch.setattr(bisect.releases, "between", lambda framework, good, bad, pre=False: releases)
+    monkeypatch.setattr(bisect._Measure, "build", lambda self, version: None)
+    level = {"4.0": [1.0, 1.01, 0.99], "4.2": [2.0, 2.02, 1.98], "4.1": [1.0, 2.0, 1.5]}
+    calls = []
+
+    def cells(self, versions, step):
+        n = min(self.s.repeats, self.s.max_repeats - step.processes) if step.processes else self.s.repeats
+        calls.append((step.version, n))
+        step.processes += n
+        step.runs.append(f"run{len(calls)}")
+        return {v: _cell(v, (level[v] * 4)[:step.processes]) for v in versions}
+
+    monkeypatch.setattr(bisect._Measure, "cells", cells)
+    code = main(["bisect", "--framework", "jax", "--good", "4.0", "--bad", "4.2", "--model", "lenet", "--scenario",
+                 "forward", "--repeats", "3", "--max-repeats", "6", "--db", str(tmp_db), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["status"] == "inconclusive"
+    assert calls == [("4.2", 3), ("4.1", 3), ("4.1", 3)]
+    (step,) = [s for s in out["steps"] if s["version"] == "4.1"]
+    assert step["verdict"] == "inconclusive" and step["processes"] == 6 and len(step["runs"]) == 2
+    assert step["vs_good"]["processes"] == [6, 6] and step["vs_good"]["verdict"] == "same"
+    assert out["result"]["interval"] == ["4.0", "4.2"] and out["result"]["inconclusive"] == "4.1"
