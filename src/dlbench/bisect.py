@@ -233,6 +233,8 @@ class _Measure:
         out = {}
         for v, name in zip(versions_, names, strict=True):
             mine = [c for r in by_run for c in r.cells if c.cell.framework == name and c.cell.scenario == self.s.scenario]
+            if not mine:
+                raise _Unmeasured(v, f"the run stored no {self.s.scenario} cell of {name}")
             bad = next((c for c in mine if not (c.ok and c.samples_ms)), None)
             if bad is not None:
                 raise _Unmeasured(v, ("fails the gate: " if bad.cell.status == "not_equivalent" else
