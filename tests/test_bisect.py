@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from dlbench.bisect import Step, next_candidate, pool
 from dlbench.cli import main
 from dlbench.frameworks import FRAMEWORKS, load_plugins
 from tests import fakerelease
+from tests.conftest import over_budget
 
 RELEASES = ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8"]
 FAST = ["--warmup", "1", "--min-iters", "3", "--min-time", "0", "--timeout", "120"]
@@ -53,6 +55,9 @@ def test_the_planted_slow_release_is_found_exactly_skipping_an_uninstallable_one
     assert attempts <= math.ceil(math.log2(len(RELEASES))) + 2, out["built"]
     assert out["not_installable"] == ["1.4"] and set(out["built"]) >= {"1.0", "1.5", "1.6", "1.8"}
     assert [envs.load(f"fakerel=={v}").framework_version for v in out["built"]] == out["built"]
+    # built by this Python's pip into a venv without one, the checkout linked by a .pth (no build backend needed)
+    env = Path(envs.load("fakerel==1.6").path)
+    assert not (env / "bin" / "pip").exists() and len(list(env.glob("lib/python*/site-packages/dlbench-checkout.pth"))) == 1
     # every step is a stored run of the candidate beside its bounds, and --list shows the bisection
     from dlbench.store import Store
 
@@ -65,7 +70,10 @@ def test_the_planted_slow_release_is_found_exactly_skipping_an_uninstallable_one
     assert out["id"] in listed and "found" in listed and "1.6" in listed
 
 
+@over_budget
 def test_gate_mode_finds_the_first_release_that_fails_the_gate(local_index, tmp_db, capsys):
+    """The real path of --gate (pip, environments, dlbench verify per release); over CI's time budget, so
+    CI runs the search with the gate faked below, and this with DLBENCH_SLOW_TESTS=1."""
     fakerelease.make_index(local_index, ["2.0", "2.1", "2.2", "2.3", "2.4"], wrong_from="2.3")
     code = main(["bisect", "--framework", "fakerel", "--good", "2.0", "--bad", "2.4", "--model", "dense-1", "--gate",
                  "--db", str(tmp_db)])
@@ -248,3 +256,40 @@ def test_an_inconclusive_step_measures_more_processes_then_says_so(tmp_db, monke
     assert step["verdict"] == "inconclusive" and step["processes"] == 6 and len(step["runs"]) == 2
     assert step["vs_good"]["processes"] == [6, 6] and step["vs_good"]["verdict"] == "same"
     assert out["result"]["interval"] == ["4.0", "4.2"] and out["result"]["inconclusive"] == "4.1"
+
+
+def test_pips_answer_is_read_in_json_and_in_text():
+    from dlbench.releases import _parse
+
+    assert _parse('{"name": "jax", "versions": ["0.10.2", "0.4.38"], "latest": "0.10.2"}') == ["0.10.2", "0.4.38"]
+    assert _parse("jax (0.10.2)\nAvailable versions: 0.10.2, 0.9.0.1, 0.4.38\n") == ["0.10.2", "0.9.0.1", "0.4.38"]
+    assert _parse("") == []
+
+
+def test_gate_mode_judges_pass_good_and_fail_bad(tmp_db, monkeypatch, capsys):
+    """--gate with the gate's verdicts faked (wrong from 5.5 on, 5.3, the first midpoint, unsupported): the
+    first release that fails is named, the unsupported one skipped and said, and nothing is timed."""
+    from packaging.version import Version
+
+    releases = [f"5.{i}" for i in range(7)]
+    monkeypatch.setattr(bisect.releases, "between", lambda framework, good, bad, pre=False: releases)
+    monkeypatch.setattr(bisect._Measure, "build", lambda self, version: None)
+    monkeypatch.setattr(bisect._Measure, "cells", lambda self, versions, step: pytest.fail("--gate timed something"))
+    asked = []
+
+    def gate(self, version):
+        asked.append(version)
+        if version == "5.3":
+            return "skip", "unsupported: no such layer"
+        return ("fail", "forward error 1e-2 > 1e-4") if Version(version) >= Version("5.5") else ("pass", "")
+
+    monkeypatch.setattr(bisect._Measure, "gate", gate)
+    assert main(["bisect", "--framework", "jax", "--good", "5.0", "--bad", "5.6", "--model", "lenet", "--gate",
+                 "--db", str(tmp_db)]) == 0
+    out = capsys.readouterr().out
+    assert "first bad release: jax 5.5 fails the gate (last good: 5.4)" in out
+    assert "skipped jax 5.3: unsupported: no such layer" in out
+    assert asked[:3] == ["5.0", "5.6", "5.3"] and len(asked) <= math.ceil(math.log2(len(releases))) + 2 + 1
+    assert main(["bisect", "--framework", "jax", "--good", "5.0", "--bad", "5.2", "--model", "lenet", "--gate",
+                 "--db", str(tmp_db)]) == 1
+    assert "passes the gate" in capsys.readouterr().out
