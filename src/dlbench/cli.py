@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlbench import (
+    cli_bisect,
     cli_check,
     cli_dist,
     cli_envs,
@@ -26,6 +27,7 @@ from dlbench import (
     cli_probe,
     cli_report,
     cli_run,
+    cli_site,
     cli_survey,
     interrupt,
 )
@@ -139,7 +141,8 @@ def build_parser() -> Parser:
 
 #: the other verbs, by module, in the order ``--help`` lists them
 COMMANDS = (cli_run.register, cli_dist.register, cli_report.register, cli_probe.register, cli_explain.register,
-            cli_envs.register, cli_survey.register, cli_history.register, cli_check.register)
+            cli_envs.register, cli_survey.register, cli_history.register, cli_check.register, cli_bisect.register,
+            cli_site.register)
 
 
 def main(argv: list[str] | None = None) -> int:

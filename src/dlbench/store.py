@@ -61,6 +61,12 @@ LEASES = """CREATE TABLE IF NOT EXISTS leases (
     run_id TEXT PRIMARY KEY REFERENCES runs(id), pid INTEGER NOT NULL, host TEXT NOT NULL, token TEXT NOT NULL,
     heartbeat REAL NOT NULL)"""
 
+#: ``dlbench bisect``'s bisections (dlbench.bisect): settings and state as JSON, saved after every step so an
+#: interrupted one resumes. Made when the first is saved; no schema version of its own (a database without
+#: the table simply holds none, and an older dlbench ignores it)
+BISECTIONS = """CREATE TABLE IF NOT EXISTS bisections (
+    id TEXT PRIMARY KEY, started_at REAL NOT NULL, updated_at REAL NOT NULL, status TEXT NOT NULL, data TEXT NOT NULL)"""
+
 #: version 2 had no precision: every cell and verdict was float32, and a verdict's key had no
 #: precision (SQLite cannot widen a primary key in place: the table is copied)
 TO_V3 = [
@@ -475,6 +481,20 @@ class Store:
         """Where a run's files live beside the database (profiler traces, LoadGen logs): one directory
         per run, made by whoever writes the first file, removed with nothing else."""
         return self.path.parent / "artifacts" / run_id
+
+    # --- bisections (dlbench.bisect) ------------------------------------------------------------
+    def save_bisection(self, bisection_id: str, started_at: float, status: str, data: dict) -> None:
+        with self.conn:
+            self.conn.execute(BISECTIONS)
+            self.conn.execute("INSERT OR REPLACE INTO bisections VALUES (?,?,?,?,?)",
+                              (bisection_id, started_at, time.time(), status, json.dumps(data, default=str)))
+
+    def bisections(self) -> list[dict[str, Any]]:
+        """Every stored bisection's data, oldest first (none where the table was never made)."""
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='bisections'").fetchone() is None:
+            return []
+        rows = self.conn.execute("SELECT data FROM bisections ORDER BY started_at, rowid").fetchall()
+        return [json.loads(r[0]) for r in rows]
 
     # --- cells and samples ------------------------------------------------------------------
     def save_cell(self, run_id: str, cell: dict, status: str, reason: str, seconds: float, warnings: list[str],
