@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from dlbench.measure import adaptive
 from dlbench.measure.adaptive import Components, components, interval, plan, variance_split
 
 
