@@ -178,6 +178,13 @@ def add_protocol_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-time", type=float, dest="min_time", help="seconds of sampling per process")
     p.add_argument("--repeats", type=int, help="fresh processes per cell")
     p.add_argument("--timeout", type=float, help="seconds per cell process")
+    p.add_argument("--target-ci", type=float, dest="target_ci", metavar="PCT",
+                   help="measure each cell until its median's 95%% interval is within +-PCT%% (a pilot of --repeats "
+                        "processes, then a second stage planned from it; docs/measurement.md)")
+    p.add_argument("--max-time", type=float, dest="max_time", metavar="S",
+                   help="with --target-ci: the most seconds a cell may take (default 600)")
+    p.add_argument("--fixed-warmup", action="store_true", dest="fixed_warmup", default=None,
+                   help="warm up with exactly --warmup calls (default: also look for a longer warm-up in the calls)")
     p.add_argument("--profile", type=int, nargs="?", const=5, metavar="CALLS",
                    help="after the timed calls, profile CALLS more (default 5) with the framework's own profiler: "
                         "a Chrome trace kept with the run and a top-operations table (forward, gradient, train_step)")
@@ -186,14 +193,21 @@ def add_protocol_flags(p: argparse.ArgumentParser) -> None:
 def _protocol(args: argparse.Namespace) -> dict:
     out = {}
     for flag, key in (("warmup", "warmup"), ("min_iters", "min_iters"), ("min_time", "min_time_s"),
-                      ("repeats", "repeats"), ("timeout", "timeout_s"), ("profile", "profile_calls")):
-        value = getattr(args, flag)
+                      ("repeats", "repeats"), ("timeout", "timeout_s"), ("profile", "profile_calls"),
+                      ("target_ci", "target_ci"), ("max_time", "max_cell_s")):
+        value = getattr(args, flag, None)
         if value is not None:
             if key == "timeout_s":
                 value = resolve.timeout(value)
+            elif key == "target_ci" and not 0 < value < 100:
+                raise UsageError(f"--target-ci is a percentage in (0, 100), got {value:g}")
+            elif key == "max_cell_s" and value <= 0:
+                raise UsageError(f"--max-time must be positive, got {value:g}")
             elif value < 0 or (value == 0 and key in ("min_iters", "repeats", "profile_calls")):
                 raise UsageError(f"--{flag.replace('_', '-')} must be positive, got {value}")
             out[key] = value
+    if getattr(args, "fixed_warmup", None):
+        out["find_warmup"] = False
     return out
 
 
@@ -412,6 +426,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     from dlbench import api
 
     res = api.results(args.run_id, args.db)
+    if args.cost:
+        from dlbench.report.cost import print_cost
+
+        return print_cost(res, args.json)
     if args.warnings and not args.json:
         for c in res.cells:
             for w in c.cell.warnings:
@@ -495,6 +513,9 @@ def register(sub) -> None:
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.add_argument("--json", action="store_true")
     p.add_argument("--warnings", action="store_true", help="list every cell's warnings")
+    p.add_argument("--cost", action="store_true",
+                   help="where the run's wall time went, per cell and in all: process start and imports, build, "
+                        "gate, warm-up, timed calls, the rest; and each cell's precision and variance split")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("export", help="write a run's cells as CSV or JSON (with raw samples)")
