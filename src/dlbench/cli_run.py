@@ -8,6 +8,7 @@ import json
 import shlex
 import sys
 import time
+from dataclasses import asdict
 from datetime import datetime
 
 from rich.markup import escape
@@ -19,7 +20,7 @@ from dlbench import flags, resolve
 from dlbench.cli_common import console, counts, names, texts, write_output
 from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
 from dlbench.errors import UsageError
-from dlbench.estimate import Estimate, format_duration, setup_seconds
+from dlbench.estimate import Estimate, env_builds, format_duration, setup_seconds
 from dlbench.interrupt import Interrupted, explain
 from dlbench.measure.stats import summarize
 from dlbench.plan import Cell, Suite
@@ -317,11 +318,14 @@ def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate
     from dlbench.estimate import runs_a_process
 
     setup = setup_seconds(cells)
-    total = setup + estimate.remaining(cells)
+    builds = env_builds(sorted({c.framework for c in cells}))
+    build_s = sum(b.seconds for b in builds)
+    total = setup + build_s + estimate.remaining(cells)
     if as_json:
         print(json.dumps({"suite": suite.name, "cells": [{**c.to_dict(), "key": c.key, "runs_a_process": runs_a_process(c),
                                                           "estimate_s": estimate.predict(c)} for c in cells],
-                          "stored": stored, "setup_s": setup, "estimate_s": total, "left_out": left_out}, indent=2))
+                          "stored": stored, "setup_s": setup, "estimate_s": total, "left_out": left_out,
+                          "environments": [asdict(b) for b in builds]}, indent=2))
         return 0
     table = Table(title=f"{suite.name}: {len(cells)} cell(s) to measure" + (f" ({stored} stored)" if stored else ""),
                   title_justify="left")
@@ -332,9 +336,15 @@ def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate
                       else "unsupported: no process")
     console.print(table)
     p = suite.protocol
-    print(f"estimate: about {format_duration(total)} (rough, from the protocol: {p.repeats} process(es) per cell, "
+    for b in builds:
+        print(f"environment to build: {b.framework}, about {format_duration(b.seconds)} and "
+              f"{b.bytes / 2**30:.1f} GiB (from {b.basis})")
+    how = (f"a pilot of {max(p.repeats, 3)} process(es), then as many as +-{p.target_ci:g}% needs for a typical "
+           f"noise, at most {p.max_cell_s:g} s a cell" if p.target_ci is not None else f"{p.repeats} process(es) per cell")
+    envs_text = f", {format_duration(build_s)} of environments to build" if builds else ""
+    print(f"estimate: about {format_duration(total)} (rough, from the protocol: {how}, "
           f"{p.warmup} warm-up + at least {p.min_iters} iterations and {p.min_time_s:g} s each; "
-          f"{format_duration(setup)} of machine peak and equivalence gate)")
+          f"{format_duration(setup)} of machine peak and equivalence gate{envs_text})")
     if left_out:
         print(left_out)
     print("dry run: nothing measured, nothing stored, no run created")

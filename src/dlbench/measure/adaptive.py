@@ -219,3 +219,17 @@ def log_interval(y, level: float = 0.95) -> Interval:
     m, se = float(y.mean()), float(y.std(ddof=1) / math.sqrt(y.size))
     h = _t(y.size, level) * se
     return Interval(math.exp(m), math.exp(m - h), math.exp(m + h), int(y.size))
+
+
+#: the variance split assumed before a pilot has measured one (``--dry-run``'s estimate): process
+#: medians 5% apart (sd), calls 10% around them
+PRIOR = Components(between=0.05**2, within=math.pi / 2 * 0.10**2, calls=1)
+
+
+def prior_seconds(target: float, pilot: int, pilot_process_s: float, start_s: float, call_s: float, cap_s: float,
+                  min_calls: int = 1) -> float:
+    """A guess at a cell's wall time under the two-stage design before anything is measured: the pilot,
+    then the plan for :data:`PRIOR`'s split, within the cap."""
+    first = pilot * pilot_process_s
+    second = plan(PRIOR, target, start_s, call_s, max(cap_s - first, 0.0), min_calls=min_calls)
+    return min(first + second.processes * (start_s + second.calls * call_s), max(cap_s, first))

@@ -34,6 +34,7 @@ from dlbench import envs
 from dlbench.cell import Cell
 from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.launch.subprocess import JobOutcome
+from dlbench.measure.adaptive import prior_seconds
 from dlbench.measure.reuse import compilation_cache_env, compilation_cache_mark
 from dlbench.measure.stats import summarize
 from dlbench.models import UnknownModelError, get_model
@@ -152,6 +153,9 @@ class Scenario(ABC):
         p = suite.protocol
         warmup = min(p.warmup * step_s, p.max_time_s / 4)
         sampling = min(max(p.min_iters * step_s, p.min_time_s), p.max_time_s)
+        if p.target_ci is not None:  # a pilot, then a second stage planned for a typical variance split
+            return prior_seconds(p.target_ci / 100, max(p.repeats, 3), start_s + warmup + sampling, start_s + warmup,
+                                 step_s, p.max_cell_s, p.min_iters)
         return p.repeats * (start_s + warmup + sampling)
 
     # --- the measuring process's side -----------------------------------------------------------

@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.measure.adaptive import variance_split
+from dlbench.measure.adaptive import prior_seconds, variance_split
 from dlbench.measure.cost import WorkClock
 from dlbench.measure.percentiles import percentiles, samples_needed
 from dlbench.measure.warmup import warmup_end
@@ -58,8 +58,12 @@ class Latency(Scenario):
 
     def estimate(self, cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
         p = suite.protocol
-        return p.repeats * (start_s + min(p.warmup * step_s, p.max_time_s / 4)
-                            + min(suite.serving.latency_calls * step_s, p.max_time_s))
+        warmup = min(p.warmup * step_s, p.max_time_s / 4)
+        per_process = start_s + warmup + min(suite.serving.latency_calls * step_s, p.max_time_s)
+        if p.target_ci is not None:
+            return prior_seconds(p.target_ci / 100, max(p.repeats, 3), per_process, start_s + warmup, step_s,
+                                 p.max_cell_s, samples_needed(TARGET_Q))
+        return p.repeats * per_process
 
     # --- the parent's side ------------------------------------------------------------------------
     def measure(self, cell, ctx: Context) -> CellOutcome:
