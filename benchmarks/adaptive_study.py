@@ -43,7 +43,7 @@ TINY = ["--model", "lenet", "--framework", "torch", "--scenario", "forward", "--
 TINY_TARGET = ["--target-ci", "10", "--max-time", "30"]
 
 
-def figures(db: str, run_id: str, seconds: float) -> dict:
+def figures(db: str, run_id: str, seconds: float, target: float) -> dict:
     """A run's row: wall time, cells, the share that met the target, median half-width and between share."""
     out = dlbench("show", run_id, "--cost", "--json", "--db", db)
     if out.returncode:
@@ -51,13 +51,15 @@ def figures(db: str, run_id: str, seconds: float) -> dict:
     rows = [r for r in json.loads(out.stdout)["cells"] if r["status"] == "ok"]
     widths = [r["half_width"] for r in rows if r["half_width"] is not None]
     shares = [r["between_share"] for r in rows if r["between_share"] is not None]
+    process = [r["process_between_share"] for r in rows if r["process_between_share"] is not None]
     targeted = [r for r in rows if r["met"] is not None]
-    within = [r for r in rows if r["half_width"] is not None and r["half_width"] <= int(TARGET) / 100]
+    within = [r for r in rows if r["half_width"] is not None and r["half_width"] <= target]
     return {"seconds": seconds, "cells": len(rows),
             "met": (sum(r["met"] for r in targeted) / len(targeted)) if targeted else None,
             "within_target": len(within) / len(rows) if rows else None,
             "median_half_width": statistics.median(widths) if widths else None,
-            "between_share": statistics.median(shares) if shares else None}
+            "between_share": statistics.median(shares) if shares else None,
+            "process_between": statistics.median(process) if process else None}
 
 
 def _pct(x: float | None) -> str:
@@ -70,9 +72,9 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="one tiny cell: checks the script runs")
     ap.add_argument("--workdir", type=Path, help="keep the databases and finished runs here (resumable)")
     args = ap.parse_args()
-    head = header("Adaptive measurement: fixed protocol against --target-ci " + TARGET + (" (tiny)" if args.tiny else ""))
-    workloads = {"tiny": TINY} if args.tiny else {k: WORKLOADS[k] for k in (args.only or WORKLOADS)}
     target = TINY_TARGET if args.tiny else ["--target-ci", TARGET, "--max-time", MAX_TIME]
+    head = header(f"Adaptive measurement: fixed protocol against --target-ci {target[1]}" + (" (tiny)" if args.tiny else ""))
+    workloads = {"tiny": TINY} if args.tiny else {k: WORKLOADS[k] for k in (args.only or WORKLOADS)}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
@@ -83,18 +85,19 @@ def main() -> None:
                 db = str(work / f"{tag}.db")
                 part = study_part(work / f"{tag}.json", ["run", *argv, *extra, "--db", db, "--json"], db)
                 run_id = json.loads(part["stdout"])["run_id"]
-                rows.append((name, protocol, figures(db, run_id, part["seconds"])))
+                rows.append((name, protocol, figures(db, run_id, part["seconds"], float(target[1]) / 100)))
     print(head)
     print(f"Each workload run twice in turn on this machine: the fixed protocol, then `--target-ci {target[1]}` "
           f"with `--max-time {target[3]}` a cell. Half-width: the cell's 95% interval's, relative (the second "
           "stage's with a target). Between: the share of one call's variance that lies between processes "
-          "(median over cells).\n")
+          "(median over cells); process between: the share of one process's median's variance.\n")
     print("| workload | protocol | wall time | cells | met the target | within ±" + (target[1]) +
-          "% | median half-width | between share |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+          "% | median half-width | between share | process between |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, protocol, f in rows:
         print(f"| {name} | {protocol} | {f['seconds'] / 60:.1f} min | {f['cells']} | {_pct(f['met'])} | "
-              f"{_pct(f['within_target'])} | ±{_pct(f['median_half_width'])} | {_pct(f['between_share'])} |")
+              f"{_pct(f['within_target'])} | ±{_pct(f['median_half_width'])} | {_pct(f['between_share'])} | "
+              f"{_pct(f['process_between'])} |")
     fixed = {n: f for n, p, f in rows if p == "fixed"}
     for name, protocol, f in rows:
         if protocol != "fixed" and fixed.get(name, {}).get("seconds"):

@@ -65,9 +65,11 @@ def test_components_recover_a_known_split():
 
 def test_variance_split_shares():
     rng = np.random.default_rng(0)
-    split = variance_split(list(_cell(rng, 100, 200, 0.10, 0.10, 5.0)))
+    split = variance_split(list(_cell(rng, 100, 200, 0.10, 0.10 * math.sqrt(2 / math.pi), 5.0)))
+    # the within part is in the units of a median's variance (pi/2 that of a mean, for normal calls)
     assert split["between_share"] == pytest.approx(0.5, abs=0.1)
-    assert split["processes"] == 100
+    assert split["process_between_share"] > 0.95  # 200 calls a process: its median is nearly all between
+    assert split["processes"] == 100 and split["calls"] == 200
     assert variance_split([[1.0, 2.0]]) == {}  # one process: no split
 
 

@@ -51,7 +51,7 @@ def test_a_cell_measured_to_a_target_reports_its_two_stages_cost_and_variance(tm
     assert all(cost[k] > 0 for k in ("start_s", "build_s", "warmup_s", "timed_s"))
     assert sum(cost[k] for k in ("start_s", "build_s", "warmup_s", "timed_s", "rest_s")) == \
         pytest.approx(cell.cell.seconds, rel=1e-6)
-    assert set(m["variance"]) == {"between", "within", "between_share", "processes"}
+    assert set(m["variance"]) == {"between", "within", "calls", "processes", "between_share", "process_between_share"}
     capsys.readouterr()
     assert main(["show", "--cost", "--db", str(tmp_db)]) == 0
     out = capsys.readouterr().out

@@ -88,38 +88,40 @@ class Components:
         return self.between / total if total > 0 else 0.0
 
 
-def components(groups: list, q: float = 50.0) -> Components:
+def components(groups: list, q: float = 50.0, median_unbiased: bool = True) -> Components:
     """Method-of-moments split of the process values' variance: what the process values vary by,
     less what their own calls explain, is between processes (floored at 0).
 
-    The between part is scaled to its median-unbiased value (``df / chi2.median(df)``: 1.44 from 3
-    processes): a pilot of a few processes underestimates it more often than not, and a plan on an
-    underestimate misses its target."""
+    With ``median_unbiased`` (for planning) the between part is scaled to its median-unbiased value
+    (``df / chi2.median(df)``: 1.44 from 3 processes): a pilot of a few processes underestimates it
+    more often than not, and a plan on an underestimate misses its target."""
     groups = [np.asarray(g, np.float64) for g in groups if len(g)]
     if len(groups) < 2:
         raise ValueError("a variance split needs at least 2 processes")
     y = np.array([process_statistic(g, q) for g in groups])
     w = np.array([within_variance(g, q) for g in groups])
-    calls = int(np.median([g.size for g in groups]))
-    within_per_call = float(np.nanmean(w * np.array([g.size for g in groups])))
+    sizes = np.array([g.size for g in groups])
+    calls = int(np.median(sizes))
+    within_per_call = float(np.nanmean(w * sizes))
     df = len(groups) - 1
-    between = max(float(y.var(ddof=1)) - within_per_call / calls, 0.0) * df / _chi2(0.5, df)
+    scale = df / _chi2(0.5, df) if median_unbiased else 1.0
+    between = max(float(y.var(ddof=1)) - within_per_call / calls, 0.0) * scale
     return Components(between, within_per_call, calls)
 
 
 def variance_split(groups: list) -> dict[str, float]:
-    """What a cell stores: the per-call variance of log call times within a process (pooled), the
-    variance of process means beyond it (between), and the between share of one call's variance."""
-    logs = [np.log(np.asarray(g, np.float64)) for g in groups if len(g) > 1]
-    if len(logs) < 2:
+    """What a cell stores: the variance of the log of a process's median call split into the part
+    between processes and the part its own calls explain (``within``, per call: a process of ``calls``
+    calls has ``within / calls``), from the same order statistics as the plan (robust to the odd
+    slow call), and the between shares: of one call's variance, and of one process's median's."""
+    groups = [g for g in groups if len(g) > 1]
+    if len(groups) < 2:
         return {}
-    within = float(np.mean([g.var(ddof=1) for g in logs]))
-    means = np.array([g.mean() for g in logs])
-    n = float(np.mean([g.size for g in logs]))
-    between = max(float(means.var(ddof=1)) - within / n, 0.0)
-    total = between + within
-    return {"between": between, "within": within, "between_share": between / total if total > 0 else 0.0,
-            "processes": len(logs)}
+    comp = components(groups, median_unbiased=False)
+    per_call = comp.between + comp.within
+    return {"between": comp.between, "within": comp.within, "calls": comp.calls, "processes": len(groups),
+            "between_share": comp.between / per_call if per_call > 0 else 0.0,
+            "process_between_share": comp.between_share}
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,9 @@ def cell_costs(res: RunResults) -> list[dict[str, Any]]:
             (t.ci_high - t.ci_low) / 2 / t.median if t is not None and t.median else None)
         row["target"] = adaptive.get("target")
         row["met"] = adaptive.get("met")
-        row["between_share"] = (m.get("variance") or {}).get("between_share")
+        split = m.get("variance") or {}
+        row["between_share"] = split.get("between_share")
+        row["process_between_share"] = split.get("process_between_share")
         row["reused"] = sorted((m.get("reused") or {}).keys())
         rows.append(row)
     return rows
