@@ -94,3 +94,61 @@ def test_plan_says_when_the_cap_cuts_it_short():
 def test_interval_of_identical_processes_is_a_point():
     iv = interval([[2.0, 2.0, 2.0]] * 3)
     assert iv.center == pytest.approx(2.0) and iv.half_width == pytest.approx(0.0)
+
+
+# --- the two stages as the parent runs them (dlbench.scenarios.processes), with simulated processes ---------
+def _fake_runner(rng, between_sd=0.05, within_sd=0.1, process_s=5.0, call_s=0.01):
+    """A JobRunner whose processes time ``min_iters`` calls around a process median drawn afresh each time."""
+    from dlbench.launch.subprocess import JobOutcome
+
+    jobs = []
+
+    def run_job(job, timeout_s, threads=None, python=None, extra_env=None):
+        jobs.append(job)
+        n = job["protocol"]["min_iters"]
+        calls = list(1e6 * np.exp(rng.normal(0, between_sd) + rng.normal(0, within_sd, n)))
+        cost = {"prepare_s": 1.0, "build_s": 1.0, "warmup_s": 0.5, "timed_s": n * call_s, "work_s": 3.0 + n * call_s}
+        return JobOutcome("ok", {"calls": calls, "cost": cost}, "", process_s + n * call_s, 0)
+
+    return run_job, jobs
+
+
+def _run_processes(protocol, rng, **kw):
+    from dlbench.cell import Cell
+    from dlbench.plan import suite_from_dict
+    from dlbench.scenarios.base import CellOutcome, Context
+    from dlbench.scenarios.processes import run_processes
+
+    suite = suite_from_dict({"models": ["lenet"], "protocol": protocol})
+    run_job, jobs = _fake_runner(rng, **kw)
+    out = CellOutcome("ok")
+
+    def job(calls):
+        return {"kind": "scenario", "scenario": "forward",
+                "protocol": {"min_iters": calls or suite.protocol.min_iters}}
+
+    results, info = run_processes(Cell("torch", "eager", "lenet", "forward", 4, 1), Context(suite, run_job), out, job,
+                                  lambda r: r["calls"], min_calls=suite.protocol.min_iters)
+    return results, info, out, jobs
+
+
+def test_without_a_target_a_cell_is_its_repeats():
+    results, info, out, jobs = _run_processes({"repeats": 3, "min_iters": 20}, np.random.default_rng(0))
+    assert len(results) == 3 and info is None and len(out.processes) == 3
+
+
+def test_a_target_runs_a_pilot_then_the_planned_second_stage_and_reports_its_interval():
+    results, info, out, jobs = _run_processes({"repeats": 3, "min_iters": 20, "target_ci": 5.0, "max_cell_s": 1e4},
+                                              np.random.default_rng(0))
+    plan_ = info["plan"]
+    assert info["pilot"] == 3 and len(results) == 3 + plan_["processes"]
+    assert all(j["protocol"]["min_iters"] == plan_["calls"] for j in jobs[3:])
+    assert info["first_counted"] == 3 and info["low"] < info["center"] < info["high"]
+    assert out.processes and sum(s for s, _ in out.processes) == pytest.approx(out.seconds)
+
+
+def test_a_cap_with_no_room_for_a_second_stage_reports_the_pilot_and_says_so():
+    results, info, out, jobs = _run_processes({"repeats": 3, "min_iters": 20, "target_ci": 0.1, "max_cell_s": 20.0},
+                                              np.random.default_rng(0))
+    assert len(results) == 3 and info["first_counted"] == 0 and not info["met"]
+    assert any("left no room for a second stage" in w for w in out.warnings)

@@ -254,12 +254,14 @@ def analyse_iterations(res: CellResult, samples: list[Sample], peak: float | Non
     if not measure or cell.status != "ok":
         return
     adaptive = cell.metrics.get("adaptive") or {}
-    if "center" in adaptive:  # measured to a target: the figure is the second stage's (dlbench.measure.adaptive)
+    # measured to a target on the median: the figure is the second stage's (dlbench.measure.adaptive)
+    targeted = "center" in adaptive and adaptive.get("q", 50.0) == 50.0
+    if targeted:
         measure = [s for s in measure if s.repeat >= adaptive["first_counted"]]
     res.samples_ms = [s.value_ns / 1e6 for s in measure]
     res.sample_repeats = [s.repeat for s in measure]
     res.time_ms = summarize(res.samples_ms, groups=res.sample_repeats)
-    if "center" in adaptive:
+    if targeted:
         res.time_ms.median, res.time_ms.ci_low, res.time_ms.ci_high = (
             adaptive[k] / 1e6 for k in ("center", "low", "high"))
     repeats = sorted({s.repeat for s in measure})
