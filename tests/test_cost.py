@@ -64,3 +64,20 @@ def test_dry_run_with_a_target_estimates_a_pilot_and_a_second_stage_within_the_c
     c = Cell("torch", "eager", "lenet", "forward", 64, 1)
     assert fixed.protocol.target_ci is None
     assert est.prior_seconds(c, fixed) < est.prior_seconds(c, target) <= 100.0
+
+
+def test_the_progress_line_of_a_cell_measured_to_a_target_gives_its_second_stage(capsys):
+    from dlbench.cli_run import RichProgress
+    from dlbench.store import Sample
+
+    cell = Cell("torch", "eager", "lenet", "forward", 64, 1)
+    progress = RichProgress(terminal=False)
+    progress("start", total=1, done=0)
+    progress("cell_start", cell=cell)
+    adaptive = {"q": 50.0, "center": 2e6, "low": 1.98e6, "high": 2.02e6, "half_width": 0.01, "target": 0.02,
+                "met": True, "processes": 7}
+    progress("cell_done", cell=cell, status="ok", reason="", metrics={"adaptive": adaptive},
+             samples=[Sample(0, i, "measure", v * 1e6) for i, v in enumerate([9.0, 1.0, 3.0])])
+    progress.stop()
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert "ok 2.00 ms [1.98, 2.02], ±1% (target ±2% met, 7 processes)" in line

@@ -74,9 +74,9 @@ class RichProgress:
             if self.task is not None:
                 self.bar.update(self.task, description=escape(_fit(kw["cell"].key)))
         elif event == "cell_done":
-            self._cell_done(kw["cell"], kw["status"], kw["reason"], kw.get("samples", []))
+            self._cell_done(kw["cell"], kw["status"], kw["reason"], kw.get("samples", []), kw.get("metrics") or {})
 
-    def _cell_done(self, cell: Cell, status: str, reason: str, samples: list[Sample]) -> None:
+    def _cell_done(self, cell: Cell, status: str, reason: str, samples: list[Sample], metrics: dict) -> None:
         seconds = time.monotonic() - self.current_since
         self.current = None
         self.done += 1
@@ -92,7 +92,7 @@ class RichProgress:
                 self.bar.console.print(f"  {escape(cell.key)}: [yellow]{escape(status)}[/] {escape(reason[:200])}",
                                        highlight=False)
             return
-        median = _median_text(samples) if status == "ok" else ""
+        median = _median_text(samples, metrics.get("adaptive")) if status == "ok" else ""
         what = f" {median}" if median else "" if status == "ok" else f": {reason[:200]}"
         left = self.seconds_left()
         eta = f"; about {format_duration(left)} left" if left is not None and self.done < self.total else ""
@@ -135,8 +135,14 @@ class _TimeLeft(ProgressColumn):
         return Text("–" if left is None else format_duration(left), style="progress.remaining")
 
 
-def _median_text(samples: list[Sample]) -> str:
-    """``1.23 ms [1.20, 1.27]``: the median per call of a cell's measured samples and its 95% CI."""
+def _median_text(samples: list[Sample], adaptive: dict | None = None) -> str:
+    """``1.23 ms [1.20, 1.27]``: the median per call of a cell's measured samples and its 95% CI; for a
+    cell measured to a target, its second stage's figure, and whether it met the target."""
+    if adaptive and "center" in adaptive and adaptive.get("q", 50.0) == 50.0:
+        met = "met" if adaptive["met"] else "not met"
+        return (f"{fmt_num(adaptive['center'] / 1e6)} ms [{fmt_num(adaptive['low'] / 1e6)}, "
+                f"{fmt_num(adaptive['high'] / 1e6)}], ±{100 * adaptive['half_width']:.2g}% "
+                f"(target ±{100 * adaptive['target']:.2g}% {met}, {adaptive['processes']} processes)")
     measured = [s for s in samples if s.phase == "measure"]
     if not measured:
         return ""

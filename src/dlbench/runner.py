@@ -236,9 +236,11 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
         measured = (ray.measure_cells(todo, suite, lambda c: gate(c, verdict(c)), progress) if ray is not None
                     and ray.fans_out else _in_turn(todo, ctx, verdict, progress))
         for cell, outcome in stack.enter_context(closing(measured)):  # closed (tasks cancelled) before Ray is
+            metrics = stored_metrics(outcome, verdict(cell))
             store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
-                            outcome.seconds, outcome.warnings, stored_metrics(outcome, verdict(cell)), outcome.samples)
-            progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples)
+                            outcome.seconds, outcome.warnings, metrics, outcome.samples)
+            progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples,
+                     metrics=metrics)
 
 
 def _in_turn(todo: list[Cell], ctx: Context, verdict: Callable[[Cell], dict[str, Any]],
