@@ -8,6 +8,7 @@ import json
 import shlex
 import sys
 import time
+from dataclasses import asdict
 from datetime import datetime
 
 from rich.markup import escape
@@ -19,7 +20,7 @@ from dlbench import flags, resolve
 from dlbench.cli_common import console, counts, names, note_damage, texts, write_output
 from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
 from dlbench.errors import UsageError
-from dlbench.estimate import Estimate, format_duration, setup_seconds
+from dlbench.estimate import Estimate, env_builds, format_duration, setup_seconds
 from dlbench.interrupt import Interrupted, explain
 from dlbench.measure.stats import summarize
 from dlbench.plan import Cell, Suite, suite_from_dict
@@ -73,9 +74,9 @@ class RichProgress:
             if self.task is not None:
                 self.bar.update(self.task, description=escape(_fit(kw["cell"].key)))
         elif event == "cell_done":
-            self._cell_done(kw["cell"], kw["status"], kw["reason"], kw.get("samples", []))
+            self._cell_done(kw["cell"], kw["status"], kw["reason"], kw.get("samples", []), kw.get("metrics") or {})
 
-    def _cell_done(self, cell: Cell, status: str, reason: str, samples: list[Sample]) -> None:
+    def _cell_done(self, cell: Cell, status: str, reason: str, samples: list[Sample], metrics: dict) -> None:
         seconds = time.monotonic() - self.current_since
         self.current = None
         self.done += 1
@@ -91,7 +92,7 @@ class RichProgress:
                 self.bar.console.print(f"  {escape(cell.key)}: [yellow]{escape(status)}[/] {escape(reason[:200])}",
                                        highlight=False)
             return
-        median = _median_text(samples) if status == "ok" else ""
+        median = _median_text(samples, metrics.get("adaptive")) if status == "ok" else ""
         what = f" {median}" if median else "" if status == "ok" else f": {reason[:200]}"
         left = self.seconds_left()
         eta = f"; about {format_duration(left)} left" if left is not None and self.done < self.total else ""
@@ -134,8 +135,14 @@ class _TimeLeft(ProgressColumn):
         return Text("–" if left is None else format_duration(left), style="progress.remaining")
 
 
-def _median_text(samples: list[Sample]) -> str:
-    """``1.23 ms [1.20, 1.27]``: the median per call of a cell's measured samples and its 95% CI."""
+def _median_text(samples: list[Sample], adaptive: dict | None = None) -> str:
+    """``1.23 ms [1.20, 1.27]``: the median per call of a cell's measured samples and its 95% CI; for a
+    cell measured to a target, its second stage's figure, and whether it met the target."""
+    if adaptive and "center" in adaptive and adaptive.get("q", 50.0) == 50.0:
+        met = "met" if adaptive["met"] else "not met"
+        return (f"{fmt_num(adaptive['center'] / 1e6)} ms [{fmt_num(adaptive['low'] / 1e6)}, "
+                f"{fmt_num(adaptive['high'] / 1e6)}], ±{100 * adaptive['half_width']:.2g}% "
+                f"(target ±{100 * adaptive['target']:.2g}% {met}, {adaptive['processes']} processes)")
     measured = [s for s in samples if s.phase == "measure"]
     if not measured:
         return ""
@@ -172,6 +179,13 @@ def add_protocol_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-time", type=float, dest="min_time", help="seconds of sampling per process")
     p.add_argument("--repeats", type=int, help="fresh processes per cell")
     p.add_argument("--timeout", type=float, help="seconds per cell process")
+    p.add_argument("--target-ci", type=float, dest="target_ci", metavar="PCT",
+                   help="measure each cell until its median's 95%% interval is within +-PCT%% (a pilot of --repeats "
+                        "processes, then a second stage planned from it; docs/measurement.md)")
+    p.add_argument("--max-time", type=float, dest="max_time", metavar="S",
+                   help="with --target-ci: the most seconds a cell may take (default 600)")
+    p.add_argument("--fixed-warmup", action="store_true", dest="fixed_warmup", default=None,
+                   help="warm up with exactly --warmup calls (default: also look for a longer warm-up in the calls)")
     p.add_argument("--profile", type=int, nargs="?", const=5, metavar="CALLS",
                    help="after the timed calls, profile CALLS more (default 5) with the framework's own profiler: "
                         "a Chrome trace kept with the run and a top-operations table (forward, gradient, train_step)")
@@ -179,9 +193,13 @@ def add_protocol_flags(p: argparse.ArgumentParser) -> None:
 
 def _protocol(args: argparse.Namespace) -> dict:
     """The protocol's flags (checked by the suite model: :func:`dlbench.flags.check_settings`)."""
-    return {key: getattr(args, flag) for flag, key in (
+    out = {key: getattr(args, flag) for flag, key in (
         ("warmup", "warmup"), ("min_iters", "min_iters"), ("min_time", "min_time_s"), ("repeats", "repeats"),
-        ("timeout", "timeout_s"), ("profile", "profile_calls")) if getattr(args, flag) is not None}
+        ("timeout", "timeout_s"), ("profile", "profile_calls"), ("target_ci", "target_ci"),
+        ("max_time", "max_cell_s")) if getattr(args, flag, None) is not None}
+    if getattr(args, "fixed_warmup", None):
+        out["find_warmup"] = False
+    return out
 
 
 #: ``dlbench run`` flags that are not settings of what is measured
@@ -294,11 +312,14 @@ def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate
     from dlbench.estimate import runs_a_process
 
     setup = setup_seconds(cells)
-    total = setup + estimate.remaining(cells)
+    builds = env_builds(sorted({c.framework for c in cells}))
+    build_s = sum(b.seconds for b in builds)
+    total = setup + build_s + estimate.remaining(cells)
     if as_json:
         print(json.dumps({"suite": suite.name, "cells": [{**c.to_dict(), "key": c.key, "runs_a_process": runs_a_process(c),
                                                           "estimate_s": estimate.predict(c)} for c in cells],
-                          "stored": stored, "setup_s": setup, "estimate_s": total, "left_out": left_out}, indent=2))
+                          "stored": stored, "setup_s": setup, "estimate_s": total, "left_out": left_out,
+                          "environments": [asdict(b) for b in builds]}, indent=2))
         return 0
     table = Table(title=f"{suite.name}: {len(cells)} cell(s) to measure" + (f" ({stored} stored)" if stored else ""),
                   title_justify="left")
@@ -309,9 +330,15 @@ def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate
                       else "unsupported: no process")
     console.print(table)
     p = suite.protocol
-    print(f"estimate: about {format_duration(total)} (rough, from the protocol: {p.repeats} process(es) per cell, "
+    for b in builds:
+        print(f"environment to build: {b.framework}, about {format_duration(b.seconds)} and "
+              f"{b.bytes / 2**30:.1f} GiB (from {b.basis})")
+    how = (f"a pilot of {max(p.repeats, 3)} process(es), then as many as +-{p.target_ci:g}% needs for a typical "
+           f"noise, at most {p.max_cell_s:g} s a cell" if p.target_ci is not None else f"{p.repeats} process(es) per cell")
+    envs_text = f", {format_duration(build_s)} of environments to build" if builds else ""
+    print(f"estimate: about {format_duration(total)} (rough, from the protocol: {how}, "
           f"{p.warmup} warm-up + at least {p.min_iters} iterations and {p.min_time_s:g} s each; "
-          f"{format_duration(setup)} of machine peak and equivalence gate)")
+          f"{format_duration(setup)} of machine peak and equivalence gate{envs_text})")
     if left_out:
         print(left_out)
     print("dry run: nothing measured, nothing stored, no run created")
@@ -404,6 +431,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     res = api.results(args.run_id, args.db)
     note_damage(res.damaged)
+    if args.cost:
+        from dlbench.report.cost import print_cost
+
+        return print_cost(res, args.json)
     if args.warnings and not args.json:
         for c in res.cells:
             for w in c.cell.warnings:
@@ -489,6 +520,9 @@ def register(sub) -> None:
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.add_argument("--json", action="store_true")
     p.add_argument("--warnings", action="store_true", help="list every cell's warnings")
+    p.add_argument("--cost", action="store_true",
+                   help="where the run's wall time went, per cell and in all: process start and imports, build, "
+                        "gate, warm-up, timed calls, the rest; and each cell's precision and variance split")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("export", help="write a run's cells as CSV or JSON (with raw samples)")

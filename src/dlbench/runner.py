@@ -29,7 +29,8 @@ from dlbench.frameworks import framework_info, installed_version
 from dlbench.interrupt import Interrupted, signals_interrupt
 from dlbench.launch.ray import RayLauncher
 from dlbench.launch.subprocess import run_job
-from dlbench.measure import environment
+from dlbench.measure import environment, reuse
+from dlbench.measure.cost import PARTS, cell_cost
 from dlbench.models import get_model
 from dlbench.plan import Cell, Suite, expand, suite_from_dict
 from dlbench.precision import unsupported as precision_unsupported
@@ -108,7 +109,18 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
             models = groups.setdefault((c.framework, c.variant, c.device, c.precision), [])
             if c.model not in models:
                 models.append(c.model)
+    cache = reuse.GateCache()
+    machine = environment.this_machine() if cache.enabled else {}
     for (fw, variant, device, precision), models in groups.items():
+        fp = _gate_fingerprint(fw, variant, machine) if cache.enabled else ""
+        for m in list(models):  # a pass kept on this host for the same fingerprint is not re-verified
+            kept = cache.get(reuse.gate_key(fw, variant, m, device, precision, fp))
+            if kept is not None:
+                store.save_verification(run_id, fw, variant, m, device, kept["verdict"], kept["reason"],
+                                        {**kept["data"], "seconds": 0.0, "cached_from": kept["run_id"]}, precision)
+                models.remove(m)
+        if not models:
+            continue
         at = f" at {precision}" if precision != "fp32" else ""
         progress("phase", text=f"verify {fw}/{variant}{at}: {len(models)} model(s)")
         job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
@@ -118,12 +130,23 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
         if o.status == "ok":
             info = o.result.get("info", {})
             for r in o.result["results"]:
-                store.save_verification(run_id, fw, variant, r["model"], device, r["verdict"], r["reason"],
-                                        {**r, "framework_info": info}, precision)
+                # the process's wall time, shared by its models (dlbench show --cost)
+                data = {**r, "framework_info": info, "seconds": o.seconds / len(models)}
+                store.save_verification(run_id, fw, variant, r["model"], device, r["verdict"], r["reason"], data,
+                                        precision)
+                cache.put(reuse.gate_key(fw, variant, r["model"], device, precision, fp),
+                          {"verdict": r["verdict"], "reason": r["reason"], "data": data, "run_id": run_id})
         else:
             for m in models:
                 store.save_verification(run_id, fw, variant, m, device, "fail", f"verification process: {o.reason}", {},
                                         precision)
+
+
+def _gate_fingerprint(framework: str, variant: str, machine: dict[str, Any]) -> str:
+    info = framework_info(framework)
+    module = info.module if info.module.endswith(".py") else None
+    return reuse.fingerprint(framework, variant, installed_version(framework), envs.python_for(framework),
+                             info.variant_env.get(variant), machine, module)
 
 
 def _version_envs(store: Store, run_id: str, cells: list[Cell], frameworks: list[str], progress: Progress) -> None:
@@ -213,9 +236,11 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
         measured = (ray.measure_cells(todo, suite, lambda c: gate(c, verdict(c)), progress) if ray is not None
                     and ray.fans_out else _in_turn(todo, ctx, verdict, progress))
         for cell, outcome in stack.enter_context(closing(measured)):  # closed (tasks cancelled) before Ray is
+            metrics = stored_metrics(outcome, verdict(cell))
             store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
-                            outcome.seconds, outcome.warnings, outcome.metrics, outcome.samples)
-            progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples)
+                            outcome.seconds, outcome.warnings, metrics, outcome.samples)
+            progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples,
+                     metrics=metrics)
 
 
 def _in_turn(todo: list[Cell], ctx: Context, verdict: Callable[[Cell], dict[str, Any]],
@@ -223,6 +248,19 @@ def _in_turn(todo: list[Cell], ctx: Context, verdict: Callable[[Cell], dict[str,
     for cell in todo:
         progress("cell_start", cell=cell)
         yield cell, measure_cell(cell, ctx, verdict(cell))
+
+
+def stored_metrics(outcome: CellOutcome, verdict: dict[str, Any]) -> dict[str, Any]:
+    """The cell's metrics with where its wall time went (dlbench.measure.cost) and what it reused
+    (dlbench.measure.reuse), for the store."""
+    metrics = {**outcome.metrics, "cost": cell_cost(outcome.processes) if outcome.processes
+               else {**dict.fromkeys(PARTS, 0.0), "rest_s": outcome.seconds, "processes": 0}}
+    reused = dict(outcome.reused)
+    if verdict.get("cached_from"):
+        reused["gate"] = f"the gate's pass of run {verdict['cached_from']} (same environment fingerprint)"
+    if reused:
+        metrics["reused"] = reused
+    return metrics
 
 
 def gate(cell: Cell, verdict: dict[str, Any]) -> CellOutcome | None:

@@ -40,15 +40,22 @@ class ProtocolModel(BaseModel):
     #: calls profiled by the framework's own profiler after the timed ones, in the first process of each
     #: timed cell (0: no profile; dlbench.measure.profile)
     profile_calls: int = Field(0, ge=0, le=1000)
+    #: look for the end of each process's warm-up in its samples (dlbench.measure.warmup)
+    find_warmup: bool = True
+    #: the relative half-width, in percent, of the 95% interval a cell is measured to (None: the fixed
+    #: protocol, ``repeats`` processes); ``repeats`` processes are then the pilot (dlbench.measure.adaptive)
+    target_ci: float | None = Field(None, gt=0, lt=100, allow_inf_nan=False)
+    #: the cap on a cell's wall time when measuring to ``target_ci``, seconds
+    max_cell_s: float = Field(600.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
 
     def timer_fields(self) -> dict[str, Any]:
-        """What a measuring process's timer takes (a job carries these; the timeout and the profile are
-        the parent's settings)."""
-        return self.model_dump(exclude={"timeout_s", "profile_calls"})
+        """What a measuring process's timer takes (a job carries these; the timeout, the profile and the
+        target are the parent's settings)."""
+        return self.model_dump(exclude={"timeout_s", "profile_calls", "target_ci", "max_cell_s"})
 
     def protocol(self) -> Protocol:
         return Protocol(warmup=self.warmup, min_iters=self.min_iters, min_time_s=self.min_time_s,
-                        repeats=self.repeats, max_time_s=self.max_time_s)
+                        repeats=self.repeats, max_time_s=self.max_time_s, find_warmup=self.find_warmup)
 
 
 class ConvergenceModel(BaseModel):

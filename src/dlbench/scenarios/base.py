@@ -34,6 +34,8 @@ from dlbench import envs
 from dlbench.cell import Cell
 from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.launch.subprocess import JobOutcome
+from dlbench.measure.adaptive import prior_seconds
+from dlbench.measure.reuse import compilation_cache_env, compilation_cache_mark
 from dlbench.measure.stats import summarize
 from dlbench.models import UnknownModelError, get_model
 from dlbench.models.flops import closure_flops_per_sample
@@ -65,6 +67,10 @@ class CellOutcome:
     metrics: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: each process started: its wall time and the parts it reported (dlbench.measure.cost), or None
+    processes: list[tuple[float, dict[str, float] | None]] = field(default_factory=list)
+    #: what the cell reused (dlbench.measure.reuse): ``compilation_cache``, ``gate``
+    reused: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -150,6 +156,9 @@ class Scenario(ABC):
         p = suite.protocol
         warmup = min(p.warmup * step_s, p.max_time_s / 4)
         sampling = min(max(p.min_iters * step_s, p.min_time_s), p.max_time_s)
+        if p.target_ci is not None:  # a pilot, then a second stage planned for a typical variance split
+            return prior_seconds(p.target_ci / 100, max(p.repeats, 3), start_s + warmup + sampling, start_s + warmup,
+                                 step_s, p.max_cell_s, p.min_iters)
         return p.repeats * (start_s + warmup + sampling)
 
     # --- the measuring process's side -----------------------------------------------------------
@@ -198,20 +207,24 @@ def failure(outcome: JobOutcome) -> tuple[str, str]:
 def run_in_turn(cell: Cell, ctx: Context, jobs: Iterable[dict[str, Any]], timeout_s: float,
                 out: CellOutcome) -> list[dict[str, Any]]:
     """One fresh process per job (in the framework's interpreter, with its variant's environment), in
-    turn; the results of those that succeeded. A process that fails ends the cell (``out``'s status and
-    reason say why, the earlier results are kept); one that finds the cell unsupported makes it so."""
+    turn; the results of those that succeeded (each with its wall time, ``process_s``). A process that
+    fails ends the cell (``out``'s status and reason say why, the earlier results are kept); one that
+    finds the cell unsupported makes it so."""
     results: list[dict[str, Any]] = []
     for job in jobs:
+        if "compilation_cache" not in out.reused and (mark := compilation_cache_mark(cell)) is not None:
+            out.reused["compilation_cache"] = mark
         o = ctx.run_job(job, timeout_s, cell.threads, python=envs.python_for(cell.framework),
-                        extra_env=framework_env(cell))
+                        extra_env={**(framework_env(cell) or {}), **compilation_cache_env(cell, job)} or None)
         out.seconds += o.seconds
+        out.processes.append((o.seconds, o.result.get("cost") if o.status == "ok" else None))
         if o.status != "ok":
             out.status, out.reason = failure(o)
             break
         if "unsupported" in o.result:
             out.status, out.reason = "unsupported", o.result["unsupported"]
             break
-        results.append(o.result)
+        results.append({**o.result, "process_s": o.seconds})
     return results
 
 
@@ -245,9 +258,17 @@ def analyse_iterations(res: CellResult, samples: list[Sample], peak: float | Non
     res.first_call_ms = float(np.median(first)) if first else None
     if not measure or cell.status != "ok":
         return
+    adaptive = cell.metrics.get("adaptive") or {}
+    # measured to a target on the median: the figure is the second stage's (dlbench.measure.adaptive)
+    targeted = "center" in adaptive and adaptive.get("q", 50.0) == 50.0
+    if targeted:
+        measure = [s for s in measure if s.repeat >= adaptive["first_counted"]]
     res.samples_ms = [s.value_ns / 1e6 for s in measure]
     res.sample_repeats = [s.repeat for s in measure]
     res.time_ms = summarize(res.samples_ms, groups=res.sample_repeats)
+    if targeted:
+        res.time_ms.median, res.time_ms.ci_low, res.time_ms.ci_high = (
+            adaptive[k] / 1e6 for k in ("center", "low", "high"))
     repeats = sorted({s.repeat for s in measure})
     res.repeat_medians_ms = [float(np.median([s.value_ns / 1e6 for s in measure if s.repeat == r])) for r in repeats]
     seconds = res.time_ms.median / 1e3

@@ -20,9 +20,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.measure.percentiles import disagreement, percentiles
-from dlbench.scenarios.base import CellOutcome, Context, Scenario, run_in_turn
+from dlbench.measure.adaptive import prior_seconds, variance_split
+from dlbench.measure.cost import WorkClock
+from dlbench.measure.percentiles import disagreement, percentiles, samples_needed
+from dlbench.measure.warmup import warmup_end
+from dlbench.scenarios.base import CellOutcome, Context, Scenario
 from dlbench.scenarios.prepare import prepare, versions
+from dlbench.scenarios.processes import run_processes
 from dlbench.scenarios.timed import make_closure
 from dlbench.store import Sample
 
@@ -30,6 +34,10 @@ if TYPE_CHECKING:
     from dlbench.cell_result import CellResult
     from dlbench.models.spec import ModelSpec
     from dlbench.suite import Suite
+
+
+#: the percentile ``--target-ci`` is on for a latency cell
+TARGET_Q = 99.0
 
 
 def tail(metrics: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,15 +59,24 @@ class Latency(Scenario):
 
     def estimate(self, cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
         p = suite.protocol
-        return p.repeats * (start_s + min(p.warmup * step_s, p.max_time_s / 4)
-                            + min(suite.serving.latency_calls * step_s, p.max_time_s))
+        warmup = min(p.warmup * step_s, p.max_time_s / 4)
+        per_process = start_s + warmup + min(suite.serving.latency_calls * step_s, p.max_time_s)
+        if p.target_ci is not None:
+            return prior_seconds(p.target_ci / 100, max(p.repeats, 3), per_process, start_s + warmup, step_s,
+                                 p.max_cell_s, samples_needed(TARGET_Q))
+        return p.repeats * per_process
 
     # --- the parent's side ------------------------------------------------------------------------
     def measure(self, cell, ctx: Context) -> CellOutcome:
         suite = ctx.suite
         out = CellOutcome("ok")
-        jobs = (self.job(cell, suite) for _ in range(suite.protocol.repeats))
-        per_process = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s, out)
+
+        def job(calls: int | None) -> dict[str, Any]:
+            return {**self.job(cell, suite), **({"latency_calls": calls} if calls is not None else {})}
+
+        # with --target-ci the target is on the p99 of a process's calls (each needs 1,000 for one)
+        per_process, adaptive = run_processes(cell, ctx, out, job, lambda r: r["calls_ns"], q=TARGET_Q,
+                                              min_calls=samples_needed(TARGET_Q))
         if out.status == "unsupported" or not per_process:
             return out
         pooled: list[float] = []
@@ -80,7 +97,10 @@ class Latency(Scenario):
                         "per_process": [[p.to_dict() for p in ps] for ps in each],
                         "calls": [len(r["calls_ns"]) for r in per_process], "interval": "hierarchical"},
             "threads_readback": per_process[0]["threads_readback"], "versions": per_process[0]["versions"],
-            "repeats_done": len(per_process)}
+            "repeats_done": len(per_process), "warmup_found": [r.get("warmup_found", 0) for r in per_process],
+            "variance": variance_split([r["calls_ns"] for r in per_process])}
+        if adaptive is not None:
+            out.metrics["adaptive"] = adaptive
         refused = [p for p in tail(out.metrics) if p["refused"]]
         if refused:
             out.warnings.append("not reported: " + "; ".join(f"p{p['q']:g} ({p['refused']})" for p in refused))
@@ -88,8 +108,10 @@ class Latency(Scenario):
 
     # --- the measuring process's side -----------------------------------------------------------
     def work(self, job: dict[str, Any]) -> dict[str, Any]:
+        clock = WorkClock()
         p = prepare(job)
         backend = p.backend
+        clock.mark("prepare_s")
         try:
             model = backend.build(p.spec, p.weights, job.get("device", "cpu"), job["variant"])
             placed = backend.place(p.batch, model)  # kept while the closure runs: inputs may share its memory
@@ -97,18 +119,34 @@ class Latency(Scenario):
         except UnsupportedError as exc:
             return {"unsupported": str(exc)}
         del p.weights
+        clock.mark("build_s")
         protocol = job["protocol"]
         warmup = [_call(fn, backend.sync) for _ in range(max(protocol["warmup"], 1))]
+        clock.mark("warmup_s")
         calls: list[float] = []
         deadline = time.perf_counter() + protocol["max_time_s"]
-        truncated = False
-        for _ in range(job["latency_calls"]):
-            calls.append(_call(fn, backend.sync))
-            if time.perf_counter() > deadline:
-                truncated = len(calls) < job["latency_calls"]
-                break
-        return {"warmup_ns": warmup, "calls_ns": calls, "truncated": truncated,
-                "threads_readback": p.readback, "versions": versions(backend)}
+
+        def more(n: int) -> bool:
+            """``n`` more calls; True if the deadline stopped them."""
+            for _ in range(n):
+                calls.append(_call(fn, backend.sync))
+                if time.perf_counter() > deadline:
+                    return True
+            return False
+
+        truncated = more(job["latency_calls"])
+        found = warmup_end(calls) if protocol.get("find_warmup", True) else 0
+        if found:  # a slow start the fixed warm-up did not cover: warm-up too, and as many calls again
+            warmup, calls = warmup + calls[:found], calls[found:]
+            truncated = truncated or more(found)
+        truncated = truncated and len(calls) < job["latency_calls"]
+        found_s = sum(warmup[len(warmup) - found:]) / 1e9 if found else 0.0
+        clock.mark("timed_s")
+        cost = clock.to_dict()
+        cost["warmup_s"] += found_s
+        cost["timed_s"] -= found_s
+        return {"warmup_ns": warmup, "calls_ns": calls, "truncated": truncated, "warmup_found": found,
+                "threads_readback": p.readback, "versions": versions(backend), "cost": cost}
 
     # --- results --------------------------------------------------------------------------------
     def text(self, res: CellResult) -> str:
