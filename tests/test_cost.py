@@ -104,3 +104,19 @@ def test_a_timed_jax_cell_is_offered_the_persistent_cache_and_marked(tmp_path, m
     assert all(e["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jax" / "jax") for e in envs_seen)
     assert out.reused["compilation_cache"]["entries_before"] == 1
     assert [s for s, _ in out.processes] == [2.0, 2.0]
+
+
+def test_protocol_flags_of_adaptive_measurement():
+    import argparse
+
+    from dlbench.cli_run import _protocol, add_protocol_flags
+    from dlbench.errors import UsageError
+
+    p = argparse.ArgumentParser()
+    add_protocol_flags(p)
+    assert _protocol(p.parse_args(["--target-ci", "2", "--max-time", "90", "--fixed-warmup"])) == {
+        "target_ci": 2.0, "max_cell_s": 90.0, "find_warmup": False}
+    assert _protocol(p.parse_args([])) == {}
+    for bad in (["--target-ci", "0"], ["--target-ci", "100"], ["--max-time", "-1"]):
+        with pytest.raises(UsageError):
+            _protocol(p.parse_args(bad))
