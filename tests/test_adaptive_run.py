@@ -24,10 +24,13 @@ def test_a_planted_slow_warmup_is_found_and_excluded(tmp_db, fake_framework):
     (cell,) = res.cells
     assert cell.cell.status == "ok"
     found = cell.cell.metrics["warmup_found"][0]
-    assert 48 <= found <= 60  # 48 slow calls after the 2 fixed ones (the end found within a few calls after)
-    assert min(cell.warmup_ms[2:50]) > 10  # the planted calls (10 ms of sleep each) are the warm-up
-    # the kept samples are the fast ones (a shared machine may add the odd slow call of its own)
-    assert sum(s > 10 for s in cell.samples_ms) <= 2 and float(np.median(cell.samples_ms)) < 5
+    # the warm-up calls took 10 ms: no loop (k = 1), so a sample is a call, and the 2 fixed warm-up calls
+    # and the `found` samples after them are the first 2 + found calls
+    assert cell.cell.metrics["loop_k"] == 1
+    assert 2 + found >= 50  # every planted slow call is warm-up (how far past them the end lies depends on the
+    # machine's own noise; tests/test_warmup.py checks the boundary on a seeded series)
+    assert min(cell.warmup_ms[2:50]) > 10  # the planted calls (10 ms of sleep each)
+    assert float(np.median(cell.samples_ms)) < min(cell.warmup_ms[2:50]) / 2
     assert len(cell.samples_ms) >= 60
 
 
@@ -38,14 +41,16 @@ def test_a_cell_measured_to_a_target_reports_its_two_stages_cost_and_variance(tm
     m = cell.cell.metrics
     assert cell.cell.status == "ok"
     adaptive = m["adaptive"]
-    assert adaptive["pilot"] == 3 and adaptive["plan"]["processes"] >= 3  # repeats 2: a pilot has 3 at least
-    assert m["repeats_done"] == 3 + adaptive["plan"]["processes"]
+    assert adaptive["pilot"] == 3  # repeats 2: a pilot has 3 at least
+    # a second stage of at least 3 processes, or (a loaded machine's pilot used the cap) the pilot's interval
+    assert (adaptive["first_counted"], adaptive["processes"] >= 3) in ((3, True), (0, True))
+    assert m["repeats_done"] == adaptive["first_counted"] + adaptive["processes"]
     # the figure is the second stage's interval
     assert cell.time_ms.ci_low == pytest.approx(adaptive["low"] / 1e6)
     assert cell.time_ms.ci_high == pytest.approx(adaptive["high"] / 1e6)
     assert (adaptive["half_width"] <= 0.05) == adaptive["met"]
     if not adaptive["met"]:
-        assert any("not met: reached" in w for w in cell.cell.warnings)
+        assert any("target +-5% not met" in w for w in cell.cell.warnings)
     cost = m["cost"]
     assert cost["processes"] == m["repeats_done"]
     assert all(cost[k] > 0 for k in ("start_s", "build_s", "warmup_s", "timed_s"))

@@ -81,3 +81,42 @@ def test_the_progress_line_of_a_cell_measured_to_a_target_gives_its_second_stage
     progress.stop()
     line = capsys.readouterr().out.splitlines()[-1]
     assert "ok 2.00 ms [1.98, 2.02], ±1% (target ±2% met, 7 processes)" in line
+
+
+def test_a_timed_jax_cell_is_offered_the_persistent_cache_and_marked(tmp_path, monkeypatch):
+    """run_in_turn gives each process the cache's environment and records what the cache held before."""
+    from dlbench.launch.subprocess import JobOutcome
+    from dlbench.scenarios.base import CellOutcome, Context, run_in_turn
+
+    monkeypatch.setenv("DLBENCH_COMPILATION_CACHE", str(tmp_path))
+    (tmp_path / "jax" / "jax").mkdir(parents=True)
+    (tmp_path / "jax" / "jax" / "entry").write_bytes(b"compiled")
+    envs_seen = []
+
+    def run_job(job, timeout_s, threads=None, python=None, extra_env=None):
+        envs_seen.append(extra_env)
+        return JobOutcome("ok", {"cost": {"work_s": 1.0}}, "", 2.0, 0)
+
+    out = CellOutcome("ok")
+    suite = suite_from_dict({"models": ["lenet"]})
+    cell = Cell("jax", "jit", "lenet", "forward", 4, 1)
+    run_in_turn(cell, Context(suite, run_job), [{"kind": "scenario", "scenario": "forward"}] * 2, 60.0, out)
+    assert all(e["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jax" / "jax") for e in envs_seen)
+    assert out.reused["compilation_cache"]["entries_before"] == 1
+    assert [s for s, _ in out.processes] == [2.0, 2.0]
+
+
+def test_protocol_flags_of_adaptive_measurement():
+    import argparse
+
+    from dlbench.cli_run import _protocol, add_protocol_flags
+    from dlbench.errors import UsageError
+
+    p = argparse.ArgumentParser()
+    add_protocol_flags(p)
+    assert _protocol(p.parse_args(["--target-ci", "2", "--max-time", "90", "--fixed-warmup"])) == {
+        "target_ci": 2.0, "max_cell_s": 90.0, "find_warmup": False}
+    assert _protocol(p.parse_args([])) == {}
+    for bad in (["--target-ci", "0"], ["--target-ci", "100"], ["--max-time", "-1"]):
+        with pytest.raises(UsageError):
+            _protocol(p.parse_args(bad))

@@ -82,3 +82,14 @@ def test_a_process_that_keeps_getting_faster_never_settles():
 
 def test_settled_needs_a_quarter_of_the_calls_after_the_end():
     assert settled(list(range(100)), 70) and not settled(list(range(100)), 80)
+
+
+@pytest.mark.parametrize("slow", [10, 15, 50, 120])
+@pytest.mark.parametrize("factor", [1.1, 1.2, 2.0])
+def test_the_end_is_found_within_a_call_for_slow_starts_of_any_length_and_size(slow, factor):
+    """Seeded series of 300 calls with 3% noise whose first ``slow`` calls are ``factor`` x slower."""
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        x = np.full(300, 5e6)
+        x[:slow] *= factor
+        assert abs(warmup_end(x * np.exp(rng.normal(0, 0.03, 300))) - slow) <= 1

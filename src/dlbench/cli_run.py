@@ -22,6 +22,7 @@ from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, sc
 from dlbench.errors import UsageError
 from dlbench.estimate import Estimate, env_builds, format_duration, setup_seconds
 from dlbench.interrupt import Interrupted, explain
+from dlbench.measure.adaptive import percent
 from dlbench.measure.stats import summarize
 from dlbench.plan import Cell, Suite, suite_from_dict
 from dlbench.report.convergence import agreement
@@ -141,8 +142,8 @@ def _median_text(samples: list[Sample], adaptive: dict | None = None) -> str:
     if adaptive and "center" in adaptive and adaptive.get("q", 50.0) == 50.0:
         met = "met" if adaptive["met"] else "not met"
         return (f"{fmt_num(adaptive['center'] / 1e6)} ms [{fmt_num(adaptive['low'] / 1e6)}, "
-                f"{fmt_num(adaptive['high'] / 1e6)}], ±{100 * adaptive['half_width']:.2g}% "
-                f"(target ±{100 * adaptive['target']:.2g}% {met}, {adaptive['processes']} processes)")
+                f"{fmt_num(adaptive['high'] / 1e6)}], ±{percent(adaptive['half_width'])} "
+                f"(target ±{percent(adaptive['target'])} {met}, {adaptive['processes']} processes)")
     measured = [s for s in samples if s.phase == "measure"]
     if not measured:
         return ""

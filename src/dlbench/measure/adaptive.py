@@ -51,6 +51,11 @@ MAX_PROCESSES = 200
 MIN_BETWEEN = 0.002 ** 2
 
 
+def percent(x: float) -> str:
+    """A relative half-width as a percentage with the digits it deserves: 0.0123 -> "1.2%", 4.3 -> "430%"."""
+    return f"{100 * x:.2g}%" if abs(x) < 1 else f"{100 * x:.0f}%"
+
+
 def process_statistic(values, q: float = 50.0) -> float:
     """One process's value on the log scale: the log of its ``q``-th percentile call."""
     return float(np.log(np.percentile(np.asarray(values, np.float64), q)))

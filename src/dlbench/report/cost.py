@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.table import Table as RichTable
 
+from dlbench.measure.adaptive import percent
 from dlbench.measure.cost import PARTS
 from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_num
 from dlbench.results import CellResult, RunResults
@@ -29,7 +30,8 @@ ORDER = ("start_s", "build_s", "gate_s", "warmup_s", "timed_s", "rest_s")
 INTRO = ("Where each cell's wall time went, in seconds: starting its processes and importing the framework, "
          "building (model, export, compile, closure), its share of the equivalence gate, warm-up (fixed calls and "
          "any found in the samples), timed calls, and the rest. ± is the half-width of the cell's 95% interval, "
-         "relative; between is the share of one call's variance that is between processes.")
+         "relative; between: the share of the variance that lies between processes, of one call's and of one "
+         "process median's (docs/measurement.md).")
 
 
 def _group(c: CellResult) -> tuple[str, str, str, str, str]:
@@ -75,11 +77,18 @@ def run_cost(res: RunResults, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _pct(x: float | None) -> str:
-    return DASH if x is None else f"±{100 * x:.2g}%"
+    return DASH if x is None else f"±{percent(x)}"
 
 
 def _share(x: float | None) -> str:
     return DASH if x is None else f"{100 * x:.0f}%"
+
+
+def _shares(r: dict[str, Any]) -> str:
+    """The between-process share of one call's variance / of one process median's."""
+    if r["between_share"] is None:
+        return DASH
+    return f"{_share(r['between_share'])} / {_share(r['process_between_share'])}"
 
 
 def print_cost(res: RunResults, as_json: bool) -> int:
@@ -91,12 +100,12 @@ def print_cost(res: RunResults, as_json: bool) -> int:
         print(json.dumps({"run": res.run_id, "cells": rows, "total": total}, indent=2, default=str))
         return 0
     table = RichTable(title=f"where the time went: run {res.run_id} (seconds)", title_justify="left")
-    for col in ("cell", "procs", *(LABELS[p] for p in ORDER), "total", "±", "between", "reused"):
+    for col in ("cell", "procs", *(LABELS[p] for p in ORDER), "total", "±", "between call/proc", "reused"):
         table.add_column(col, justify="left" if col in ("cell", "reused") else "right")
     for r in rows:
         met = "" if r["met"] is None else (" ✓" if r["met"] else " ✗")
         table.add_row(r["key"], str(r["processes"] or DASH), *(fmt_num(r[p]) for p in ORDER), fmt_num(r["total_s"]),
-                      _pct(r["half_width"]) + met, _share(r["between_share"]), ",".join(r["reused"]))
+                      _pct(r["half_width"]) + met, _shares(r), ",".join(r["reused"]))
     table.add_row("all cells", "", *(fmt_num(total[p]) for p in ORDER), fmt_num(total["cells_s"]), "", "", "")
     console.print(table)
     if total["wall_s"] is not None:
@@ -113,9 +122,10 @@ def section(res: RunResults) -> Section:
     if not rows:
         return Section("Cost and precision", INTRO, [])
     cols = [Column("cell", "cell", numeric=False)] + [Column(p, LABELS[p]) for p in ORDER] + [
-        Column("total", "total"), Column("hw", "±", numeric=False), Column("between", "between", numeric=False)]
+        Column("total", "total"), Column("hw", "±", numeric=False),
+        Column("between", "between call / process", numeric=False)]
     body = [[Value(r["key"]), *(Value(fmt_num(r[p]), r[p]) for p in ORDER), Value(fmt_num(r["total_s"]), r["total_s"]),
-             Value(_pct(r["half_width"])), Value(_share(r["between_share"]))] for r in rows]
+             Value(_pct(r["half_width"])), Value(_shares(r))] for r in rows]
     total = run_cost(res, rows)
     body.append([Value("all cells"), *(Value(fmt_num(total[p]), total[p]) for p in ORDER),
                  Value(fmt_num(total["cells_s"]), total["cells_s"]), Value(""), Value("")])

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from dlbench.cell import Cell
-from dlbench.measure.adaptive import MIN_PROCESSES, components, interval, plan
+from dlbench.measure.adaptive import MIN_PROCESSES, components, interval, percent, plan
 from dlbench.scenarios.base import CellOutcome, Context, run_in_turn
 
 #: the fewest processes a pilot has, whatever ``repeats`` says (a variance from two has one degree of freedom)
@@ -47,7 +47,7 @@ def run_processes(cell: Cell, ctx: Context, out: CellOutcome, make_job: Callable
         if not info["met"]:
             out.warnings.append(f"target +-{p.target_ci:g}% not met: the cap of {p.max_cell_s:g} s left no room for "
                                 f"a second stage; the pilot's {len(pilot)} processes reached "
-                                f"+-{100 * info['half_width']:.2g}%")
+                                f"+-{percent(info['half_width'])}")
         return pilot, info
     second_plan = plan(comp, target, start_s, call_s, budget, min_calls=min_calls)
     info.update(plan=second_plan.to_dict(), between=comp.between, within_per_call=comp.within,
@@ -64,7 +64,7 @@ def run_processes(cell: Cell, ctx: Context, out: CellOutcome, make_job: Callable
     info.update(iv.to_dict(), met=iv.half_width <= target)
     if not info["met"]:
         why = f"the cap of {p.max_cell_s:g} s cut the plan short" if second_plan.capped else "by chance (the plan " \
-              f"expected +-{100 * second_plan.expected_half_width:.2g}%)"
-        out.warnings.append(f"target +-{p.target_ci:g}% not met: reached +-{100 * iv.half_width:.2g}% with "
+              f"expected +-{percent(second_plan.expected_half_width)})"
+        out.warnings.append(f"target +-{p.target_ci:g}% not met: reached +-{percent(iv.half_width)} with "
                             f"{len(second)} process(es) of {second_plan.calls} calls; {why}")
     return pilot + second, info

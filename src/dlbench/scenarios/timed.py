@@ -121,6 +121,7 @@ class Timed(Scenario):
         if per_repeat:
             out.metrics = self.metrics(cell, per_repeat, out.warnings)
             out.metrics["warmup_found"] = [r["timing"].get("warmup_found", 0) for r in per_repeat]
+            out.metrics["settled"] = [r["timing"].get("settled", True) for r in per_repeat]
             out.metrics["variance"] = variance_split([r["timing"]["samples_ns"] for r in per_repeat])
             if adaptive is not None:
                 out.metrics["adaptive"] = adaptive
