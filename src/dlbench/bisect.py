@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dlbench import api, envs, releases
+from dlbench import api, envs, releases, versions
 from dlbench.envs import ondemand
 from dlbench.frameworks import installed_version
 from dlbench.report.compare import ALPHA, CellChange, compare_cells
@@ -69,7 +69,9 @@ class Settings:
     pre: bool = False  # pre-releases too
 
     def name(self, version: str) -> str:
-        return f"{self.framework}=={version}"
+        """The framework's name at ``version``, in the one spelling the store and the environments use
+        (:func:`dlbench.versions.normal_name`: ``x==1.0`` is ``x==1.0.0``)."""
+        return versions.normal_name(f"{self.framework}=={version}")
 
     @property
     def figure(self) -> str:
