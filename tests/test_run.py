@@ -270,12 +270,11 @@ def test_convergence_curves_and_agreement_flags_a_planted_difference(tmp_db):
     rows = {r["framework"]: r for r in agreement(res.cells, "torch")}
     assert rows["fakefw/ok"]["first_departure_step"] is None  # same arithmetic, same batches
     assert rows["fakefw/lr"]["first_departure_step"] == 2  # step 1 is before any update
-    from dlbench.report.plots import convergence_curves
-    from dlbench.report.tables import build_content
+    from dlbench.scenarios import registry
 
-    content = build_content(res)
-    assert [t.title for t in content.convergence] == ["convergence", "agreement check (same weights, same batches)"]
-    plots, _ = convergence_curves(res)
+    (section,) = registry.get("convergence").report_sections(res)  # the report asks the scenario for it
+    assert [t.title for t in section.tables] == ["convergence", "agreement check (same weights, same batches)"]
+    plots, _ = registry.report_plots(res)
     assert len(plots) == 1 and "<svg" in plots[0].svg
 
 

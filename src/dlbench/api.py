@@ -56,25 +56,24 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
 def run(suite: str | Suite | None = None, *, models: list[str] | None = None, frameworks: list[str] | None = None,
         variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int | str] | None = None,
         threads: list[int | str] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
-        seed: int | None = None, data: str | None = None, data_dir: str | None = None, convergence: dict | None = None,
+        seed: int | None = None, data: str | None = None, data_dir: str | None = None,
         db: str | Path = DEFAULT_DB, resume: str | None = None, progress=None, argv: list[str] | None = None,
-        distributed: dict | None = None, serving: dict | None = None,
-        precisions: list[str] | None = None) -> RunResults:
+        precisions: list[str] | None = None, **settings: dict | None) -> RunResults:
     """Run a suite (the built-in ``quick`` by default) and return its analysed results.
 
     Mirrors ``dlbench run``: ``suite`` is a name, a YAML file or a :class:`~dlbench.plan.Suite`; flags
-    override the suite's axes; ``resume`` finishes a stored run; ``distributed`` sets the scaling
-    scenario's options (workers, scaling, exchange, launcher, cluster); ``serving`` the latency and
-    LoadGen scenarios' (:class:`~dlbench.plan.ServingModel`); ``precisions`` the numeric precisions
-    (dlbench.precision). A resumed run is measured as
-    it was stored: any other setting given with ``resume`` is refused."""
+    override the suite's axes; ``resume`` finishes a stored run; ``precisions`` the numeric precisions
+    (dlbench.precision). Every other keyword is a scenario's settings section, as in a suite file:
+    ``convergence`` (epochs, lr...), ``distributed`` (the scaling scenario's workers, scaling, exchange,
+    launcher, cluster), ``serving`` (latency and LoadGen), a plug-in's own
+    (:func:`dlbench.scenarios.registry.sections`). A resumed run is measured as it was stored: any other
+    setting given with ``resume`` is refused."""
     kwargs = {"progress": progress} if progress else {}
     if resume:
         settings = {"suite": suite, "models": models, "frameworks": frameworks, "variants": variants,
                     "scenarios": scenarios, "batches": batches, "threads": threads, "devices": devices,
                     "protocol": protocol, "seed": seed, "data": data, "data_dir": data_dir,
-                    "convergence": convergence, "distributed": distributed, "serving": serving,
-                    "precisions": precisions}
+                    "precisions": precisions, **settings}
         given = [name for name, value in settings.items() if value is not None]
         if given:
             raise UsageError(f"resume measures run {resume} as it was stored; it takes no {', '.join(given)}")
@@ -82,8 +81,7 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
     else:
         s = flags.build_suite(suite, models=models, frameworks=frameworks, variants=variants, scenarios=scenarios,
                                batches=batches, threads=threads, devices=devices, protocol=protocol, seed=seed,
-                               data=data, data_dir=data_dir, convergence=convergence, distributed=distributed,
-                               serving=serving, precisions=precisions)
+                               data=data, data_dir=data_dir, precisions=precisions, **settings)
         handle = runner.start(s, db, argv, **kwargs)
     return results(handle.run_id, db)
 

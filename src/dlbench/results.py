@@ -6,51 +6,11 @@ agree everywhere and are always recomputable from what the store keeps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-from dlbench.cell_result import CellResult
+from dlbench.cell_result import CellResult, RunResults
 from dlbench.scenarios import registry
 from dlbench.store import CellRecord, Store
 
 __all__ = ["CellResult", "RunResults", "analyse_cell", "load_run"]
-
-
-@dataclass
-class RunResults:
-    run: dict[str, Any]
-    environment: dict[str, Any]
-    peaks: dict[int, dict[str, float]]
-    verifications: dict
-    cells: list[CellResult]
-
-    @property
-    def run_id(self) -> str:
-        return self.run["id"]
-
-    @property
-    def failed(self) -> list[CellResult]:
-        """Every cell without a time, ``unsupported`` ones included (the summary lists them all)."""
-        return [c for c in self.cells if not c.ok]
-
-    @property
-    def errors(self) -> list[CellResult]:
-        """Cells that went wrong: crashed, timed out, ran out of memory, failed the gate. ``unsupported``
-        (a scenario or model the framework cannot express, with its reason) is a fact about the framework,
-        not an error: the quick suite's ONNX Runtime training cells must not make ``dlbench run`` exit 1."""
-        return [c for c in self.failed if c.cell.status != "unsupported"]
-
-    def peak_gflops(self, threads: int) -> float | None:
-        rates = self.peaks.get(threads)
-        return max(rates.values()) if rates else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "environment": self.environment,
-                "peaks": {str(k): v for k, v in self.peaks.items()},
-                "verifications": [{"framework": k[0], "variant": k[1], "model": k[2], "device": k[3],
-                                   "precision": k[4], **v}
-                                  for k, v in self.verifications.items()],
-                "cells": [c.to_dict() for c in self.cells]}
 
 
 def analyse_cell(store: Store, cell: CellRecord, verified: str, peak: float | None) -> CellResult:

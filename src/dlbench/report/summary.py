@@ -69,8 +69,7 @@ class SummaryRow:
                    if s in per_batch},
                 **{f"{s}_samples_per_s": self.throughput(s) for s in self.cells},
                 "peak_rss_mib": self.peak_rss_mib,
-                "compile_ms": self.cells["compile"].compile_ms if "compile" in self.cells else None,
-                "convergence": self.cells["convergence"].convergence if "convergence" in self.cells else None,
+                **{k: v for s in registry.SCENARIOS.values() for k, v in s.summary_fields(self.cells.get(s.name)).items()},
                 "statuses": {s: c.cell.status for s, c in self.cells.items()}}
 
 

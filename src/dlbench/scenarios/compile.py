@@ -23,6 +23,7 @@ import numpy as np
 from dlbench import envs
 from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.frameworks.base import UnsupportedError
+from dlbench.report.document import fmt_num
 from dlbench.scenarios.base import CellOutcome, Context, Scenario, failure, framework_env
 from dlbench.scenarios.prepare import prepare, versions
 from dlbench.scenarios.timed import CLOSURES, make_closure
@@ -129,6 +130,16 @@ class Compile(Scenario):
     @property
     def column(self) -> str:
         return "compile cold/warm"
+
+    report_column = "compile s (cold first calls)"
+
+    def report_value(self, res) -> tuple[str, float | None, str]:
+        cold = sum(d.get("cold", 0.0) for d in res.compile_ms.values()) / 1e3
+        warm = sum(d.get("warm", 0.0) for d in res.compile_ms.values()) / 1e3
+        return fmt_num(cold), cold, f"warm {fmt_num(warm)}"
+
+    def summary_fields(self, res) -> dict[str, Any]:
+        return {"compile_ms": res.compile_ms if res is not None else None}
 
 
 SCENARIOS = (Compile(),)

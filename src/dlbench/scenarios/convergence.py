@@ -24,10 +24,27 @@ from dlbench.errors import UsageError
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.models import get_model
 from dlbench.models.spec import ModelSpec
-from dlbench.scenarios.base import CellOutcome, Context, Scenario, run_in_turn
+from dlbench.scenarios.base import CellOutcome, Context, Flag, Scenario, Shown, check_range, run_in_turn
 from dlbench.scenarios.prepare import backend_for, versions
 from dlbench.store import Sample
 from dlbench.weights import init_weights
+
+
+@dataclass
+class ConvergenceSettings:
+    """Settings of the convergence scenario (a suite file's ``convergence:``)."""
+
+    __pydantic_config__ = {"extra": "forbid"}  # noqa: RUF012  (read by pydantic, the registry's validator)
+    epochs: int = 10
+    target_accuracy: float = 0.95
+    lr: float | None = None  # None: the spec's (the papers') learning rate
+    log_steps: int = 50
+
+    def __post_init__(self) -> None:
+        check_range(self, "epochs", ge=1)
+        check_range(self, "target_accuracy", gt=0, le=1)
+        check_range(self, "lr", gt=0)
+        check_range(self, "log_steps", ge=1)
 
 
 @dataclass(frozen=True)
@@ -96,15 +113,6 @@ def time_to_accuracy(epochs: list[dict], target: float) -> float | None:
     return None
 
 
-def first_departure(reference: list[float], other: list[float], tolerance: float = 0.01) -> int | None:
-    """The first step (1-based) where ``other``'s loss differs from ``reference``'s by more than
-    ``tolerance`` relative; None when they agree over all the steps both logged."""
-    for i, (a, b) in enumerate(zip(reference, other, strict=False)):
-        if abs(b - a) > tolerance * max(abs(a), 1e-12):
-            return i + 1
-    return None
-
-
 def summarise_curves(repeats: list[dict], target: float) -> dict[str, Any]:
     """Mean and spread over repeats of each epoch's figures, final accuracy and time-to-accuracy."""
     if not repeats:
@@ -138,6 +146,11 @@ class Convergence(Scenario):
     # accuracy curves do not depend on the thread count: train to accuracy once, on every core, unless
     # --threads asks for more (1 and all cores doubled the run's time)
     default_threads = ["all"]
+    settings_model = ConvergenceSettings
+    flags = (Flag("--epochs", "epochs", "convergence: epochs of training (default 10)", int),
+             Flag("--target-accuracy", "target_accuracy",
+                  "convergence: test accuracy whose time-to-reach is reported (default 0.95)", float),
+             Flag("--lr", "lr", "convergence: learning rate (default: the paper's for the model)", float))
 
     def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
         """On a real data set, at least ten steps an epoch."""
@@ -158,18 +171,19 @@ class Convergence(Scenario):
         suite = ctx.suite
         out = CellOutcome("ok")
         jobs = ({**self.job(cell, suite), "seed": suite.seed + r} for r in range(suite.protocol.repeats))
-        results = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s * suite.convergence.epochs, out)
+        settings = self.settings_of(suite)
+        results = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s * settings.epochs, out)
         if out.status == "unsupported":
             return out
         repeats = [result["curves"] for result in results]
         for r, curves in enumerate(repeats):
             out.samples += [Sample(r, e["epoch"] - 1, "epoch_train", e["train_s"] * 1e9) for e in curves["epochs"]]
-        out.metrics = {"convergence": repeats, "target_accuracy": suite.convergence.target_accuracy}
+        out.metrics = {"convergence": repeats, "target_accuracy": settings.target_accuracy}
         return out
 
     def estimate(self, cell, suite, step_s: float, start_s: float, epoch_samples: int) -> float:
         """``epochs`` passes over the training split per process (evaluation not counted)."""
-        steps = suite.convergence.epochs * -(-epoch_samples // cell.batch)
+        steps = self.settings_of(suite).epochs * -(-epoch_samples // cell.batch)
         return suite.protocol.repeats * (start_s + steps * step_s)
 
     def work(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -178,7 +192,8 @@ class Convergence(Scenario):
         spec = get_model(job["model"])
         train_set = adapt(load_dataset(job["data"], job.get("data_dir"), "train"), spec)
         test_set = adapt(load_dataset(job["data"], job.get("data_dir"), "test"), spec)
-        config = ConvergenceConfig(**{k: v for k, v in job["convergence"].items() if k != "target_accuracy"})
+        settings = ConvergenceSettings(**job["settings"])
+        config = ConvergenceConfig(epochs=settings.epochs, lr=settings.lr, log_steps=settings.log_steps)
         try:
             curves = train(backend, spec, train_set, test_set, job["batch"], job.get("seed", 0), config,
                            job.get("device", "cpu"), job["variant"])
@@ -205,6 +220,26 @@ class Convergence(Scenario):
     @property
     def column(self) -> str:
         return "convergence"
+
+    def summary_fields(self, res) -> dict[str, Any]:
+        return {"convergence": res.convergence if res is not None else None}
+
+    # --- its report -------------------------------------------------------------------------------
+    def report_sections(self, res):
+        from dlbench.report.convergence import section
+
+        return [section(self.cells_of(res))]
+
+    def report_plots(self, res):
+        from dlbench.report.convergence import convergence_curves
+
+        return convergence_curves(self.cells_of(res))
+
+    def show(self, res, db) -> Shown | None:
+        from dlbench.report.convergence import agreement_table
+
+        table = agreement_table(self.cells_of(res))
+        return Shown(table) if table.rows else None
 
 
 SCENARIOS = (Convergence(),)

@@ -36,14 +36,14 @@ import numpy as np
 
 from dlbench.data.synthetic import Batch, make_batch
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.scenarios.base import CellOutcome, Context, Scenario, cell_artifacts, run_in_turn
+from dlbench.scenarios.base import CellOutcome, Context, Flag, Scenario, SuiteView, cell_artifacts, run_in_turn
+from dlbench.scenarios.latency import ServingSettings, report_plots, report_sections
 from dlbench.scenarios.prepare import prepare, real_batch, versions
 from dlbench.scenarios.timed import make_closure
 
 if TYPE_CHECKING:
     from dlbench.cell_result import CellResult
     from dlbench.models.spec import ModelSpec
-    from dlbench.suite import Suite
 
 INSTALL = "pip install mlcommons-loadgen"
 #: samples LoadGen may ask for (its performance sample count): at least this, and two batches
@@ -94,6 +94,19 @@ class LoadGen(Scenario):
 
     requires = "forward"
     per_iteration = False
+    settings_model = ServingSettings
+    settings_section = "serving"
+    flags = (
+        Flag("--qps", "qps", "loadgen-server: target queries per second (default: half of one stream's rate)", float),
+        Flag("--p99-ms", "p99_ms", "loadgen-server: bound on the 99th percentile latency in ms (default LoadGen's 100)",
+             float),
+        Flag("--find-peak", "find_peak", "loadgen-server: search the highest QPS meeting the bound (LoadGen's "
+             "FindPeakPerformance)", switch=True),
+        Flag("--loadgen-min-duration", "min_duration_s",
+             "LoadGen's minimum run time in s (shorter than LoadGen's rule: the cell is marked so)", float),
+        Flag("--loadgen-min-queries", "min_queries",
+             "LoadGen's minimum query count (fewer than LoadGen's rule: the cell is marked so)", int),
+    )
 
     def __init__(self, mode: str, description: str):
         self.mode = mode  # LoadGen's TestScenario name
@@ -103,20 +116,23 @@ class LoadGen(Scenario):
     def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
         return spec.default_batch if self.mode == "Offline" else 1
 
-    def check(self, cells, suite: Suite) -> None:
+    def check(self, cells, suite: SuiteView) -> None:
         from dlbench.errors import UsageError
 
-        s = suite.serving
+        s = self.settings_of(suite)
         server = any(c.scenario == "loadgen-server" for c in cells)
         if (s.find_peak or s.qps is not None or s.p99_ms is not None) and not server:
             raise UsageError("--find-peak, --qps and --p99-ms set the loadgen-server scenario; the suite has none")
 
-    def estimate(self, cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
-        duration = suite.serving.min_duration_s or 10.0
-        return start_s + SAMPLES * step_s + duration * (6 if suite.serving.find_peak else 1.2)
+    def estimate(self, cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
+        s = self.settings_of(suite)
+        return start_s + SAMPLES * step_s + (s.min_duration_s or 10.0) * (6 if s.find_peak else 1.2)
 
-    def job(self, cell, suite: Suite) -> dict[str, Any]:
-        return {**super().job(cell, suite), "loadgen": {"mode": self.mode, **suite.serving.model_dump()}}
+    def report_sections(self, res) -> list:
+        return report_sections(res)
+
+    def report_plots(self, res) -> tuple[list, list]:
+        return report_plots(res)
 
     # --- the parent's side ------------------------------------------------------------------------
     def measure(self, cell, ctx: Context) -> CellOutcome:
@@ -167,7 +183,7 @@ class LoadGen(Scenario):
         warm = max(job["protocol"]["warmup"], 1)
         single_s = _warm(singles, backend.sync, warm)
         group_s = _warm(groups, backend.sync, warm) if groups else single_s
-        settings, meets_rules = _settings(lg, job["loadgen"], single_s, size / group_s)
+        settings, meets_rules = _settings(lg, {**job["settings"], "mode": self.mode}, single_s, size / group_s)
         del p.batch  # only the QSL's samples are served
         sut = _Server(lg, singles, groups, size, backend.sync)
         handle = lg.ConstructSUT(sut.issue, sut.flush)

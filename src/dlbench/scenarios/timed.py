@@ -70,6 +70,7 @@ class Timed(Scenario):
         self.name, self.description, self.requires = name, description, name
         self.flop_factor, self.whole_dataset = flop_factor, whole_dataset
         self.trains = name in ("gradient", "train_step", "epoch")
+        self.times_closure = not whole_dataset
 
     def closure(self, backend: Backend, model: Any, placed: Any, spec: ModelSpec) -> Callable[[], Any]:
         return make_closure(self.name, backend, model, placed, spec)
