@@ -15,7 +15,6 @@ from dlbench.cli_common import console, int_list, texts
 from dlbench.errors import UsageError
 from dlbench.store import DEFAULT_DB, Store
 
-
 #: the scaling model's columns of text (the rest are numbers, right-aligned)
 TEXT_COLUMNS = frozenset(("model", "exchange", "scaling", "network", "algorithm"))
 
