@@ -75,10 +75,12 @@ def test_hanging_cell_times_out_and_leaves_nothing_running(tmp_db):
 
 
 def test_timed_out_job_leaves_no_process():
+    from dlbench.job import CellJob
     from dlbench.launch.subprocess import run_job
+    from dlbench.plan import Cell
 
-    job = {"kind": "scenario", "framework": "fakefw", "variant": "hang", "model": "lenet", "scenario": "forward",
-           "batch": 2, "threads": 1, "device": "cpu", "seed": 0, "protocol": {"warmup": 2, "min_iters": 1}}
+    job = CellJob(threads=1, cell=Cell("fakefw", "hang", "lenet", "forward", 2, 1), seed=0, data_dir=None,
+                  protocol={"warmup": 2, "min_iters": 1}, settings={})
     outcome = run_job(job, timeout_s=5, threads=1)
     assert outcome.status == "timeout"
     with pytest.raises(ProcessLookupError):
@@ -194,9 +196,9 @@ def test_compile_scenario_gives_each_closure_its_own_fresh_processes_and_cache()
     calls = []
 
     def fake_run_job(job, timeout, threads, python=None, extra_env=None):
-        calls.append((job["closures"], job["build_compile"], extra_env["DLBENCH_CACHE_DIR"]))
-        first = {c: 1e6 for c in job["closures"] if c != "train_step"}
-        if job["build_compile"]:
+        calls.append((job.extra["closures"], job.extra["build_compile"], extra_env["DLBENCH_CACHE_DIR"]))
+        first = {c: 1e6 for c in job.extra["closures"] if c != "train_step"}
+        if job.extra["build_compile"]:
             first["session"] = 5e5
         result = {"first_call_ns": first, "unsupported": {"train_step": "no optimiser"}, "build_ns": 1e6,
                   "threads_readback": {}, "python": "py", "versions": {}}

@@ -47,9 +47,9 @@ class Toy(Scenario):
 
         import numpy as np
 
-        a = np.ones((job["batch"], job["batch"]))
+        a = np.ones((job.cell.batch, job.cell.batch))
         ns = []
-        for _ in range(ToySettings(**job["settings"]).calls):
+        for _ in range(ToySettings(**job.settings).calls):
             t0 = time.perf_counter_ns()
             a @ a
             ns.append(time.perf_counter_ns() - t0)

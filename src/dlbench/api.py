@@ -7,9 +7,11 @@ from itertools import product
 from pathlib import Path
 
 from dlbench import envs, flags, resolve, runner
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.envs import ondemand
 from dlbench.errors import UsageError
 from dlbench.frameworks import framework_info
+from dlbench.job import VerifyJob
 from dlbench.launch.subprocess import run_job
 from dlbench.plan import Suite
 from dlbench.results import RunResults, load_run
@@ -18,7 +20,7 @@ from dlbench.verify import VerifyResult
 
 
 def verify(models: list[str] | None = None, frameworks: list[str] | None = None, variants: list[str] | None = None,
-           device: str = "cpu", threads: int | str | None = None, timeout_s: float = 1800.0,
+           device: str = DEFAULT_DEVICE, threads: int | str | None = None, timeout_s: float = 1800.0,
            precisions: list[str] | None = None, progress: Callable[[str], None] = lambda s: None) -> list[VerifyResult]:
     """Run the equivalence gate, one fresh process per (framework, variant, precision), in the
     framework's environment's interpreter when it has one (``dlbench envs``). Input is resolved as
@@ -40,8 +42,8 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
                 results += [VerifyResult(model=m, framework=fw, variant=variant, verdict="unsupported",
                                          reason=failed[fw], precision=precision) for m in models]
                 continue
-            job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
-                   "threads": threads, "precision": precision}
+            job = VerifyJob(threads=threads, framework=fw, models=models, variants=[variant], device=device,
+                            precision=precision)
             outcome = run_job(job, timeout_s=timeout_s, threads=threads, python=envs.python_for(fw),
                               extra_env=framework_info(fw).variant_env.get(variant))
             if outcome.status == "ok":

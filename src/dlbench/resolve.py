@@ -17,6 +17,7 @@ from dlbench.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, framework_info, installed_version
 from dlbench.models import UnknownModelError, list_models, parse_model_ref
 from dlbench.plan import Suite, check_batches, check_threads, resolve_threads
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.precision import get_precision
 
 
@@ -125,7 +126,7 @@ def _device_forms(framework: str) -> list[str]:
 def precisions(names: list[str] | None) -> list[str]:
     """Precision names (dlbench.precision); None: float32 alone; unknown or none: a usage error."""
     if names is None:
-        return ["fp32"]
+        return [DEFAULT_PRECISION]
     not_empty(names, "precisions")
     return list(dict.fromkeys(get_precision(n).name for n in names))
 

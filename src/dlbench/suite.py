@@ -13,13 +13,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dlbench.cell import DEFAULT_DEVICE, DEFAULT_SEED
 from dlbench.measure.timer import Protocol
 from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.precision import PRECISIONS
 from dlbench.scenarios import registry
-
-#: the seed of a suite that names none (weights, batches, shuffles)
-DEFAULT_SEED = 0
 
 
 class ProtocolModel(BaseModel):
@@ -64,7 +62,7 @@ class Suite(BaseModel):
     scenarios: list[str] = Field(default_factory=lambda: ["forward", "gradient", "train_step"])
     batch_sizes: list[int | str] | dict[str, list[int | str]] = Field(default_factory=lambda: ["default"])
     threads: list[int | str] = Field(default_factory=lambda: [1, "all"])
-    devices: list[str] = Field(default_factory=lambda: ["cpu"])
+    devices: list[str] = Field(default_factory=lambda: [DEFAULT_DEVICE])
     #: numeric precisions (dlbench.precision); every cell is measured at each
     precisions: list[str] = Field(default_factory=lambda: [DEFAULT_PRECISION])
     exclude: list[dict[str, Any]] = Field(default_factory=list)

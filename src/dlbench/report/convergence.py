@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from dlbench.cell_result import CellResult
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.report.document import DASH, Column, Section, Table, Value, fmt_num, mark_best
 from dlbench.report.figures import Plot, Skipped, by, figure, safe, svg
 
@@ -47,7 +48,7 @@ def agreement(cells: list, reference_framework: str | None = None, tolerance: fl
             groups.setdefault((c.cell.model, c.cell.data, c.cell.batch, c.cell.threads, c.cell.device), []).append(c)
     rows = []
     for key, members in groups.items():
-        fp32 = [m for m in members if m.cell.precision == "fp32"]
+        fp32 = [m for m in members if m.cell.precision == DEFAULT_PRECISION]
         pairs = []
         if fp32:
             names = [m.cell.framework for m in fp32]
@@ -56,7 +57,7 @@ def agreement(cells: list, reference_framework: str | None = None, tolerance: fl
             pairs += [(ref, m) for m in fp32 if m is not ref]
         for m in members:
             own = [f for f in fp32 if (f.cell.framework, f.cell.variant) == (m.cell.framework, m.cell.variant)]
-            if m.cell.precision != "fp32" and own:
+            if m.cell.precision != DEFAULT_PRECISION and own:
                 pairs.append((own[0], m))
         for ref, m in pairs:
             ref_losses = ref.cell.metrics["convergence"][0]["step_losses"]
@@ -73,7 +74,7 @@ def agreement(cells: list, reference_framework: str | None = None, tolerance: fl
 
 def _label(c) -> str:
     x = c.cell
-    return f"{x.framework}/{x.variant}" + (f" {x.precision}" if x.precision != "fp32" else "")
+    return f"{x.framework}/{x.variant}" + (f" {x.precision}" if x.precision != DEFAULT_PRECISION else "")
 
 
 def agreement_table(cells: list[CellResult]) -> Table:

@@ -10,6 +10,7 @@ is its emulation, not the framework's).
 from __future__ import annotations
 
 from dlbench.cell_result import CellResult
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.precision import PRECISIONS
 from dlbench.report.plots import Plot, Skipped, _by, _figure, _safe, _svg
 from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_num
@@ -23,7 +24,7 @@ INTRO = ("Each framework at each precision (docs/precision.md): its median time,
 
 
 def _reduced(res: RunResults) -> bool:
-    return any(c.cell.precision != "fp32" for c in res.cells)
+    return any(c.cell.precision != DEFAULT_PRECISION for c in res.cells)
 
 
 def _gate(res: RunResults, c: CellResult) -> dict:
@@ -42,7 +43,7 @@ def _same_at_fp32(c: CellResult) -> tuple:
 def precision_tables(res: RunResults) -> list[Table]:
     if not _reduced(res):
         return []
-    fp32 = {_same_at_fp32(c): c for c in res.cells if c.cell.precision == "fp32" and c.ok and c.time_ms}
+    fp32 = {_same_at_fp32(c): c for c in res.cells if c.cell.precision == DEFAULT_PRECISION and c.ok and c.time_ms}
     tables = []
     closures = registry.batch_closures()
     for (model,), cells in _by([c for c in res.cells if c.cell.scenario in closures],

@@ -12,6 +12,7 @@ from typing import Any
 
 from dlbench import versions
 from dlbench.models.split import parse_part
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.report.convergence import agreement
 from dlbench.results import CellResult, RunResults
 from dlbench.scenarios import registry
@@ -34,7 +35,7 @@ class SummaryRow:
     @property
     def precision_text(self) -> str:
         """The precision, and beside a reduced one its forward error against float64."""
-        if self.precision == "fp32" or self.forward_error is None:
+        if self.precision == DEFAULT_PRECISION or self.forward_error is None:
             return self.precision
         return f"{self.precision} (error {self.forward_error:.1e})"
     #: how the framework is shown (``jax 0.4.38`` when the run has several versions of it: dlbench.versions)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.report.document import (
     DASH,
     Column,
@@ -123,7 +124,7 @@ def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
     scenarios = [s for s in registry.per_batch() if any(s in r.cells for r in rows)]
     rate = _rate_scenario(rows)
     own = [s for s in registry.names() if registry.get(s).report_column and any(s in r.cells for r in rows)]
-    reduced = any(r.precision != "fp32" for r in rows)
+    reduced = any(r.precision != DEFAULT_PRECISION for r in rows)
     columns = [Column("framework", "framework", numeric=False), Column("variant", "variant", numeric=False),
                Column("device", "device", numeric=False), Column("threads", "threads"), Column("batch", "batch")]
     if reduced:
@@ -223,7 +224,7 @@ def build_content(res: RunResults) -> ReportContent:
     tables = [model_table(m, [r for r in rows if _per_batch(r)], notes)
               for m, rows in summary_rows(res).items() if any(_per_batch(r) for r in rows)]
     warnings = [(c.cell.key, w) for c in res.cells for w in c.cell.warnings]
-    verification = [("/".join([fw, variant, model, device] + ([precision] if precision != "fp32" else [])),
+    verification = [("/".join([fw, variant, model, device] + ([precision] if precision != DEFAULT_PRECISION else [])),
                      f"{v['verdict']}: {v.get('reason') or ''}".strip(": "))
                     for (fw, variant, model, device, precision), v in res.verifications.items()
                     if v.get("verdict") != "pass"]

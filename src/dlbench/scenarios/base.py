@@ -39,6 +39,7 @@ import numpy as np
 from dlbench import envs
 from dlbench.cell import Cell
 from dlbench.frameworks import FrameworkInfo, framework_info
+from dlbench.job import CellJob, Job
 from dlbench.launch.subprocess import JobOutcome
 from dlbench.measure.stats import summarize
 from dlbench.models import UnknownModelError, get_model
@@ -69,7 +70,7 @@ class SuiteView(Protocol):
 class JobRunner(Protocol):
     """:func:`dlbench.launch.subprocess.run_job`, or the same contract on a Ray node."""
 
-    def __call__(self, job: dict[str, Any], timeout_s: float, threads: int | None = None, python: str | None = None,
+    def __call__(self, job: Job, timeout_s: float, threads: int | None = None, python: str | None = None,
                  extra_env: dict[str, str] | None = None) -> JobOutcome: ...
 
 
@@ -205,12 +206,12 @@ class Scenario(ABC):
     def measure(self, cell: Cell, ctx: Context) -> CellOutcome:
         """Measure one verified cell: start its processes, collect samples and metrics."""
 
-    def job(self, cell: Cell, suite: SuiteView) -> dict[str, Any]:
-        """The job a measuring process gets for this cell (JSON-serialisable)."""
+    def job(self, cell: Cell, suite: SuiteView) -> CellJob:
+        """The job a measuring process gets for this cell: the cell, the run's seed, data directory and
+        timer protocol, and the scenario's own settings (no other scenario's)."""
         settings = self.settings_of(suite) if self.settings_model is not None else None
-        return {"kind": "scenario", **cell.to_dict(), "seed": suite.seed, "data_dir": suite.data_dir,
-                "settings": settings_dict(settings),
-                "protocol": suite.protocol.timer_fields()}
+        return CellJob(threads=cell.threads, cell=cell, seed=suite.seed, data_dir=suite.data_dir,
+                       protocol=suite.protocol.timer_fields(), settings=settings_dict(settings))
 
     def estimate(self, cell: Cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
         """A rough guess at the cell's wall time before anything is measured (``dlbench run --dry-run``
@@ -222,7 +223,7 @@ class Scenario(ABC):
         return p.repeats * (start_s + warmup + sampling)
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+    def work(self, job: CellJob) -> dict[str, Any]:
         """What a fresh worker interpreter does for one job of this scenario."""
         raise NotImplementedError(f"the {self.name} scenario starts no worker job of its own")
 
@@ -318,7 +319,7 @@ def failure(outcome: JobOutcome) -> tuple[str, str]:
     return ("timeout" if outcome.status == "timeout" else "failed"), outcome.reason
 
 
-def run_in_turn(cell: Cell, ctx: Context, jobs: Iterable[dict[str, Any]], timeout_s: float,
+def run_in_turn(cell: Cell, ctx: Context, jobs: Iterable[CellJob], timeout_s: float,
                 out: CellOutcome) -> list[dict[str, Any]]:
     """One fresh process per job (in the framework's interpreter, with its variant's environment), in
     turn; the results of those that succeeded. A process that fails ends the cell (``out``'s status and

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data import DataError, adapt, load_dataset
 from dlbench.data.dataset import Dataset
 from dlbench.errors import UsageError
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.job import CellJob
 from dlbench.models import get_model
 from dlbench.models.spec import ModelSpec
 from dlbench.scenarios.base import CellOutcome, Context, Flag, Scenario, Shown, check_range, run_in_turn
@@ -77,7 +79,7 @@ def evaluate(backend: Backend, model: Any, predict, dataset: Dataset, batch_size
 
 
 def train(backend: Backend, spec: ModelSpec, train_set: Dataset, test_set: Dataset, batch_size: int, seed: int,
-          config: ConvergenceConfig, device: str = "cpu", variant: str | None = None) -> dict[str, Any]:
+          config: ConvergenceConfig, device: str = DEFAULT_DEVICE, variant: str | None = None) -> dict[str, Any]:
     """Train and evaluate; returns the per-epoch curves and the first steps' losses."""
     model = backend.build(spec, init_weights(spec, seed), device, variant)
     step = backend.trainer(model, OptimizerSpec(lr=config.lr or spec.learning_rate, momentum=config.momentum))
@@ -170,7 +172,7 @@ class Convergence(Scenario):
     def measure(self, cell, ctx: Context) -> CellOutcome:
         suite = ctx.suite
         out = CellOutcome("ok")
-        jobs = ({**self.job(cell, suite), "seed": suite.seed + r} for r in range(suite.protocol.repeats))
+        jobs = (replace(self.job(cell, suite), seed=suite.seed + r) for r in range(suite.protocol.repeats))
         settings = self.settings_of(suite)
         results = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s * settings.epochs, out)
         if out.status == "unsupported":
@@ -186,17 +188,17 @@ class Convergence(Scenario):
         steps = self.settings_of(suite).epochs * -(-epoch_samples // cell.batch)
         return suite.protocol.repeats * (start_s + steps * step_s)
 
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+    def work(self, job: CellJob) -> dict[str, Any]:
         """Train on the real data set for the configured epochs; curves measured by dlbench itself."""
         backend, readback = backend_for(job)
-        spec = get_model(job["model"])
-        train_set = adapt(load_dataset(job["data"], job.get("data_dir"), "train"), spec)
-        test_set = adapt(load_dataset(job["data"], job.get("data_dir"), "test"), spec)
-        settings = ConvergenceSettings(**job["settings"])
+        spec = get_model(job.cell.model)
+        train_set = adapt(load_dataset(job.cell.data, job.data_dir, "train"), spec)
+        test_set = adapt(load_dataset(job.cell.data, job.data_dir, "test"), spec)
+        settings = ConvergenceSettings(**job.settings)
         config = ConvergenceConfig(epochs=settings.epochs, lr=settings.lr, log_steps=settings.log_steps)
         try:
-            curves = train(backend, spec, train_set, test_set, job["batch"], job.get("seed", 0), config,
-                           job.get("device", "cpu"), job["variant"])
+            curves = train(backend, spec, train_set, test_set, job.cell.batch, job.seed, config, job.cell.device,
+                           job.cell.variant)
         except UnsupportedError as exc:
             return {"unsupported": str(exc)}
         return {"curves": curves, "threads_readback": readback, "python": sys.executable, "versions": versions(backend)}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dlbench.frameworks.base import UnsupportedError
+from dlbench.job import CellJob
 from dlbench.measure.percentiles import percentiles
 from dlbench.scenarios.base import CellOutcome, Context, Flag, Scenario, SuiteView, check_range, run_in_turn
 from dlbench.scenarios.prepare import prepare, versions
@@ -123,25 +124,26 @@ class Latency(Scenario):
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+    def work(self, job: CellJob) -> dict[str, Any]:
         p = prepare(job)
         backend = p.backend
         try:
-            model = backend.build(p.spec, p.weights, job.get("device", "cpu"), job["variant"])
+            model = backend.build(p.spec, p.weights, job.cell.device, job.cell.variant)
             placed = backend.place(p.batch, model)  # kept while the closure runs: inputs may share its memory
             fn = make_closure("forward", backend, model, placed, p.spec)
         except UnsupportedError as exc:
             return {"unsupported": str(exc)}
         del p.weights
-        protocol = job["protocol"]
+        protocol = job.protocol
+        calls_wanted = ServingSettings(**job.settings).latency_calls
         warmup = [_call(fn, backend.sync) for _ in range(max(protocol["warmup"], 1))]
         calls: list[float] = []
         deadline = time.perf_counter() + protocol["max_time_s"]
         truncated = False
-        for _ in range(job["settings"]["latency_calls"]):
+        for _ in range(calls_wanted):
             calls.append(_call(fn, backend.sync))
             if time.perf_counter() > deadline:
-                truncated = len(calls) < job["settings"]["latency_calls"]
+                truncated = len(calls) < calls_wanted
                 break
         return {"warmup_ns": warmup, "calls_ns": calls, "truncated": truncated,
                 "threads_readback": p.readback, "versions": versions(backend)}

@@ -34,11 +34,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dlbench.data.synthetic import Batch, make_batch
+from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import UnsupportedError
+from dlbench.job import CellJob
 from dlbench.scenarios.base import CellOutcome, Context, Flag, Scenario, SuiteView, cell_artifacts, run_in_turn
 from dlbench.scenarios.latency import ServingSettings, report_plots, report_sections
-from dlbench.scenarios.prepare import prepare, real_batch, versions
+from dlbench.scenarios.prepare import cell_batch, prepare, versions
 from dlbench.scenarios.timed import make_closure
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ class LoadGen(Scenario):
         outdir = cell_artifacts(cell, ctx)
         if outdir is not None:
             outdir.mkdir(parents=True, exist_ok=True)
-            job["outdir"] = str(outdir)
+        job.extra["outdir"] = str(outdir) if outdir is not None else None  # None: LoadGen's logs in a temporary one
         results = run_in_turn(cell, ctx, [job], ctx.suite.protocol.timeout_s, out)
         if not results:
             return out
@@ -160,18 +161,17 @@ class LoadGen(Scenario):
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+    def work(self, job: CellJob) -> dict[str, Any]:
         try:
             import mlperf_loadgen as lg
         except ImportError:
             return {"unsupported": f"MLPerf LoadGen (mlperf_loadgen) is not installed in {sys.executable}: {INSTALL}"}
         p = prepare(job)
-        backend, spec, size = p.backend, p.spec, job["batch"]
+        backend, spec, size = p.backend, p.spec, job.cell.batch
         count = max(SAMPLES, 2 * size) // size * size
-        samples = (real_batch({**job, "batch": count}, spec) if job.get("data", "synthetic") != "synthetic"
-                   else make_batch(spec, count, job.get("seed", 0)))
+        samples = cell_batch(job, spec, count)
         try:
-            model = backend.build(spec, p.weights, job.get("device", "cpu"), job["variant"])
+            model = backend.build(spec, p.weights, job.cell.device, job.cell.variant)
             # the placed batches are kept beside their closures: an engine's inputs may share their memory
             placed = [backend.place(_rows(samples, i, i + 1), model) for i in range(count)]
             singles = [make_closure("forward", backend, model, one, spec) for one in placed]
@@ -180,15 +180,15 @@ class LoadGen(Scenario):
         except UnsupportedError as exc:
             return {"unsupported": str(exc)}
         del p.weights
-        warm = max(job["protocol"]["warmup"], 1)
+        warm = max(job.protocol["warmup"], 1)
         single_s = _warm(singles, backend.sync, warm)
         group_s = _warm(groups, backend.sync, warm) if groups else single_s
-        settings, meets_rules = _settings(lg, {**job["settings"], "mode": self.mode}, single_s, size / group_s)
+        settings, meets_rules = _settings(lg, {**job.settings, "mode": self.mode}, single_s, size / group_s)
         del p.batch  # only the QSL's samples are served
         sut = _Server(lg, singles, groups, size, backend.sync)
         handle = lg.ConstructSUT(sut.issue, sut.flush)
         qsl = lg.ConstructQSL(count, count, lambda _: None, lambda _: None)
-        outdir = job.get("outdir") or _tempdir()
+        outdir = job.extra["outdir"] or _tempdir()
         output = lg.LogOutputSettings()
         output.outdir, output.copy_summary_to_stdout = outdir, False
         log = lg.LogSettings()

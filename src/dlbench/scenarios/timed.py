@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.job import CellJob
 from dlbench.measure.memory import current_rss_bytes, nvml_used_bytes, peak_rss_bytes
 from dlbench.measure.profile import profile_closure
 from dlbench.measure.stats import summarize
@@ -82,7 +83,7 @@ class Timed(Scenario):
         jobs = [self.job(cell, suite) for _ in range(suite.protocol.repeats)]
         outdir = cell_artifacts(cell, ctx)
         if suite.protocol.profile_calls and outdir is not None:
-            jobs[0]["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir / "profile")}
+            jobs[0].extra["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir / "profile")}
         elif suite.protocol.profile_calls:
             out.warnings.append("no profile: the run has no directory to keep a trace in")
         per_repeat = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s, out)
@@ -104,7 +105,7 @@ class Timed(Scenario):
                                      groups=[s.repeat for s in measured]).warnings + out.warnings
         if per_repeat:
             out.metrics = self.metrics(cell, per_repeat, out.warnings)
-        if per_repeat and "profile" in jobs[0]:
+        if per_repeat and "profile" in jobs[0].extra:
             profile = per_repeat[0]["profile"]
             if "ops" in profile:
                 out.metrics["profile"] = {**profile, "trace": f"{outdir.name}/profile/{profile['trace']}"}
@@ -137,24 +138,24 @@ class Timed(Scenario):
         return metrics
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+    def work(self, job: CellJob) -> dict[str, Any]:
         """Time the closure under the protocol; report memory, thread read-back and first call."""
         p = prepare(job)
-        backend, device = p.backend, job.get("device", "cpu")
+        backend, device = p.backend, job.cell.device
         if self.name not in backend.scenarios:
             return {"unsupported": f"{backend.name} does not support {self.name}"}
         rss_before = current_rss_bytes()
         t0 = time.perf_counter_ns()
         try:
-            model = backend.build(p.spec, p.weights, device, job["variant"])
+            model = backend.build(p.spec, p.weights, device, job.cell.variant)
             placed = backend.place(p.batch, model)
             fn = self.closure(backend, model, placed, p.spec)
         except UnsupportedError as exc:
             return {"unsupported": str(exc)}
         build_ns = time.perf_counter_ns() - t0
         del p.weights
-        timing = time_callable(fn, backend.sync, Protocol(**job["protocol"]))
-        profile = _profile(backend, fn, job["profile"]) if "profile" in job else {}
+        timing = time_callable(fn, backend.sync, Protocol(**job.protocol))
+        profile = _profile(backend, fn, job.extra["profile"]) if "profile" in job.extra else {}
         return {
             "timing": timing.to_dict(), "build_ns": build_ns, "threads_readback": p.readback,
             "rss_before_build_bytes": rss_before, "peak_rss_bytes": peak_rss_bytes(),
