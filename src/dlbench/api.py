@@ -14,8 +14,8 @@ from dlbench.frameworks import framework_info
 from dlbench.job import VerifyJob
 from dlbench.launch.subprocess import run_job
 from dlbench.plan import Suite
-from dlbench.results import RunResults, load_run
-from dlbench.store import DEFAULT_DB, Store
+from dlbench.results import RunResults, read_run
+from dlbench.store import DEFAULT_DB
 from dlbench.verify import VerifyResult
 
 
@@ -90,8 +90,4 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
 
 def results(run_id: str | None = None, db: str | Path = DEFAULT_DB) -> RunResults:
     """A stored run (the latest by default), analysed from its raw samples."""
-    store = Store(db, read_only=True)
-    try:
-        return load_run(store, run_id)
-    finally:
-        store.close()
+    return read_run(run_id, db)

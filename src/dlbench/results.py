@@ -6,11 +6,13 @@ agree everywhere and are always recomputable from what the store keeps.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dlbench.cell_result import CellResult, RunResults
 from dlbench.scenarios import registry
 from dlbench.store import CellRecord, Store
 
-__all__ = ["CellResult", "RunResults", "analyse_cell", "load_run"]
+__all__ = ["CellResult", "RunResults", "analyse_cell", "load_run", "read_run"]
 
 
 def analyse_cell(store: Store, cell: CellRecord, verified: str, peak: float | None) -> CellResult:
@@ -19,6 +21,15 @@ def analyse_cell(store: Store, cell: CellRecord, verified: str, peak: float | No
     samples = store.samples(cell.id)
     registry.of_stored(cell.scenario).analyse(res, samples, peak)
     return res
+
+
+def read_run(run_id: str | None, db: str | Path) -> RunResults:
+    """A stored run (the latest when ``run_id`` is None) read from the database at ``db``, analysed."""
+    store = Store(db, read_only=True)
+    try:
+        return load_run(store, run_id)
+    finally:
+        store.close()
 
 
 def load_run(store: Store, run_id: str | None = None) -> RunResults:
