@@ -105,7 +105,7 @@ def _fake_runner(rng, between_sd=0.05, within_sd=0.1, process_s=5.0, call_s=0.01
 
     def run_job(job, timeout_s, threads=None, python=None, extra_env=None):
         jobs.append(job)
-        n = job["protocol"]["min_iters"]
+        n = job.calls if job.calls is not None else job.protocol["min_iters"]
         calls = list(1e6 * np.exp(rng.normal(0, between_sd) + rng.normal(0, within_sd, n)))
         cost = {"prepare_s": 1.0, "build_s": 1.0, "warmup_s": 0.5, "timed_s": n * call_s, "work_s": 3.0 + n * call_s}
         return JobOutcome("ok", {"calls": calls, "cost": cost}, "", process_s + n * call_s, 0)
@@ -115,6 +115,7 @@ def _fake_runner(rng, between_sd=0.05, within_sd=0.1, process_s=5.0, call_s=0.01
 
 def _run_processes(protocol, rng, **kw):
     from dlbench.cell import Cell
+    from dlbench.job import CellJob
     from dlbench.plan import suite_from_dict
     from dlbench.scenarios.base import CellOutcome, Context
     from dlbench.scenarios.processes import run_processes
@@ -123,11 +124,13 @@ def _run_processes(protocol, rng, **kw):
     run_job, jobs = _fake_runner(rng, **kw)
     out = CellOutcome("ok")
 
-    def job(calls):
-        return {"kind": "scenario", "scenario": "forward",
-                "protocol": {"min_iters": calls or suite.protocol.min_iters}}
+    cell = Cell("torch", "eager", "lenet", "forward", 4, 1)
 
-    results, info = run_processes(Cell("torch", "eager", "lenet", "forward", 4, 1), Context(suite, run_job), out, job,
+    def job(calls):
+        return CellJob(threads=1, cell=cell, seed=0, data_dir=None, protocol=suite.protocol.timer_fields(),
+                       settings={}, calls=calls)
+
+    results, info = run_processes(cell, Context(suite, run_job), out, job,
                                   lambda r: r["calls"], min_calls=suite.protocol.min_iters)
     return results, info, out, jobs
 
@@ -142,7 +145,7 @@ def test_a_target_runs_a_pilot_then_the_planned_second_stage_and_reports_its_int
                                               np.random.default_rng(0))
     plan_ = info["plan"]
     assert info["pilot"] == 3 and len(results) == 3 + plan_["processes"]
-    assert all(j["protocol"]["min_iters"] == plan_["calls"] for j in jobs[3:])
+    assert all(j.calls == plan_["calls"] for j in jobs[3:])
     assert info["first_counted"] == 3 and info["low"] < info["center"] < info["high"]
     assert out.processes and sum(s for s, _ in out.processes) == pytest.approx(out.seconds)
 

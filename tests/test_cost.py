@@ -85,6 +85,7 @@ def test_the_progress_line_of_a_cell_measured_to_a_target_gives_its_second_stage
 
 def test_a_timed_jax_cell_is_offered_the_persistent_cache_and_marked(tmp_path, monkeypatch):
     """run_in_turn gives each process the cache's environment and records what the cache held before."""
+    from dlbench.job import CellJob
     from dlbench.launch.subprocess import JobOutcome
     from dlbench.scenarios.base import CellOutcome, Context, run_in_turn
 
@@ -100,7 +101,8 @@ def test_a_timed_jax_cell_is_offered_the_persistent_cache_and_marked(tmp_path, m
     out = CellOutcome("ok")
     suite = suite_from_dict({"models": ["lenet"]})
     cell = Cell("jax", "jit", "lenet", "forward", 4, 1)
-    run_in_turn(cell, Context(suite, run_job), [{"kind": "scenario", "scenario": "forward"}] * 2, 60.0, out)
+    job = CellJob(threads=1, cell=cell, seed=0, data_dir=None, protocol=suite.protocol.timer_fields(), settings={})
+    run_in_turn(cell, Context(suite, run_job), [job] * 2, 60.0, out)
     assert all(e["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jax" / "jax") for e in envs_seen)
     assert out.reused["compilation_cache"]["entries_before"] == 1
     assert [s for s, _ in out.processes] == [2.0, 2.0]

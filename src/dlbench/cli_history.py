@@ -15,6 +15,7 @@ from rich.table import Table
 from dlbench import versions
 from dlbench.cli_common import console, counts, names, note_damage, write_output
 from dlbench.errors import UsageError
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.precision import get_precision
 from dlbench.store import DEFAULT_DB, Store, check_output
 
@@ -129,7 +130,7 @@ def register(sub) -> None:
     p.add_argument("--scenario")
     p.add_argument("--batch", help="batch size (needed where the runs hold several)")
     p.add_argument("--threads", help="thread count (needed where the runs hold several)")
-    p.add_argument("--precision", default="fp32", help="the figure's precision (default fp32; docs/precision.md)")
+    p.add_argument("--precision", default=DEFAULT_PRECISION, help="the figure's precision (default fp32; docs/precision.md)")
     p.add_argument("--variant", help="one variant (default: each, as its own series)")
     p.add_argument("--out", metavar="DIR", help="also write each series' plot as DIR/history-N.svg")
     p.add_argument("--changes", action="store_true",

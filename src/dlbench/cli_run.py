@@ -18,16 +18,15 @@ from rich.text import Text
 
 from dlbench import flags, resolve
 from dlbench.cli_common import console, counts, names, note_damage, texts, write_output
-from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
 from dlbench.errors import UsageError
 from dlbench.estimate import Estimate, env_builds, format_duration, setup_seconds
 from dlbench.interrupt import Interrupted, explain
 from dlbench.measure.adaptive import percent
 from dlbench.measure.stats import summarize
 from dlbench.plan import Cell, Suite, suite_from_dict
-from dlbench.report.convergence import agreement
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
 from dlbench.report.summary import summary_dict, summary_rows, summary_scenarios
+from dlbench.report.tables import Table as ReportTable
 from dlbench.report.tables import fmt_num
 from dlbench.results import RunResults
 from dlbench.scenarios import registry
@@ -158,21 +157,6 @@ def _fit(text: str) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _convergence(args: argparse.Namespace) -> dict:
-    """The convergence scenario's flags (checked by the suite model: :func:`dlbench.flags.check_settings`)."""
-    return {key: getattr(args, key) for key in ("epochs", "target_accuracy", "lr") if getattr(args, key) is not None}
-
-
-def _serving(args: argparse.Namespace) -> dict:
-    """The deployment scenarios' flags (checked by the suite model: a bad value is exit 2)."""
-    out: dict = {key: value for key, value in (
-        ("latency_calls", args.latency_calls), ("qps", args.qps), ("p99_ms", args.p99_ms),
-        ("min_duration_s", args.loadgen_min_duration), ("min_queries", args.loadgen_min_queries)) if value is not None}
-    if args.find_peak:
-        out["find_peak"] = True
-    return out
-
-
 def add_protocol_flags(p: argparse.ArgumentParser) -> None:
     """The timing protocol's flags (``dlbench run`` and ``dlbench reproduce``; read by :func:`_protocol`)."""
     p.add_argument("--warmup", type=int)
@@ -193,13 +177,15 @@ def add_protocol_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _protocol(args: argparse.Namespace) -> dict:
-    """The protocol's flags (checked by the suite model: :func:`dlbench.flags.check_settings`)."""
+    """The protocol's flags, checked by the suite model (:func:`dlbench.resolve.check_settings`): a bad
+    value is one line naming its flag."""
     out = {key: getattr(args, flag) for flag, key in (
         ("warmup", "warmup"), ("min_iters", "min_iters"), ("min_time", "min_time_s"), ("repeats", "repeats"),
         ("timeout", "timeout_s"), ("profile", "profile_calls"), ("target_ci", "target_ci"),
         ("max_time", "max_cell_s")) if getattr(args, flag, None) is not None}
     if getattr(args, "fixed_warmup", None):
         out["find_warmup"] = False
+    resolve.check_settings("protocol", out or None)
     return out
 
 
@@ -271,8 +257,8 @@ def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
                                    batches=counts(args.batch, "--batch"), threads=counts(args.threads, "--threads"),
                                    devices=names(args.device, "--device"), protocol=_protocol(args) or None,
                                    seed=args.seed, data=args.data, data_dir=args.data_dir,
-                                   convergence=_convergence(args) or None, distributed=distributed_flags(args),
-                                   serving=_serving(args) or None, precisions=names(args.precision, "--precision"))
+                                   precisions=names(args.precision, "--precision"),
+                                   **registry.settings_from_flags(args))
         done = set()
     _, cells = runner.plan_cells(suite)
     todo = [c for c in cells if c.key not in done]
@@ -348,10 +334,10 @@ def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate
 
 def print_summary(res: RunResults, as_json: bool, db) -> int:
     failed = res.failed
+    extras = registry.shown(res, db)  # what the run's scenarios add after the summary
     if as_json:
         data = summary_dict(res)
-        if scaling := scaling_json(res, db):
-            data["scaling"] = scaling
+        data.update((x.key, x.rows) for x in extras if x.key)
         print(json.dumps(data, indent=2, default=str))
         return 1 if res.errors else 0
     tables = summary_rows(res)
@@ -383,18 +369,8 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
             table.add_row(*texts(*(getattr(r, shown_as.get(a, a)) for a in shown), *cols, mem,
                                  {"pass": "yes", "fail": Text("NO", "red")}.get(r.verified, r.verified)))
         console.print(table)
-    agree = agreement(res.cells)
-    if agree:
-        table = Table(title="agreement: first step where a framework's loss departs from the reference by > 1%",
-                      title_justify="left")
-        for col in ("model", "reference", "framework", "steps", "step-1 diff", "first departure"):
-            table.add_column(col)
-        for a in agree:
-            dep = "none" if a["first_departure_step"] is None else str(a["first_departure_step"])
-            table.add_row(*texts(a["model"], a["reference"], a["framework"], a["steps_compared"],
-                                 f"{a['rel_diff_step1']:.1e}" if a["rel_diff_step1"] is not None else "–", dep))
-        console.print(table)
-    print_scaling(res, db)
+    for x in extras:
+        console.print(_rich_table(x.table))
     noisy = [c for c in res.cells if c.cell.warnings]
     if noisy:
         console.print(f"[yellow]{len(noisy)} cell(s) with warnings[/] (dlbench show {escape(res.run_id)} --warnings)",
@@ -406,6 +382,16 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
     console.print(f"run [bold]{escape(res.run_id)}[/] ({escape(res.run['status'])}) stored in {escape(str(db))}",
                   highlight=False)
     return 1 if res.errors else 0
+
+
+def _rich_table(t: ReportTable) -> Table:
+    """A report table (:mod:`dlbench.report.tables`) for the terminal."""
+    table = Table(title=escape(t.title), title_justify="left")
+    for col in t.columns:
+        table.add_column(col.label, justify="right" if col.numeric else "left")
+    for row in t.rows:
+        table.add_row(*texts(*(v.text for v in row)))
+    return table
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -483,22 +469,6 @@ def register(sub) -> None:
                                        "int8 (inference), tf32 (GPU); see docs/precision.md")
     add_protocol_flags(p)
     p.add_argument("--seed", type=int)
-    p.add_argument("--epochs", type=int, help="convergence: epochs of training (default 10)")
-    p.add_argument("--target-accuracy", type=float, dest="target_accuracy",
-                   help="convergence: test accuracy whose time-to-reach is reported (default 0.95)")
-    p.add_argument("--lr", type=float, help="convergence: learning rate (default: the paper's for the model)")
-    p.add_argument("--latency-calls", type=int, dest="latency_calls",
-                   help="latency: single calls timed per process (default 3500)")
-    p.add_argument("--qps", type=float, help="loadgen-server: target queries per second (default: half of one "
-                                             "stream's rate)")
-    p.add_argument("--p99-ms", type=float, dest="p99_ms", help="loadgen-server: bound on the 99th percentile "
-                                                               "latency in ms (default LoadGen's 100)")
-    p.add_argument("--find-peak", action="store_true", dest="find_peak",
-                   help="loadgen-server: search the highest QPS meeting the bound (LoadGen's FindPeakPerformance)")
-    p.add_argument("--loadgen-min-duration", type=float, dest="loadgen_min_duration",
-                   help="LoadGen's minimum run time in s (shorter than LoadGen's rule: the cell is marked so)")
-    p.add_argument("--loadgen-min-queries", type=int, dest="loadgen_min_queries",
-                   help="LoadGen's minimum query count (fewer than LoadGen's rule: the cell is marked so)")
     p.add_argument("--data", "--dataset", dest="data",
                    help="fill batches from a real data set (digits, mnist, cifar10, imdb, ptb) "
                                   "instead of synthetic samples")
@@ -508,7 +478,7 @@ def register(sub) -> None:
                    help="list the cells and an estimate of the time they take; measure and store nothing")
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.add_argument("--json", action="store_true")
-    add_run_flags(p)
+    registry.add_flags(p)  # each scenario's own flags, in a group per settings section
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("runs", help="list stored runs")

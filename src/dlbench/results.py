@@ -6,56 +6,15 @@ agree everywhere and are always recomputable from what the store keeps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
-from dlbench.cell_result import CellResult
+from dlbench.cell_result import CellResult, RunResults
 from dlbench.damage import Damaged, check_metrics, check_samples
 from dlbench.measure.peak import describe, peak_for
 from dlbench.scenarios import registry
 from dlbench.store import CellRecord, Store
 
-__all__ = ["CellResult", "RunResults", "analyse_cell", "load_run"]
-
-
-@dataclass
-class RunResults:
-    run: dict[str, Any]
-    environment: dict[str, Any]
-    peaks: dict[int, dict[str, float]]
-    verifications: dict
-    cells: list[CellResult]
-    #: what was found damaged while reading the run and set aside, one line each (dlbench.damage)
-    damaged: list[str] = field(default_factory=list)
-
-    @property
-    def run_id(self) -> str:
-        return self.run["id"]
-
-    @property
-    def failed(self) -> list[CellResult]:
-        """Every cell without a time, ``unsupported`` ones included (the summary lists them all)."""
-        return [c for c in self.cells if not c.ok]
-
-    @property
-    def errors(self) -> list[CellResult]:
-        """Cells that went wrong: crashed, timed out, ran out of memory, failed the gate. ``unsupported``
-        (a scenario or model the framework cannot express, with its reason) is a fact about the framework,
-        not an error: the quick suite's ONNX Runtime training cells must not make ``dlbench run`` exit 1."""
-        return [c for c in self.failed if c.cell.status != "unsupported"]
-
-    def peak_gflops(self, threads: int, precision: str = "fp32") -> float | None:
-        """The measured peak of ``precision``'s compute type at ``threads`` (None: not measured)."""
-        found = peak_for(self.peaks.get(threads), precision)
-        return found[1] if found else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "environment": self.environment,
-                "peaks": {str(k): v for k, v in self.peaks.items()},
-                "verifications": [{"framework": k[0], "variant": k[1], "model": k[2], "device": k[3],
-                                   "precision": k[4], **v}
-                                  for k, v in self.verifications.items()],
-                "cells": [c.to_dict() for c in self.cells]}
+__all__ = ["CellResult", "RunResults", "analyse_cell", "analyse_or_set_aside", "load_run", "read_run"]
 
 
 def analyse_cell(store: Store, cell: CellRecord, verified: str, peaks: dict[str, float] | None) -> CellResult:
@@ -85,6 +44,15 @@ def analyse_or_set_aside(store: Store, cell: CellRecord, verified: str,
     except Damaged as exc:
         store.damage.append(f"run {cell.run_id}: cell {cell.key} set aside: {exc}")
         return None
+
+
+def read_run(run_id: str | None, db: str | Path) -> RunResults:
+    """A stored run (the latest when ``run_id`` is None) read from the database at ``db``, analysed."""
+    store = Store(db, read_only=True)
+    try:
+        return load_run(store, run_id)
+    finally:
+        store.close()
 
 
 def load_run(store: Store, run_id: str | None = None) -> RunResults:

@@ -27,12 +27,14 @@ from dlbench.envs import ondemand
 from dlbench.errors import UsageError
 from dlbench.frameworks import framework_info, installed_version
 from dlbench.interrupt import Interrupted, signals_interrupt
+from dlbench.job import PeakJob, VerifyJob
 from dlbench.launch.ray import RayLauncher
 from dlbench.launch.subprocess import run_job
 from dlbench.measure import environment, reuse
 from dlbench.measure.cost import PARTS, cell_cost
 from dlbench.models import get_model
 from dlbench.plan import Cell, Suite, expand, suite_from_dict
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.precision import unsupported as precision_unsupported
 from dlbench.scenarios import registry
 from dlbench.scenarios.base import CellOutcome, Context, JobRunner, Progress
@@ -121,10 +123,10 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
                 models.remove(m)
         if not models:
             continue
-        at = f" at {precision}" if precision != "fp32" else ""
+        at = f" at {precision}" if precision != DEFAULT_PRECISION else ""
         progress("phase", text=f"verify {fw}/{variant}{at}: {len(models)} model(s)")
-        job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
-               "threads": None, "precision": precision}
+        job = VerifyJob(threads=None, framework=fw, models=models, variants=[variant], device=device,
+                        precision=precision)
         timeout = max(suite.protocol.timeout_s, 60.0) * len(models)
         o = run_job(job, timeout, None, python=envs.python_for(fw), extra_env=framework_info(fw).variant_env.get(variant))
         if o.status == "ok":
@@ -186,7 +188,7 @@ def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress, run
             store.save_peak(run_id, t, cache[key])
             continue
         progress("phase", text=f"machine peak, {t} thread(s)")
-        o = run_job({"kind": "peak", "threads": t}, 300.0, t)
+        o = run_job(PeakJob(threads=t), 300.0, t)
         if o.status == "ok":
             store.save_peak(run_id, t, o.result["gflops"])
             if cache_path is not None:
@@ -268,7 +270,7 @@ def gate(cell: Cell, verdict: dict[str, Any]) -> CellOutcome | None:
     scenario = registry.get(cell.scenario)
     why = scenario.unsupported(framework_info(cell.framework)) or precision_unsupported(
         cell.precision, scenario.trains, cell.device) or (
-        scenario.float32_only if cell.precision != "fp32" else None)
+        scenario.float32_only if cell.precision != DEFAULT_PRECISION else None)
     if why is not None:
         return CellOutcome("unsupported", why)
     if verdict["verdict"] == "fail":

@@ -26,6 +26,7 @@ from typing import Any
 from dlbench.damage import is_number, load_json
 from dlbench.errors import UsageError
 from dlbench.lease import judge
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 
 SCHEMA_VERSION = 3
 APP = "dlbench"
@@ -114,7 +115,7 @@ class CellRecord:
     seconds: float
     warnings: list[str]
     metrics: dict[str, Any]
-    precision: str = "fp32"
+    precision: str = DEFAULT_PRECISION
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -461,7 +462,7 @@ class Store:
         return out
 
     def save_verification(self, run_id: str, framework: str, variant: str, model: str, device: str, verdict: str,
-                          reason: str, data: dict, precision: str = "fp32") -> None:
+                          reason: str, data: dict, precision: str = DEFAULT_PRECISION) -> None:
         with self.conn:
             self.conn.execute("INSERT OR REPLACE INTO verifications (run_id, framework, variant, model, device, "
                               "verdict, reason, data, precision) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -508,7 +509,7 @@ class Store:
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, cell["key"], cell["framework"], cell["variant"], cell["model"], cell["scenario"], cell["batch"],
                  cell["threads"], cell["device"], cell.get("data", "synthetic"), status, reason, time.time(), seconds,
-                 json.dumps(warnings), json.dumps(metrics, default=str), cell.get("precision", "fp32")))
+                 json.dumps(warnings), json.dumps(metrics, default=str), cell.get("precision", DEFAULT_PRECISION)))
             cell_id = cur.lastrowid
             self.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)",
                                   [(cell_id, s.repeat, s.idx, s.phase, s.value_ns, s.loop_k) for s in samples])

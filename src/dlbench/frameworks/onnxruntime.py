@@ -90,6 +90,7 @@ import onnxruntime as ort
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks import torch as torch_backend
 from dlbench.frameworks.base import UnsupportedError
@@ -107,6 +108,7 @@ from dlbench.frameworks.onnx_export import (  # noqa: F401 (re-exported: the tes
 )
 from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
 from dlbench.models.spec import ModelSpec
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.precision import NATIVE, cpu_flags
 from dlbench.weights import Weights
 
@@ -169,7 +171,7 @@ class OnnxRuntimeBackend(ExportEngine):
 
     def __init__(self) -> None:
         self.threads: int | None = None
-        self.precision = "fp32"
+        self.precision = DEFAULT_PRECISION
         self.exports: list[dict[str, Any]] = []
         self._torch = torch_backend.TorchBackend()
 
@@ -240,7 +242,7 @@ class OnnxRuntimeBackend(ExportEngine):
     def build_info(self, model: Any) -> dict[str, Any]:
         return dict(model.build_info)
 
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> OrtModel:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE, variant: str | None = None) -> OrtModel:
         variant = variant or "default"
         if variant not in self.variants:
             raise UnsupportedError(f"onnxruntime has no variant {variant!r}")

@@ -47,13 +47,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.builder import LayerBuilder
 from dlbench.frameworks.profilers import torch_profile
 from dlbench.measure.profile import ProfileTrace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.split import differentiates_input
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.weights import Weights
 
 
@@ -147,28 +150,17 @@ def _t(a: np.ndarray) -> np.ndarray:
     return a.T
 
 
-class Builder:
+class Builder(LayerBuilder):
     """Turns layers into modules and records where each canonical parameter lives.
     Tests subclass it to plant bugs (a transposed kernel, a dropped bias, ...)."""
+
+    builds_for = "torch backend"
 
     def __init__(self) -> None:
         self.params: dict[str, Binding] = {}
         self.state: dict[str, torch.Tensor] = {}
         self.linears: dict[str, nn.Linear] = {}
         self.frozen: list[nn.Module] = []
-
-    def sequence(self, layers: tuple[L.Layer, ...], shape: tuple[int, ...]) -> tuple[list[nn.Module], tuple]:
-        mods = []
-        for layer in layers:
-            mods.append(self.layer(layer, shape))
-            shape = layer.out_shape(shape)
-        return mods, shape
-
-    def layer(self, layer: L.Layer, shape: tuple[int, ...]) -> nn.Module:
-        method = getattr(self, f"make_{layer.kind.lower()}", None)
-        if method is None:
-            raise UnsupportedError(f"torch backend has no rule for layer {layer.kind}")
-        return method(layer, shape)
 
     def make_conv2d(self, layer: L.Conv2d, shape) -> nn.Module:
         m = nn.Conv2d(shape[0], layer.out_channels, layer.kernel, layer.stride, layer.padding,
@@ -273,7 +265,7 @@ class TorchModel:
     precision's context (autocast), loss scaler and quantized copy."""
 
     def __init__(self, spec: ModelSpec, net: Seq, builder: Builder, device: torch.device, variant: str,
-                 precision: str = "fp32"):
+                 precision: str = DEFAULT_PRECISION):
         self.spec, self.net, self.device, self.variant, self.precision = spec, net, device, variant, precision
         self.bindings, self.state = builder.params, builder.state
         self.trainable = [p for p in net.parameters() if p.requires_grad]
@@ -324,7 +316,7 @@ class TorchBackend(Backend):
     precisions = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "int8", "tf32")
 
     def __init__(self) -> None:
-        self.precision = "fp32"
+        self.precision = DEFAULT_PRECISION
 
     def set_precision(self, precision: str) -> None:
         if precision not in self.precisions:
@@ -339,7 +331,8 @@ class TorchBackend(Backend):
             pass
         return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
 
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> TorchModel:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE,
+              variant: str | None = None) -> TorchModel:
         variant = variant or "eager"
         if variant not in self.variants:
             raise UnsupportedError(f"torch has no variant {variant!r}")

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.precision import NATIVE, cpu_flags, get_precision
 
 SIZE = 2048
@@ -43,7 +44,7 @@ def _best_rate(matmul, a, b, repeats: int = 6) -> float:
 
 def engine_precision(engine: str) -> str:
     """``torch:bf16`` -> ``bf16``; a bare engine name (every run before precisions) is float32."""
-    return engine.partition(":")[2] or "fp32"
+    return engine.partition(":")[2] or DEFAULT_PRECISION
 
 
 def peak_precision(precision: str) -> str:
@@ -51,7 +52,7 @@ def peak_precision(precision: str) -> str:
     return PEAK_OF[get_precision(precision).compute_dtype]
 
 
-def peak_for(rates: dict[str, float] | None, precision: str = "fp32") -> tuple[str, float] | None:
+def peak_for(rates: dict[str, float] | None, precision: str = DEFAULT_PRECISION) -> tuple[str, float] | None:
     """The fastest engine of the precision's peak among ``rates`` (engine -> GFLOP/s), or None."""
     want = peak_precision(precision)
     mine = {e: r for e, r in (rates or {}).items() if engine_precision(e) == want}

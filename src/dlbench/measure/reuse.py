@@ -31,8 +31,6 @@ from typing import Any
 
 #: where dlbench keeps what it reuses across runs
 CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dlbench"
-#: scenarios whose figure includes compilation: no persistent cache for them
-COMPILE_SCENARIOS = ("compile",)
 
 
 def _setting(var: str, default: Path) -> Path | None:
@@ -57,12 +55,14 @@ def _compiler(framework: str, variant: str) -> str | None:
     return None
 
 
-def compilation_cache_env(cell: Any, job: dict[str, Any]) -> dict[str, str]:
+def compilation_cache_env(cell: Any) -> dict[str, str]:
     """Environment variables that give a cell's measuring process its framework's persistent
-    compilation cache (empty: none, or a compile-time cell)."""
+    compilation cache (empty: none for its framework and variant). Offered by
+    :func:`dlbench.scenarios.base.run_in_turn`; the ``compile`` scenario, whose figure is the compile,
+    starts its processes itself, without it."""
     root = compilation_cache_dir()
     compiler = _compiler(cell.framework, cell.variant)
-    if root is None or compiler is None or job.get("scenario") in COMPILE_SCENARIOS or job.get("kind") != "scenario":
+    if root is None or compiler is None:
         return {}
     where = root / compiler / cell.framework
     if compiler == "jax":
@@ -73,7 +73,7 @@ def compilation_cache_env(cell: Any, job: dict[str, Any]) -> dict[str, str]:
 def compilation_cache_mark(cell: Any) -> dict[str, Any] | None:
     """What a cell stores about the cache it is offered (taken before its first process): the directory
     and how many files it held then (0: nothing to reuse yet, it fills the cache)."""
-    env = compilation_cache_env(cell, {"kind": "scenario", "scenario": cell.scenario})
+    env = compilation_cache_env(cell)
     if not env:
         return None
     where = Path(next(iter(env.values())))

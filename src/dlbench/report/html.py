@@ -142,13 +142,6 @@ def render_report(content: ReportContent, plots: list[Plot], skipped: list[Skipp
     notes = footnotes_html(content.footnotes)
     if notes:
         body += [el("h3", "Notes"), notes]
-    if content.convergence:
-        body += [el("h2", "Convergence"),
-                 el("p", "Every framework trained from the same canonical weights on the same sequence of batches; "
-                         "accuracy computed by dlbench over the full splits in eval mode. The agreement check "
-                         "compares the training loss step by step with the reference framework (repeat 0).")]
-        for t in content.convergence:
-            body += [el("h3", t.title), table_html(t)]
     for section in content.sections:
         body += [el("h2", section.title), el("p", section.intro)]
         for t in section.tables:

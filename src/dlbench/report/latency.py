@@ -2,18 +2,24 @@
 verdicts and figures of ``loadgen-*`` cells, a latency CDF per model and the server's achieved QPS
 against its 99th percentile with the bound.
 
-Plain data (:class:`~dlbench.report.tables.Table`) and plots, like the rest of the report: the HTML
-and Markdown writers render them.
+Plain data (:class:`~dlbench.report.document.Table`) and plots, like the rest of the report: the HTML
+and Markdown writers render them. Reached through the latency and LoadGen scenarios' report hooks; it
+reads only the cells' stored metrics, so it imports no scenario.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from dlbench.report.plots import Plot, Skipped, _by, _figure, _safe, _svg
-from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_num
-from dlbench.results import CellResult, RunResults
-from dlbench.scenarios.latency import tail
+from dlbench.cell_result import CellResult, RunResults
+from dlbench.report.document import DASH, Column, Section, Table, Value, fmt_num
+from dlbench.report.figures import Plot, Skipped
+from dlbench.report.figures import by as _by
+from dlbench.report.figures import figure as _figure
+from dlbench.report.figures import safe as _safe
+from dlbench.report.figures import svg as _svg
 
 #: what the section says before its tables
 INTRO = ("Latency: single forward calls timed one by one (no loop averaging), pooled over the fresh processes; "
@@ -26,16 +32,41 @@ INTRO = ("Latency: single forward calls timed one by one (no loop averaging), po
          "the same cores: latency below it is LoadGen's and the serving thread's, not the framework's.")
 
 
+def tail(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """A latency cell's pooled percentiles, as stored."""
+    return metrics.get("latency", {}).get("pooled", [])
+
+
 def _latency_cells(res: RunResults) -> list[CellResult]:
-    return [c for c in res.cells if c.ok and c.cell.scenario == "latency" and tail(c.cell.metrics)]
+    """Cells with pooled tail percentiles (the latency scenario's)."""
+    return [c for c in res.cells if c.ok and tail(c.cell.metrics)]
 
 
 def _loadgen_cells(res: RunResults) -> list[CellResult]:
-    return [c for c in res.cells if c.ok and c.cell.scenario.startswith("loadgen-") and "loadgen" in c.cell.metrics]
+    """Cells with LoadGen's figures (the loadgen-* scenarios')."""
+    return [c for c in res.cells if c.ok and c.cell.metrics.get("loadgen")]
+
+
+def _mode(c: CellResult) -> str | None:
+    """The LoadGen scenario a cell ran (``Server``, ``Offline``, ``SingleStream``: LoadGen's summary names it)."""
+    f = c.cell.metrics["loadgen"]
+    return (f.get("settings") or {}).get("scenario", f.get("scenario"))
+
+
+def _server(c: CellResult) -> bool:
+    """A LoadGen run of its Server scenario."""
+    return _mode(c) == "Server"
 
 
 def section(res: RunResults) -> Section:
+    """The section the latency and LoadGen scenarios share (each asks for it; the report shows it once)."""
     return Section("Latency and load", INTRO, latency_tables(res))
+
+
+def plots(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
+    cdf, skipped = latency_cdf(res)
+    qps, more = server_qps_p99(res)
+    return cdf + qps, skipped + more
 
 
 def latency_tables(res: RunResults) -> list[Table]:
@@ -71,8 +102,7 @@ def latency_tables(res: RunResults) -> list[Table]:
         for c in sorted(lg, key=lambda c: (c.cell.model, c.cell.scenario, c.cell.threads, c.cell.framework)):
             f = c.cell.metrics["loadgen"]
             pct, settings = f.get("percentiles_ms", {}), f.get("settings", {})
-            server = c.cell.scenario == "loadgen-server"
-            offline = c.cell.scenario == "loadgen-offline"
+            server, offline = _mode(c) == "Server", _mode(c) == "Offline"
             floor = (f.get("floor") or {}).get("percentiles_ms", {})
             rows.append([Value(c.cell.model), Value(c.cell.scenario.removeprefix("loadgen-")),
                          Value(f"{c.cell.framework}/{c.cell.variant}"), Value(str(c.cell.threads)),
@@ -136,8 +166,7 @@ def latency_cdf(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
 
 def server_qps_p99(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
     """LoadGen server cells: the QPS reached against the 99th percentile latency, with the bound."""
-    cells = [c for c in _loadgen_cells(res) if c.cell.scenario == "loadgen-server"
-             and "99" in c.cell.metrics["loadgen"].get("percentiles_ms", {})]
+    cells = [c for c in _loadgen_cells(res) if _server(c) and "99" in c.cell.metrics["loadgen"].get("percentiles_ms", {})]
     plots = []
     for (model,), mcells in _by(cells, lambda c: (c.cell.model,)).items():
         fig, (ax,) = _figure(1)

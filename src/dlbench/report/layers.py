@@ -17,12 +17,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dlbench.cell_result import CellResult, RunResults
 from dlbench.errors import UsageError
 from dlbench.models import UnknownModelError, get_model
 from dlbench.models.flops import closure_flops_per_sample
 from dlbench.models.split import parse_part, split
-from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_num
-from dlbench.results import CellResult, RunResults
+from dlbench.report.document import DASH, Column, Section, Table, Value, fmt_num
+from dlbench.scenarios.timed import FORWARD, GRADIENT
+
+#: FLOPs of a part's call as a multiple of its forward pass, by the scenario it is timed in (the
+#: layers scenario times parts in these two; more than 1: the call runs a backward pass)
+FLOP_FACTORS = {s.name: s.flop_factor for s in (FORWARD, GRADIENT)}
 
 #: a profiled whole model's operations an explanation names, by self time
 PROFILE_OPS = 3
@@ -126,7 +131,7 @@ def breakdowns(res: RunResults) -> list[Breakdown]:
             parts = split(get_model(whole))
         except UnknownModelError:  # a stored run of a model this dlbench no longer has
             continue
-        backward = scenario == "gradient"
+        backward = (FLOP_FACTORS.get(scenario) or 1.0) > 1  # the closure runs a backward pass
         times = [PartTime(p.index, p.label, closure_flops_per_sample(p.spec, backward) * batch / 1e9,
                           _ms(cells.get(p.index)), cells[p.index].cell.status if p.index in cells else "not measured",
                           _ci(cells.get(p.index)), cells[p.index].pct_peak if p.index in cells else None,
@@ -297,7 +302,9 @@ def explain(res: RunResults, a: str, b: str, model: str, scenario: str, threads:
         raise UsageError(f"run {res.run_id} has no {model} {scenario} layers cells of {', '.join(missing)} "
                          f"(it has {', '.join(sorted(x.framework for x in found))})")
     probes = res.environment.get("probes", [])
-    forwards = [x for x in breakdowns(res) if x.model == model and x.scenario == "forward"] if scenario == "gradient" else []
+    # a scenario with a backward pass: the same parts' forward times split each difference
+    forward = FORWARD.name
+    forwards = [x for x in breakdowns(res) if x.model == model and x.scenario == forward] if scenario != forward else []
     out = []
     wheres = dict.fromkeys(x.where for x in found)
     for where in wheres:

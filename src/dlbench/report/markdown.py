@@ -52,11 +52,6 @@ def render_markdown(content: ReportContent, plots: list[Plot], skipped: list[Ski
             "value; the note says why.", ""]
     for t in content.tables:
         out += [f"### {md(t.title)}", ""] + table_md(t)
-    if content.convergence:
-        out += ["## Convergence", "", "Same canonical weights, same batches in every framework; accuracy computed by "
-                "dlbench over the full splits in eval mode.", ""]
-        for t in content.convergence:
-            out += [f"### {md(t.title)}", ""] + table_md(t)
     for section in content.sections:
         out += [f"## {md(section.title)}", "", section.intro, ""]
         for t in section.tables:

@@ -13,6 +13,7 @@ from typing import Any
 from dlbench import versions
 from dlbench.measure.peak import by_precision
 from dlbench.models.split import parse_part
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.report.convergence import agreement
 from dlbench.results import CellResult, RunResults
 from dlbench.scenarios import registry
@@ -35,7 +36,7 @@ class SummaryRow:
     @property
     def precision_text(self) -> str:
         """The precision, and beside a reduced one its forward error against float64."""
-        if self.precision == "fp32" or self.forward_error is None:
+        if self.precision == DEFAULT_PRECISION or self.forward_error is None:
             return self.precision
         return f"{self.precision} (error {self.forward_error:.1e})"
     #: how the framework is shown (``jax 0.4.38`` when the run has several versions of it: dlbench.versions)
@@ -75,8 +76,7 @@ class SummaryRow:
                    if s in per_batch},
                 **{f"{s}_samples_per_s": self.throughput(s) for s in self.cells},
                 "peak_rss_mib": self.peak_rss_mib,
-                "compile_ms": self.cells["compile"].compile_ms if "compile" in self.cells else None,
-                "convergence": self.cells["convergence"].convergence if "convergence" in self.cells else None,
+                **{k: v for s in registry.SCENARIOS.values() for k, v in s.summary_fields(self.cells.get(s.name)).items()},
                 "statuses": {s: c.cell.status for s, c in self.cells.items()}}
 
 

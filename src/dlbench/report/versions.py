@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 
 from dlbench import versions
 from dlbench.envs.companions import release_key
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.report.compare import CellChange, compare_cells
 from dlbench.report.plots import Plot, Skipped, _figure, _safe, _svg
 from dlbench.report.tables import Column, Section, Table, Value, fmt_num
@@ -71,12 +72,12 @@ class Series:
     threads: int
     device: str
     variant: str
-    precision: str = "fp32"
+    precision: str = DEFAULT_PRECISION
     points: list[Point] = field(default_factory=list)
 
     @property
     def title(self) -> str:
-        at = f", {self.precision}" if self.precision != "fp32" else ""
+        at = f", {self.precision}" if self.precision != DEFAULT_PRECISION else ""
         return (f"{self.base}/{self.variant} {self.model} {self.scenario}, batch {self.batch}, "
                 f"{self.threads} thread(s), {self.device}{at}")
 
@@ -125,7 +126,7 @@ def run_series(res: RunResults) -> list[Series]:
 
 
 def history(store: Store, base: str, model: str, scenario: str, batch: int | None = None,
-            threads: int | None = None, variant: str | None = None, precision: str = "fp32") -> list[Series]:
+            threads: int | None = None, variant: str | None = None, precision: str = DEFAULT_PRECISION) -> list[Series]:
     """Every stored run's timed cells of the figure, for every version of ``base``, at ``precision``."""
     points = []
     for run in store.list_runs():

@@ -11,16 +11,23 @@ in one place:
   results become a :class:`CellOutcome` (status, raw samples, metrics) for the store;
 * **the measuring process's side** (:meth:`Scenario.work`): what runs inside a fresh worker
   interpreter for one job;
+* **settings** (:attr:`Scenario.settings_model`, :attr:`Scenario.flags`): a dataclass (or pydantic
+  model) of its own settings, held by a suite file under :attr:`Scenario.section` and validated through
+  the registry, and the ``dlbench run`` flags that set its fields; only these travel in its jobs;
 * **results** (:meth:`Scenario.analyse`, :meth:`Scenario.text`): how raw samples become statistics
-  and the text of its column in the summary.
+  and the text of its column in the summary;
+* **its report** (:meth:`Scenario.report_sections`, :meth:`Scenario.report_plots`,
+  :meth:`Scenario.show`): the sections ``dlbench report`` and the lines ``dlbench show`` add for it.
 
-The runner, the worker and :mod:`dlbench.results` look scenarios up in
-:mod:`dlbench.scenarios.registry` and hold no scenario names; a plug-in scenario (``SCENARIOS`` in a
+The runner, the worker, the suite, the flags, :mod:`dlbench.results` and the report look scenarios up
+in :mod:`dlbench.scenarios.registry` and hold no scenario names; a plug-in scenario (``SCENARIOS`` in a
 module named by ``DLBENCH_PLUGINS``) is as good as a built-in one.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
@@ -33,6 +40,7 @@ import numpy as np
 from dlbench import envs
 from dlbench.cell import Cell
 from dlbench.frameworks import FrameworkInfo, framework_info
+from dlbench.job import CellJob, Job
 from dlbench.launch.subprocess import JobOutcome
 from dlbench.measure.adaptive import prior_seconds
 from dlbench.measure.reuse import compilation_cache_env, compilation_cache_mark
@@ -44,17 +52,62 @@ from dlbench.store import Sample
 
 if TYPE_CHECKING:  # annotations only: a measuring process in a framework's own environment has no
     # pydantic for the suite model
-    from dlbench.cell_result import CellResult
-    from dlbench.suite import Suite
+    from dlbench.cell_result import CellResult, RunResults
+    from dlbench.report.document import Section
 
 Progress = Callable[..., None]
+
+
+class SuiteView(Protocol):
+    """What a scenario reads of a suite (:class:`dlbench.suite.Suite`). A protocol, so that the
+    scenarios import no suite model: the suite model asks their registry to validate their settings."""
+
+    protocol: Any  # dlbench.suite.ProtocolModel
+    seed: int
+    data_dir: str | None
+
+    def settings(self, section: str) -> Any:
+        """A scenario's settings, by its section (:attr:`Scenario.section`)."""
+        ...
 
 
 class JobRunner(Protocol):
     """:func:`dlbench.launch.subprocess.run_job`, or the same contract on a Ray node."""
 
-    def __call__(self, job: dict[str, Any], timeout_s: float, threads: int | None = None, python: str | None = None,
+    def __call__(self, job: Job, timeout_s: float, threads: int | None = None, python: str | None = None,
                  extra_env: dict[str, str] | None = None) -> JobOutcome: ...
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One ``dlbench run`` flag of a scenario: it sets one field of the scenario's settings (the suite
+    model then validates the value, so a flag, a suite file and the Python API obey one rule)."""
+
+    option: str  # "--epochs"
+    field: str  # the settings field it sets: "epochs"
+    help: str = ""
+    #: argparse's conversion of the text (int, float, str)
+    type: Callable[[str], Any] = str
+    #: comma-separated: the field is a list of ``type``
+    many: bool = False
+    choices: tuple[str, ...] | None = None
+    #: a switch without a value: the value it sets (``--find-peak``: True)
+    switch: Any = None
+
+    @property
+    def dest(self) -> str:
+        return self.option.lstrip("-").replace("-", "_")
+
+
+@dataclass
+class Shown:
+    """A scenario's table after the summary of ``dlbench run``/``show``: ``table`` (a
+    :class:`dlbench.report.tables.Table`) on a terminal, ``rows`` under ``key`` with ``--json``
+    (no key: not in the JSON)."""
+
+    table: Any
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    key: str | None = None
 
 
 @dataclass
@@ -77,7 +130,7 @@ class CellOutcome:
 class Context:
     """The parent's side of a run, as a scenario's :meth:`Scenario.measure` sees it."""
 
-    suite: Suite
+    suite: SuiteView
     run_job: JobRunner
     #: run-scoped resources opened by :meth:`Scenario.session`, by scenario name
     sessions: dict[str, Any] = field(default_factory=dict)
@@ -108,6 +161,9 @@ class Scenario(ABC):
     whole_dataset: bool = False
     #: the summary shows cells of this scenario in its per-model table (scaling has its own table)
     in_summary: bool = True
+    #: each sample times one batch through the backend closure of the scenario's name (``forward``,
+    #: ``gradient``, ``train_step``): the calls precision tables compare
+    times_closure: bool = False
     #: the scenario computes gradients or updates (an inference-only precision such as int8 cannot run it)
     trains: bool = False
     #: why the scenario runs float32 only (None: it runs at every precision a backend builds at)
@@ -115,16 +171,33 @@ class Scenario(ABC):
     #: thread counts a run of only this scenario from flags uses when ``--threads`` is not given
     #: (None: the suite's default, 1 and all cores)
     default_threads: list[int | str] | None = None
+    #: the scenario's settings: a dataclass (importable without pydantic: measuring processes import
+    #: scenarios) or a pydantic model, validated by pydantic through the registry; None: it has none
+    settings_model: type | None = None
+    #: the suite file's key of its settings ("" : the scenario's name); scenarios that share settings
+    #: share it (``latency`` and ``loadgen-*``: ``serving``)
+    settings_section: str = ""
+    #: the ``dlbench run`` flags that set its settings' fields
+    flags: tuple[Flag, ...] = ()
+
+    @property
+    def section(self) -> str:
+        """The key of the scenario's settings in a suite file."""
+        return self.settings_section or self.name
+
+    def settings_of(self, suite: SuiteView) -> Any:
+        """The scenario's settings in ``suite`` (an instance of :attr:`settings_model`)."""
+        return suite.settings(self.section)
 
     # --- cells ---------------------------------------------------------------------------------
-    def cells(self, cell: Cell, suite: Suite) -> list[Cell]:
+    def cells(self, cell: Cell, suite: SuiteView) -> list[Cell]:
         """The cells one point of the suite's cross product becomes (default: itself)."""
         return [cell]
 
     def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
         return spec.default_batch
 
-    def check(self, cells: list[Cell], suite: Suite) -> None:
+    def check(self, cells: list[Cell], suite: SuiteView) -> None:
         """Raise :class:`~dlbench.errors.UsageError` for what the suite lacks (nothing is stored yet)."""
         return None
 
@@ -135,7 +208,7 @@ class Scenario(ABC):
         return None
 
     # --- the parent's side -------------------------------------------------------------------------
-    def session(self, suite: Suite, cells: list[Cell], ray: Any, progress: Progress) -> AbstractContextManager[Any]:
+    def session(self, suite: SuiteView, cells: list[Cell], ray: Any, progress: Progress) -> AbstractContextManager[Any]:
         """Run-scoped resources the scenario's cells share (``scaling``: network namespaces)."""
         return nullcontext()
 
@@ -143,13 +216,14 @@ class Scenario(ABC):
     def measure(self, cell: Cell, ctx: Context) -> CellOutcome:
         """Measure one verified cell: start its processes, collect samples and metrics."""
 
-    def job(self, cell: Cell, suite: Suite) -> dict[str, Any]:
-        """The job a measuring process gets for this cell (JSON-serialisable)."""
-        return {"kind": "scenario", **cell.to_dict(), "seed": suite.seed, "data_dir": suite.data_dir,
-                "convergence": suite.convergence.model_dump(),
-                "protocol": suite.protocol.timer_fields()}
+    def job(self, cell: Cell, suite: SuiteView) -> CellJob:
+        """The job a measuring process gets for this cell: the cell, the run's seed, data directory and
+        timer protocol, and the scenario's own settings (no other scenario's)."""
+        settings = self.settings_of(suite) if self.settings_model is not None else None
+        return CellJob(threads=cell.threads, cell=cell, seed=suite.seed, data_dir=suite.data_dir,
+                       protocol=suite.protocol.timer_fields(), settings=settings_dict(settings))
 
-    def estimate(self, cell: Cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
+    def estimate(self, cell: Cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
         """A rough guess at the cell's wall time before anything is measured (``dlbench run --dry-run``
         and the progress's time left): ``repeats`` processes, each a start-up of ``start_s``, the
         warm-up and the sampling of calls of ``step_s``."""
@@ -162,7 +236,7 @@ class Scenario(ABC):
         return p.repeats * (start_s + warmup + sampling)
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+    def work(self, job: CellJob) -> dict[str, Any]:
         """What a fresh worker interpreter does for one job of this scenario."""
         raise NotImplementedError(f"the {self.name} scenario starts no worker job of its own")
 
@@ -192,8 +266,74 @@ class Scenario(ABC):
             return f"{self.name} samples/s [95% CI] (whole data set)"
         return f"{self.name} ms [95% CI]"
 
+    #: the title of the scenario's own column in the report's per-model table (None: a per-batch
+    #: scenario has its time column there, any other none); :meth:`report_value` fills it
+    report_column: str | None = None
+
+    def report_value(self, res: CellResult) -> tuple[str, float | None, str]:
+        """The scenario's value in its :attr:`report_column`: (text, the number it ranks by, detail)."""
+        return self.text(res), None, ""
+
+    def summary_fields(self, res: CellResult | None) -> dict[str, Any]:
+        """The scenario's own fields in a row of ``dlbench show --json`` (``res``: the row's cell of this
+        scenario; None: the row has none, and the fields are still there, empty)."""
+        return {}
+
+    # --- its report ---------------------------------------------------------------------------------
+    def cells_of(self, res: RunResults) -> list[Any]:
+        """The run's cells of this scenario (:class:`~dlbench.cell_result.CellResult`)."""
+        return [c for c in res.cells if c.cell.scenario == self.name]
+
+    def report_sections(self, res: RunResults) -> list[Section]:
+        """The sections of ``dlbench report`` about this scenario's cells of ``res`` (called once per
+        scenario the run has; scenarios that share a section return it from one of them)."""
+        return []
+
+    def report_plots(self, res: RunResults) -> tuple[list[Any], list[Any]]:
+        """The report's plots of this scenario's cells, and those skipped (with why)."""
+        return [], []
+
+    def show(self, res: RunResults, db: Any) -> Shown | None:
+        """What ``dlbench run`` and ``show`` print for this scenario's cells after the summary (None:
+        nothing). ``db``: the database the run is stored in (a scenario may read its raw samples)."""
+        return None
+
 
 # --- shared by the scenarios ---------------------------------------------------------------------
+#: sane maxima of settings (one week of seconds; ten million calls or iterations; a seed numpy takes), so a
+#: suite file, a flag and the Python API refuse the same values (the suite's and the scenarios' models)
+MAX_SECONDS = 7 * 24 * 3600.0
+MAX_COUNT = 10_000_000
+MAX_SEED = 2**32 - 1
+#: the largest batch size, thread count or worker count a suite or a flag may name
+MAX_BATCH = 2**24
+MAX_WORKERS = 4096
+
+
+def check_range(settings: Any, name: str, *, gt: float | None = None, ge: float | None = None,
+                le: float | None = None) -> None:
+    """A settings dataclass's bound on one field (None values pass: "not set"); raises ValueError, which
+    the suite model reports with the section's name. Infinity and NaN never pass."""
+    v = getattr(settings, name)
+    if v is None:
+        return
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f"{name} must be a finite number, got {v}")
+    if (gt is not None and not v > gt) or (ge is not None and not v >= ge) or (le is not None and not v <= le):
+        bounds = " and ".join(b for b in (f"> {gt}" if gt is not None else "", f">= {ge}" if ge is not None else "",
+                                          f"<= {le}" if le is not None else "") if b)
+        raise ValueError(f"{name} must be {bounds}, got {v}")
+
+
+def settings_dict(settings: Any) -> dict[str, Any]:
+    """A scenario's settings as JSON-ready data (a dataclass or a pydantic model; None: none)."""
+    if settings is None:
+        return {}
+    if dataclasses.is_dataclass(settings):
+        return dataclasses.asdict(settings)
+    return settings.model_dump(mode="json")
+
+
 def framework_env(cell: Cell) -> dict[str, str] | None:
     """Environment a variant needs before its framework is imported (Keras' back end)."""
     return framework_info(cell.framework).variant_env.get(cell.variant)
@@ -204,7 +344,7 @@ def failure(outcome: JobOutcome) -> tuple[str, str]:
     return ("timeout" if outcome.status == "timeout" else "failed"), outcome.reason
 
 
-def run_in_turn(cell: Cell, ctx: Context, jobs: Iterable[dict[str, Any]], timeout_s: float,
+def run_in_turn(cell: Cell, ctx: Context, jobs: Iterable[CellJob], timeout_s: float,
                 out: CellOutcome) -> list[dict[str, Any]]:
     """One fresh process per job (in the framework's interpreter, with its variant's environment), in
     turn; the results of those that succeeded (each with its wall time, ``process_s``). A process that
@@ -215,7 +355,7 @@ def run_in_turn(cell: Cell, ctx: Context, jobs: Iterable[dict[str, Any]], timeou
         if "compilation_cache" not in out.reused and (mark := compilation_cache_mark(cell)) is not None:
             out.reused["compilation_cache"] = mark
         o = ctx.run_job(job, timeout_s, cell.threads, python=envs.python_for(cell.framework),
-                        extra_env={**(framework_env(cell) or {}), **compilation_cache_env(cell, job)} or None)
+                        extra_env={**(framework_env(cell) or {}), **compilation_cache_env(cell)} or None)
         out.seconds += o.seconds
         out.processes.append((o.seconds, o.result.get("cost") if o.status == "ok" else None))
         if o.status != "ok":

@@ -17,14 +17,16 @@ Every framework with a ``forward`` closure runs it; nothing per framework.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dlbench.frameworks.base import UnsupportedError
+from dlbench.job import CellJob
 from dlbench.measure.adaptive import prior_seconds, variance_split
 from dlbench.measure.cost import WorkClock
 from dlbench.measure.percentiles import disagreement, percentiles, samples_needed
 from dlbench.measure.warmup import warmup_end
-from dlbench.scenarios.base import CellOutcome, Context, Scenario
+from dlbench.scenarios.base import MAX_COUNT, MAX_SECONDS, CellOutcome, Context, Flag, Scenario, SuiteView, check_range
 from dlbench.scenarios.prepare import prepare, versions
 from dlbench.scenarios.processes import run_processes
 from dlbench.scenarios.timed import make_closure
@@ -33,16 +35,50 @@ from dlbench.store import Sample
 if TYPE_CHECKING:
     from dlbench.cell_result import CellResult
     from dlbench.models.spec import ModelSpec
-    from dlbench.suite import Suite
 
 
 #: the percentile ``--target-ci`` is on for a latency cell
 TARGET_Q = 99.0
 
 
-def tail(metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """A latency cell's pooled percentiles, as stored."""
-    return metrics.get("latency", {}).get("pooled", [])
+@dataclass
+class ServingSettings:
+    """Settings of the deployment scenarios, ``latency`` and ``loadgen-*`` (a suite file's ``serving:``;
+    see docs/serving.md). None keeps MLPerf LoadGen's own rule or dlbench's default, named beside each."""
+
+    __pydantic_config__ = {"extra": "forbid"}  # noqa: RUF012  (read by pydantic, the registry's validator)
+    #: timed single calls per process of a latency cell (3 processes x 3,500 calls: a p99.9 has its 10,000)
+    latency_calls: int = 3500
+    #: server: the target rate of Poisson-arriving queries (None: half the rate one stream of calls reaches)
+    qps: float | None = None
+    #: server: the bound on the 99th percentile latency, ms (None: LoadGen's default, 100 ms)
+    p99_ms: float | None = None
+    #: server: search the highest QPS meeting the bound (LoadGen's FindPeakPerformance mode)
+    find_peak: bool = False
+    #: LoadGen's minimum duration and query count (None: LoadGen's rules); shorter ones mark the cell
+    #: as not meeting LoadGen's rules
+    min_duration_s: float | None = None
+    min_queries: int | None = None
+
+    def __post_init__(self) -> None:
+        check_range(self, "latency_calls", ge=1, le=MAX_COUNT)
+        check_range(self, "qps", gt=0, le=1e6)
+        check_range(self, "p99_ms", gt=0, le=MAX_SECONDS * 1000)
+        check_range(self, "min_duration_s", gt=0, le=MAX_SECONDS)
+        check_range(self, "min_queries", ge=1, le=MAX_COUNT)
+
+
+def report_sections(res) -> list:
+    """The "Latency and load" section, which latency and the loadgen-* scenarios share."""
+    from dlbench.report.latency import section
+
+    return [section(res)]
+
+
+def report_plots(res) -> tuple[list, list]:
+    from dlbench.report.latency import plots
+
+    return plots(res)
 
 
 class Latency(Scenario):
@@ -51,16 +87,23 @@ class Latency(Scenario):
     requires = "forward"
     flop_factor = 1.0
 
+    settings_model = ServingSettings
+    settings_section = "serving"
+    flags = (Flag("--latency-calls", "latency_calls", "latency: single calls timed per process (default 3500)", int),)
+
     def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
         return 1
 
-    def job(self, cell, suite: Suite) -> dict[str, Any]:
-        return {**super().job(cell, suite), "latency_calls": suite.serving.latency_calls}
+    def report_sections(self, res) -> list:
+        return report_sections(res)
 
-    def estimate(self, cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
+    def report_plots(self, res) -> tuple[list, list]:
+        return report_plots(res)
+
+    def estimate(self, cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
         p = suite.protocol
         warmup = min(p.warmup * step_s, p.max_time_s / 4)
-        per_process = start_s + warmup + min(suite.serving.latency_calls * step_s, p.max_time_s)
+        per_process = start_s + warmup + min(self.settings_of(suite).latency_calls * step_s, p.max_time_s)
         if p.target_ci is not None:
             return prior_seconds(p.target_ci / 100, max(p.repeats, 3), per_process, start_s + warmup, step_s,
                                  p.max_cell_s, samples_needed(TARGET_Q))
@@ -71,8 +114,10 @@ class Latency(Scenario):
         suite = ctx.suite
         out = CellOutcome("ok")
 
-        def job(calls: int | None) -> dict[str, Any]:
-            return {**self.job(cell, suite), **({"latency_calls": calls} if calls is not None else {})}
+        def job(calls: int | None) -> CellJob:
+            j = self.job(cell, suite)
+            j.calls = calls
+            return j
 
         # with --target-ci the target is on the p99 of a process's calls (each needs 1,000 for one)
         per_process, adaptive = run_processes(cell, ctx, out, job, lambda r: r["calls_ns"], q=TARGET_Q,
@@ -88,7 +133,7 @@ class Latency(Scenario):
             groups += [r] * len(result["calls_ns"])
             if result["truncated"]:
                 out.warnings.append(f"process {r}: stopped at max_time_s after {len(result['calls_ns'])} of "
-                                    f"{suite.serving.latency_calls} calls")
+                                    f"{self.settings_of(suite).latency_calls} calls")
         together = percentiles(pooled, seed=suite.seed, groups=groups)
         each = [percentiles([v / 1e6 for v in r["calls_ns"]], seed=suite.seed) for r in per_process]
         out.warnings += disagreement(together, each)
@@ -101,26 +146,27 @@ class Latency(Scenario):
             "variance": variance_split([r["calls_ns"] for r in per_process])}
         if adaptive is not None:
             out.metrics["adaptive"] = adaptive
-        refused = [p for p in tail(out.metrics) if p["refused"]]
+        refused = [p for p in out.metrics["latency"]["pooled"] if p["refused"]]
         if refused:
             out.warnings.append("not reported: " + "; ".join(f"p{p['q']:g} ({p['refused']})" for p in refused))
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+    def work(self, job: CellJob) -> dict[str, Any]:
         clock = WorkClock()
         p = prepare(job)
         backend = p.backend
         clock.mark("prepare_s")
         try:
-            model = backend.build(p.spec, p.weights, job.get("device", "cpu"), job["variant"])
+            model = backend.build(p.spec, p.weights, job.cell.device, job.cell.variant)
             placed = backend.place(p.batch, model)  # kept while the closure runs: inputs may share its memory
             fn = make_closure("forward", backend, model, placed, p.spec)
         except UnsupportedError as exc:
             return {"unsupported": str(exc)}
         del p.weights
         clock.mark("build_s")
-        protocol = job["protocol"]
+        protocol = job.protocol
+        calls_wanted = ServingSettings(**job.settings).latency_calls if job.calls is None else job.calls
         warmup = [_call(fn, backend.sync) for _ in range(max(protocol["warmup"], 1))]
         clock.mark("warmup_s")
         calls: list[float] = []
@@ -134,12 +180,12 @@ class Latency(Scenario):
                     return True
             return False
 
-        truncated = more(job["latency_calls"])
-        found = warmup_end(calls) if protocol.get("find_warmup", True) else 0
+        truncated = more(calls_wanted)
+        found = warmup_end(calls) if protocol["find_warmup"] else 0
         if found:  # a slow start the fixed warm-up did not cover: warm-up too, and as many calls again
             warmup, calls = warmup + calls[:found], calls[found:]
             truncated = truncated or more(found)
-        truncated = truncated and len(calls) < job["latency_calls"]
+        truncated = truncated and len(calls) < calls_wanted
         found_s = sum(warmup[len(warmup) - found:]) / 1e9 if found else 0.0
         clock.mark("timed_s")
         cost = clock.to_dict()
@@ -152,7 +198,7 @@ class Latency(Scenario):
     def text(self, res: CellResult) -> str:
         if not res.ok:
             return f"– ({res.cell.status})"
-        shown = {f"p{p['q']:g}": p for p in tail(res.cell.metrics)}
+        shown = {f"p{p['q']:g}": p for p in res.cell.metrics.get("latency", {}).get("pooled", [])}
         parts = []
         for label in ("p50", "p99"):
             p = shown.get(label)

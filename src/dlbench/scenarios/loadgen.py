@@ -46,16 +46,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dlbench.data.synthetic import Batch, make_batch
+from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.scenarios.base import CellOutcome, Context, Scenario, cell_artifacts, run_in_turn
-from dlbench.scenarios.prepare import prepare, real_batch, versions
+from dlbench.job import CellJob
+from dlbench.scenarios.base import CellOutcome, Context, Flag, Scenario, SuiteView, cell_artifacts, run_in_turn
+from dlbench.scenarios.latency import ServingSettings, report_plots, report_sections
+from dlbench.scenarios.prepare import cell_batch, prepare, versions
 from dlbench.scenarios.timed import make_closure
 
 if TYPE_CHECKING:
     from dlbench.cell_result import CellResult
     from dlbench.models.spec import ModelSpec
-    from dlbench.suite import Suite
 
 INSTALL = "pip install mlcommons-loadgen"
 #: samples LoadGen may ask for (its performance sample count): at least this, and two batches
@@ -110,6 +111,19 @@ class LoadGen(Scenario):
 
     requires = "forward"
     per_iteration = False
+    settings_model = ServingSettings
+    settings_section = "serving"
+    flags = (
+        Flag("--qps", "qps", "loadgen-server: target queries per second (default: half of one stream's rate)", float),
+        Flag("--p99-ms", "p99_ms", "loadgen-server: bound on the 99th percentile latency in ms (default LoadGen's 100)",
+             float),
+        Flag("--find-peak", "find_peak", "loadgen-server: search the highest QPS meeting the bound (LoadGen's "
+             "FindPeakPerformance)", switch=True),
+        Flag("--loadgen-min-duration", "min_duration_s",
+             "LoadGen's minimum run time in s (shorter than LoadGen's rule: the cell is marked so)", float),
+        Flag("--loadgen-min-queries", "min_queries",
+             "LoadGen's minimum query count (fewer than LoadGen's rule: the cell is marked so)", int),
+    )
 
     def __init__(self, mode: str, description: str):
         self.mode = mode  # LoadGen's TestScenario name
@@ -119,32 +133,35 @@ class LoadGen(Scenario):
     def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
         return spec.default_batch if self.mode == "Offline" else 1
 
-    def check(self, cells, suite: Suite) -> None:
+    def check(self, cells, suite: SuiteView) -> None:
         from dlbench.errors import UsageError
 
-        s = suite.serving
+        s = self.settings_of(suite)
         server = any(c.scenario == "loadgen-server" for c in cells)
         if (s.find_peak or s.qps is not None or s.p99_ms is not None) and not server:
             raise UsageError("--find-peak, --qps and --p99-ms set the loadgen-server scenario; the suite has none")
 
-    def estimate(self, cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
-        duration = suite.serving.min_duration_s or 10.0  # the measured test, then the harness floor's
-        return start_s + SAMPLES * step_s + duration * ((6 if suite.serving.find_peak else 1.2) + 1.2)
+    def estimate(self, cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
+        s = self.settings_of(suite)
+        duration = s.min_duration_s or 10.0  # the measured test, then the harness floor's
+        return start_s + SAMPLES * step_s + duration * ((6 if s.find_peak else 1.2) + 1.2)
 
-    def job(self, cell, suite: Suite) -> dict[str, Any]:
-        return {**super().job(cell, suite), "loadgen": {"mode": self.mode, **suite.serving.model_dump()}}
+    def report_sections(self, res) -> list:
+        return report_sections(res)
+
+    def report_plots(self, res) -> tuple[list, list]:
+        return report_plots(res)
 
     # --- the parent's side ------------------------------------------------------------------------
     def measure(self, cell, ctx: Context) -> CellOutcome:
         out = CellOutcome("ok")
         job = self.job(cell, ctx.suite)
         outdir = cell_artifacts(cell, ctx)
-        if outdir is not None:
-            why = _unwritable(outdir)
-            if why is None:
-                job["outdir"] = str(outdir)
-            else:  # as --profile does: the logs are lost, the cell and the run are not
-                out.warnings.append(f"LoadGen's log files are not kept: {why}")
+        why = _unwritable(outdir) if outdir is not None else None
+        if why is not None:  # as --profile does: the logs are lost, the cell and the run are not
+            out.warnings.append(f"LoadGen's log files are not kept: {why}")
+        # None: LoadGen's logs in a temporary directory
+        job.extra["outdir"] = str(outdir) if outdir is not None and why is None else None
         results = run_in_turn(cell, ctx, [job], ctx.suite.protocol.timeout_s, out)
         if not results:
             return out
@@ -167,18 +184,17 @@ class LoadGen(Scenario):
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+    def work(self, job: CellJob) -> dict[str, Any]:
         try:
             import mlperf_loadgen as lg
         except ImportError:
             return {"unsupported": f"MLPerf LoadGen (mlperf_loadgen) is not installed in {sys.executable}: {INSTALL}"}
         p = prepare(job)
-        backend, spec, size = p.backend, p.spec, job["batch"]
+        backend, spec, size = p.backend, p.spec, job.cell.batch
         count = max(SAMPLES, 2 * size) // size * size
-        samples = (real_batch({**job, "batch": count}, spec) if job.get("data", "synthetic") != "synthetic"
-                   else make_batch(spec, count, job.get("seed", 0)))
+        samples = cell_batch(job, spec, count)
         try:
-            model = backend.build(spec, p.weights, job.get("device", "cpu"), job["variant"])
+            model = backend.build(spec, p.weights, job.cell.device, job.cell.variant)
             # the placed batches are kept beside their closures: an engine's inputs may share their memory
             placed = [backend.place(_rows(samples, i, i + 1), model) for i in range(count)]
             singles = [make_closure("forward", backend, model, one, spec) for one in placed]
@@ -187,15 +203,15 @@ class LoadGen(Scenario):
         except UnsupportedError as exc:
             return {"unsupported": str(exc)}
         del p.weights
-        warm = max(job["protocol"]["warmup"], 1)
+        warm = max(job.protocol["warmup"], 1)
         single_s = _warm(singles, backend.sync, warm)
         group_s = _warm(groups, backend.sync, warm) if groups else single_s
-        settings, meets_rules = _settings(lg, job["loadgen"], single_s, size / group_s)
+        settings, meets_rules = _settings(lg, {**job.settings, "mode": self.mode}, single_s, size / group_s)
         del p.batch  # only the QSL's samples are served
         sut = _Server(lg, singles, groups, size, backend.sync)
         handle = lg.ConstructSUT(sut.issue, sut.flush)
         qsl = lg.ConstructQSL(count, count, lambda _: None, lambda _: None)
-        outdir = job.get("outdir") or _tempdir()
+        outdir = job.extra["outdir"] or _tempdir()
         output = lg.LogOutputSettings()
         output.outdir, output.copy_summary_to_stdout = outdir, False
         log = lg.LogSettings()
@@ -208,8 +224,8 @@ class LoadGen(Scenario):
             lg.DestroySUT(handle)
         summary = (Path(outdir) / "mlperf_log_summary.txt").read_text()
         floor_summary = _floor(lg, settings, count, size, str(Path(outdir) / "floor"))
-        kept = sorted(str(f) for f in Path(outdir).glob("mlperf_log_*")) if job.get("outdir") else []
-        if not job.get("outdir"):  # a directory of our own: the summaries are stored, the rest is not kept
+        kept = sorted(str(f) for f in Path(outdir).glob("mlperf_log_*")) if job.extra["outdir"] else []
+        if not job.extra["outdir"]:  # a directory of our own: the summaries are stored, the rest is not kept
             shutil.rmtree(outdir, ignore_errors=True)
         return {"summary": summary, "floor_summary": floor_summary, "meets_rules": meets_rules,
                 "settings": _described(settings), "logs": kept,

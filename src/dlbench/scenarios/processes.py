@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from dlbench.cell import Cell
+from dlbench.job import CellJob
 from dlbench.measure.adaptive import MIN_PROCESSES, components, interval, percent, plan
 from dlbench.scenarios.base import CellOutcome, Context, run_in_turn
 
@@ -19,13 +20,13 @@ from dlbench.scenarios.base import CellOutcome, Context, run_in_turn
 MIN_PILOT = 3
 
 
-def run_processes(cell: Cell, ctx: Context, out: CellOutcome, make_job: Callable[[int | None], dict[str, Any]],
+def run_processes(cell: Cell, ctx: Context, out: CellOutcome, make_job: Callable[[int | None], CellJob],
                   values: Callable[[dict[str, Any]], list[float]], q: float = 50.0,
                   min_calls: int = 1) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The cell's processes' results, and what the adaptive design did (None: the fixed protocol).
 
     ``make_job(calls)`` is a process's job (``calls`` None: the protocol's own; else exactly that many
-    timed calls); ``values(result)`` its timed calls; ``q`` the percentile the target is on."""
+    timed calls, :attr:`CellJob.calls`); ``values(result)`` its timed calls; ``q`` the percentile the target is on."""
     p = ctx.suite.protocol
     if p.target_ci is None:
         return run_in_turn(cell, ctx, (make_job(None) for _ in range(p.repeats)), p.timeout_s, out), None

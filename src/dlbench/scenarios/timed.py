@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.job import CellJob
 from dlbench.measure.adaptive import variance_split
 from dlbench.measure.cost import WorkClock
 from dlbench.measure.memory import current_rss_bytes, nvml_used_bytes, peak_rss_bytes
@@ -73,6 +74,7 @@ class Timed(Scenario):
         self.name, self.description, self.requires = name, description, name
         self.flop_factor, self.whole_dataset = flop_factor, whole_dataset
         self.trains = name in ("gradient", "train_step", "epoch")
+        self.times_closure = not whole_dataset
 
     def closure(self, backend: Backend, model: Any, placed: Any, spec: ModelSpec) -> Callable[[], Any]:
         return make_closure(self.name, backend, model, placed, spec)
@@ -86,15 +88,16 @@ class Timed(Scenario):
         if suite.protocol.profile_calls and outdir is None:
             out.warnings.append("no profile: the run has no directory to keep a trace in")
 
-        def job(calls: int | None) -> dict[str, Any]:
+        first = True
+
+        def job(calls: int | None) -> CellJob:
             """The protocol's job; the first has the profile; ``calls``: exactly that many (second stage)."""
-            nonlocal profiled
+            nonlocal first
             j = self.job(cell, suite)
-            if profiled:
-                j["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir / "profile")}
-                profiled = False
-            if calls is not None:
-                j["protocol"] = {**j["protocol"], "min_iters": calls, "min_time_s": 0.0}
+            if first and profiled:
+                j.extra["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir / "profile")}
+            first = False
+            j.calls = calls
             return j
 
         per_repeat, adaptive = run_processes(cell, ctx, out, job, lambda r: r["timing"]["samples_ns"],
@@ -125,7 +128,7 @@ class Timed(Scenario):
             out.metrics["variance"] = variance_split([r["timing"]["samples_ns"] for r in per_repeat])
             if adaptive is not None:
                 out.metrics["adaptive"] = adaptive
-        if per_repeat and per_repeat[0]["profile"]:
+        if per_repeat and profiled:
             profile = per_repeat[0]["profile"]
             if "ops" in profile:
                 out.metrics["profile"] = {**profile, "trace": f"{outdir.name}/profile/{profile['trace']}"}
@@ -158,18 +161,18 @@ class Timed(Scenario):
         return metrics
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+    def work(self, job: CellJob) -> dict[str, Any]:
         """Time the closure under the protocol; report memory, thread read-back and first call."""
         clock = WorkClock()
         p = prepare(job)
-        backend, device = p.backend, job.get("device", "cpu")
+        backend, device = p.backend, job.cell.device
         clock.mark("prepare_s")
         if self.name not in backend.scenarios:
             return {"unsupported": f"{backend.name} does not support {self.name}"}
         rss_before = current_rss_bytes()
         t0 = time.perf_counter_ns()
         try:
-            model = backend.build(p.spec, p.weights, device, job["variant"])
+            model = backend.build(p.spec, p.weights, device, job.cell.variant)
             placed = backend.place(p.batch, model)
             fn = self.closure(backend, model, placed, p.spec)
         except UnsupportedError as exc:
@@ -177,10 +180,11 @@ class Timed(Scenario):
         build_ns = time.perf_counter_ns() - t0
         clock.mark("build_s")
         del p.weights
-        timing = time_callable(fn, backend.sync, Protocol(**job["protocol"]))
+        protocol = job.protocol if job.calls is None else {**job.protocol, "min_iters": job.calls, "min_time_s": 0.0}
+        timing = time_callable(fn, backend.sync, Protocol(**protocol))
         found_s = sum(timing.warmup_ns[len(timing.warmup_ns) - timing.warmup_found:]) * timing.loop_k / 1e9
         clock.mark("timer_s")
-        profile = _profile(backend, fn, job["profile"]) if "profile" in job else {}
+        profile = _profile(backend, fn, job.extra["profile"]) if "profile" in job.extra else {}
         return {
             "cost": clock.to_dict(warmup_s=timing.warmup_s + found_s, timed_s=timing.sampling_s - found_s),
             "timing": timing.to_dict(), "build_ns": build_ns, "threads_readback": p.readback,
