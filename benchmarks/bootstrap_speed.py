@@ -30,7 +30,7 @@ from _common import header  # noqa: E402
 
 from dlbench import api  # noqa: E402
 from dlbench.measure import stats  # noqa: E402
-from dlbench.store import Sample, Store  # noqa: E402
+from dlbench.storage.store import Sample, Store  # noqa: E402
 
 ROUNDS = 3
 WAYS = {"hierarchical_medians": stats.hierarchical_medians, "by definition": stats.hierarchical_medians_by_definition}

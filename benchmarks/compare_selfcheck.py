@@ -38,10 +38,10 @@ def main() -> int:
     from _common import header
 
     from dlbench import api
-    from dlbench.cli import main as cli
+    from dlbench.cli.main import main as cli
     from dlbench.frameworks import load_plugins
     from dlbench.report.compare import compare_runs
-    from dlbench.store import Store
+    from dlbench.storage.store import Store
 
     load_plugins()
     db = Path(args.db) if args.db else Path(tempfile.mkdtemp(prefix="dlbench-selfcheck-")) / "results.db"

@@ -107,8 +107,8 @@ def ours_step(batch_size: int):
     from dlbench.data import make_batch
     from dlbench.frameworks import get_backend
     from dlbench.models import get_model
+    from dlbench.models.weights import init_weights
     from dlbench.scenarios.timed import make_closure
-    from dlbench.weights import init_weights
 
     backend = get_backend("jax")
     spec = get_model("resnet-56")

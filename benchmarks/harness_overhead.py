@@ -28,7 +28,7 @@ def calibrated_workload(target_ns: float = 1_000_000):
     from dlbench.data import make_batch
     from dlbench.frameworks import get_backend
     from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     torch.set_num_threads(1)
     backend = get_backend("torch")

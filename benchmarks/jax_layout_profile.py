@@ -35,7 +35,7 @@ def main() -> int:
 
     from dlbench import api
     from dlbench.measure.profile import complete_events, op_table, read_trace
-    from dlbench.store import Store
+    from dlbench.storage.store import Store
 
     head = header("JAX ResNet-56 gradient: the whole model's profile against its blocks'")
     db = Path(tempfile.mkdtemp(prefix="dlbench-layout-")) / "results.db"

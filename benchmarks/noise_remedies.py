@@ -66,7 +66,7 @@ def run_once(prefix: list[str], env: dict[str, str], cell: list[str], processes:
     if out.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} exited {out.returncode}: {out.stderr[-2000:]}")
     run_id = json.loads(out.stdout)["run_id"]
-    from dlbench.store import Store
+    from dlbench.storage.store import Store
 
     store = Store(db, read_only=True)
     try:

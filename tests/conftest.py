@@ -170,7 +170,7 @@ def _lenet_in(name: str, backend: str) -> str:
         import numpy as np
         from dlbench.frameworks.{name} import {backend}
         from dlbench.models import get_model
-        from dlbench.weights import init_weights
+        from dlbench.models.weights import init_weights
         from dlbench.data.synthetic import make_batch
         b = {backend}(); b.set_threads(1)
 

@@ -5,7 +5,7 @@ it) whose releases are versions of the distribution ``dlbench-fakerel``. The bac
 every release; what changes between releases is the release's own code, as with a real framework:
 the package's ``work()`` sleeps from the planted slow release on, and its ``scale()`` returns a wrong
 factor from the planted wrong release on (which the gate must catch). The forward pass is the NumPy
-reference's (:func:`dlbench.reference.forward`), so every release passes the gate unless planted.
+reference's (:func:`dlbench.gate.reference.forward`), so every release passes the gate unless planted.
 
 :func:`make_index` writes the wheels into a ``--find-links`` directory; a test points pip at it with
 ``PIP_NO_INDEX=1`` and ``PIP_FIND_LINKS`` (pip's own configuration), so ``dlbench bisect`` lists,
@@ -38,8 +38,8 @@ def _backend():
     import dlbench_fakerel
     import numpy as np
 
-    from dlbench import reference
     from dlbench.frameworks.base import Backend, UnsupportedError
+    from dlbench.gate import reference
 
     class FakeRelease(Backend):
         name = "fakerel"

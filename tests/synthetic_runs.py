@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dlbench.store import Sample, Store
+from dlbench.storage.store import Sample, Store
 
 ENV = {"hostname": "testbox", "os": "Linux-test", "cpu": {"model": "Test CPU <b>9000</b>", "arch": "X86_64",
                                                           "flags": ["avx2", "fma"]},

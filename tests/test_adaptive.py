@@ -114,9 +114,9 @@ def _fake_runner(rng, between_sd=0.05, within_sd=0.1, process_s=5.0, call_s=0.01
 
 
 def _run_processes(protocol, rng, **kw):
-    from dlbench.cell import Cell
-    from dlbench.job import CellJob
-    from dlbench.plan import suite_from_dict
+    from dlbench.core.cell import Cell
+    from dlbench.core.job import CellJob
+    from dlbench.planning.plan import suite_from_dict
     from dlbench.scenarios.base import CellOutcome, Context
     from dlbench.scenarios.processes import run_processes
 

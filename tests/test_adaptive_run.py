@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dlbench import api
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.measure import reuse
 from tests.conftest import requires
 
@@ -89,7 +89,7 @@ def test_the_gates_pass_is_reused_on_this_host_and_rechecked_when_the_fingerprin
 
 
 def test_compilation_caches_only_for_timed_cells_of_frameworks_that_have_one(tmp_path, monkeypatch):
-    from dlbench.cell import Cell
+    from dlbench.core.cell import Cell
 
     monkeypatch.setenv("DLBENCH_COMPILATION_CACHE", str(tmp_path))
 

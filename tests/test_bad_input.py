@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import runner
-from dlbench.cli import main
-from dlbench.errors import UsageError
+from dlbench.cli.main import main
+from dlbench.core.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, FrameworkInfo
+from dlbench.gate.verify import VerifyResult
 from dlbench.report.markdown import md
-from dlbench.store import Store, check_output, explain
-from dlbench.verify import VerifyResult
+from dlbench.running import runner
+from dlbench.storage.store import Store, check_output, explain
 from tests.synthetic_runs import cell, finish, metrics, new_run, report_run, timed_samples, verify_pass
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

@@ -11,10 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from dlbench import api, flags, runner
-from dlbench.cli import main
-from dlbench.errors import UsageError
+from dlbench import api
+from dlbench.cli.main import main
+from dlbench.core.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, FrameworkInfo
+from dlbench.planning import flags
+from dlbench.running import runner
 
 GPU = FrameworkInfo("gpufw", "tests.nowhere", "numpy", "json", ("a", "b"), "stand-in with cpu and cuda",
                     devices=("cpu", "cuda"))
@@ -179,7 +181,7 @@ def test_reproduce_with_a_framework_that_runs_nothing_is_refused(tmp_path, capsy
 
 # --- --resume measures the stored run ----------------------------------------------------------------------
 def test_resume_refuses_measuring_flags_naming_them(tmp_path, capsys):
-    from dlbench.store import Store
+    from dlbench.storage.store import Store
 
     db = tmp_path / "r.db"
     store = Store(db)

@@ -1,5 +1,5 @@
 """Values out of range are refused with one line and exit 2, by one validator: the suite's models
-(dlbench.suite) hold every bound, and flags go through them (dlbench.flags.check_settings), so a
+(dlbench.planning.suite) hold every bound, and flags go through them (dlbench.planning.flags.check_settings), so a
 flag, a suite file, the Python API, a dry run and a resumed run refuse the same values (issue #31,
 defects 3, 4, 5, 6, 8, 10).
 
@@ -10,11 +10,14 @@ import math
 
 import pytest
 
-from dlbench import api, flags, runner, versions
-from dlbench.cli import main
-from dlbench.errors import UsageError
+from dlbench import api
+from dlbench.cli.main import main
+from dlbench.core.errors import UsageError
+from dlbench.envs import versions
 from dlbench.frameworks import framework_info, installed_version
-from dlbench.store import Store
+from dlbench.planning import flags
+from dlbench.running import runner
+from dlbench.storage.store import Store
 from tests.test_bad_input_flags import GPU, accepted, no_measuring, refused, run_args  # noqa: F401
 
 # (flag, suite section, suite key, values that must be refused)

@@ -15,7 +15,7 @@ import pytest
 
 from dlbench import bisect, envs
 from dlbench.bisect import Step, next_candidate, pool
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.frameworks import FRAMEWORKS, load_plugins
 from tests import fakerelease
 from tests.conftest import over_budget
@@ -59,7 +59,7 @@ def test_the_planted_slow_release_is_found_exactly_skipping_an_uninstallable_one
     env = Path(envs.load("fakerel==1.6").path)
     assert not (env / "bin" / "pip").exists() and len(list(env.glob("lib/python*/site-packages/dlbench-checkout.pth"))) == 1
     # every step is a stored run of the candidate beside its bounds, and --list shows the bisection
-    from dlbench.store import Store
+    from dlbench.storage.store import Store
 
     store = Store(tmp_db, read_only=True)
     runs = {r["id"] for r in store.list_runs()}
@@ -110,7 +110,7 @@ def test_a_skipped_release_next_to_the_change_leaves_both_as_candidates():
 
 
 def test_pooling_keeps_every_process():
-    from dlbench.results import CellResult
+    from dlbench.report.results import CellResult
 
     a = CellResult(cell=None, verified="pass", samples_ms=[1.0, 1.1, 2.0], sample_repeats=[0, 0, 1],
                    repeat_medians_ms=[1.05, 2.0])
@@ -120,7 +120,7 @@ def test_pooling_keeps_every_process():
 
 
 def test_a_stored_bisection_reads_back_as_it_was_saved(tmp_db):
-    from dlbench.store import Store
+    from dlbench.storage.store import Store
 
     b = bisect.Bisection("b-x", 1.0, bisect.Settings("jax", "0.4.38", "0.10.2", "fcn-r", "train_step"),
                          ["0.4.38", "0.5.0", "0.10.2"], [Step("0.4.38", "good"), Step("0.5.0", "skip", "pip: no")],
@@ -159,7 +159,7 @@ BAD = [
 
 @pytest.mark.parametrize("argv, message", BAD)
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_db, capsys):
-    from dlbench.store import Store
+    from dlbench.storage.store import Store
 
     Store(tmp_db).close()
     assert main(["bisect", *argv, "--db", str(tmp_db)]) == 2
@@ -218,8 +218,8 @@ def test_an_interrupted_bisection_resumes_where_it_stopped(tmp_db, monkeypatch, 
 
 
 def _cell(version: str, medians: list[float]):
-    from dlbench.results import CellResult
-    from dlbench.store import CellRecord
+    from dlbench.report.results import CellResult
+    from dlbench.storage.store import CellRecord
 
     record = CellRecord(0, "r", "k", f"jax=={version}", "jit", "lenet", "forward", 8, 1, "cpu", "synthetic", "ok", "",
                         1.0, [], {})
@@ -259,7 +259,7 @@ def test_an_inconclusive_step_measures_more_processes_then_says_so(tmp_db, monke
 
 
 def test_pips_answer_is_read_in_json_and_in_text():
-    from dlbench.releases import _parse
+    from dlbench.envs.releases import _parse
 
     assert _parse('{"name": "jax", "versions": ["0.10.2", "0.4.38"], "latest": "0.10.2"}') == ["0.10.2", "0.4.38"]
     assert _parse("jax (0.10.2)\nAvailable versions: 0.10.2, 0.9.0.1, 0.4.38\n") == ["0.10.2", "0.9.0.1", "0.4.38"]

@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.report.changes import detect
-from dlbench.store import Store
+from dlbench.storage.store import Store
 from tests.synthetic_runs import ENV, cell, finish, metrics, timed_samples
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from dlbench import api
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.frameworks import FRAMEWORKS
 from dlbench.report.compare import compare_runs, mann_whitney_p
-from dlbench.store import Store
+from dlbench.storage.store import Store
 from tests.conftest import requires
 from tests.synthetic_runs import cell, compare_pair, finish, metrics, new_run, timed_samples, verify_pass
 

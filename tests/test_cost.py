@@ -1,5 +1,5 @@
 """Where the time went (dlbench.measure.cost, dlbench.report.cost) and what --dry-run adds for the
-environments a run builds (dlbench.estimate.env_builds)."""
+environments a run builds (dlbench.planning.estimate.env_builds)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from dlbench import estimate as est
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.measure.cost import PARTS, cell_cost, process_cost
-from dlbench.plan import Cell, suite_from_dict
+from dlbench.planning import estimate as est
+from dlbench.planning.plan import Cell, suite_from_dict
 from tests.old_schema import make_v2
 
 
@@ -67,8 +67,8 @@ def test_dry_run_with_a_target_estimates_a_pilot_and_a_second_stage_within_the_c
 
 
 def test_the_progress_line_of_a_cell_measured_to_a_target_gives_its_second_stage(capsys):
-    from dlbench.cli_run import RichProgress
-    from dlbench.store import Sample
+    from dlbench.cli.run import RichProgress
+    from dlbench.storage.store import Sample
 
     cell = Cell("torch", "eager", "lenet", "forward", 64, 1)
     progress = RichProgress(terminal=False)
@@ -85,7 +85,7 @@ def test_the_progress_line_of_a_cell_measured_to_a_target_gives_its_second_stage
 
 def test_a_timed_jax_cell_is_offered_the_persistent_cache_and_marked(tmp_path, monkeypatch):
     """run_in_turn gives each process the cache's environment and records what the cache held before."""
-    from dlbench.job import CellJob
+    from dlbench.core.job import CellJob
     from dlbench.launch.subprocess import JobOutcome
     from dlbench.scenarios.base import CellOutcome, Context, run_in_turn
 
@@ -111,8 +111,8 @@ def test_a_timed_jax_cell_is_offered_the_persistent_cache_and_marked(tmp_path, m
 def test_protocol_flags_of_adaptive_measurement():
     import argparse
 
-    from dlbench.cli_run import _protocol, add_protocol_flags
-    from dlbench.errors import UsageError
+    from dlbench.cli.run import _protocol, add_protocol_flags
+    from dlbench.core.errors import UsageError
 
     p = argparse.ArgumentParser()
     add_protocol_flags(p)

@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from dlbench.cli import main
+from dlbench.cli.main import main
 from tests.synthetic_runs import compare_pair
 
 FIRST_CELL = "fakefw/ok/lenet/forward/b4/t1/cpu"

@@ -17,8 +17,8 @@ import pytest
 from dlbench.data import Batch, DataError, Dataset, adapt, input_forms, load_dataset, make_batch, models_for
 from dlbench.data.imdb import build_vocab, tokenize
 from dlbench.data.mnist import IMAGES_MAGIC, LABELS_MAGIC
+from dlbench.gate.reference import loss
 from dlbench.models import get_model
-from dlbench.reference import loss
 
 
 def one_line(exc: pytest.ExceptionInfo) -> str:
@@ -455,7 +455,7 @@ def test_digits_fit_mnist_models():
     assert set(models_for(ds)) >= {"lenet", "fcn-r", "sae"}
     assert input_forms(ds) == ["image 1x28x28", "vector 784"]
     spec = get_model("lenet")
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     batch = next(adapt(ds, spec).batches(8, seed=0))
     assert np.isfinite(loss(spec, init_weights(spec), batch))

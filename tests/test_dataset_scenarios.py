@@ -3,9 +3,10 @@ and the gate compares a probabilities-only API against the reference's softmax."
 
 import pytest
 
-from dlbench import resolve, runner
 from dlbench.frameworks import FRAMEWORKS, FrameworkInfo
-from dlbench.plan import expand, suite_from_dict
+from dlbench.planning import resolve
+from dlbench.planning.plan import expand, suite_from_dict
+from dlbench.running import runner
 from dlbench.scenarios import registry
 from dlbench.scenarios.base import Context
 from tests.conftest import requires
@@ -38,7 +39,7 @@ def test_a_framework_measures_its_stand_ins(standin):
 @requires("torch")
 def test_gate_compares_probabilities_with_the_reference_softmax():
     from dlbench.frameworks.torch import TorchBackend
-    from dlbench.verify import verify_model
+    from dlbench.gate.verify import verify_model
 
     class Probabilities(TorchBackend):
         output = "probabilities"
@@ -58,9 +59,9 @@ def test_gate_compares_probabilities_with_the_reference_softmax():
 def test_a_capped_call_counts_the_samples_it_processed(standin, tmp_path):
     """H2O processes at most DLBENCH_H2O_SAMPLES of a batch per call: samples/s must count those, not the batch."""
     from dlbench.launch.subprocess import JobOutcome
-    from dlbench.plan import Cell
-    from dlbench.results import analyse_cell
-    from dlbench.store import Store
+    from dlbench.planning.plan import Cell
+    from dlbench.report.results import analyse_cell
+    from dlbench.storage.store import Store
 
     timing = {"warmup_ns": [2e9], "samples_ns": [1e9, 1e9, 1e9], "loop_k": 1, "first_call_ns": 2e9,
               "truncated": False}

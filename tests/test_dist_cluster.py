@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.distributed import cluster
 from dlbench.distributed.scaling import Session
-from dlbench.plan import Cell, suite_from_dict
+from dlbench.planning.plan import Cell, suite_from_dict
 
 pytestmark = pytest.mark.machine_wide  # the namespaces and bridge are machine-wide
 WHY = cluster.unavailable()

@@ -12,7 +12,7 @@ FRAMEWORKS = [pytest.param("jax", marks=requires("jax")), pytest.param("tensorfl
 
 def _measure(framework, variant="default", workers=2):
     from dlbench.distributed.scaling import Network, measure_cell
-    from dlbench.plan import Cell, suite_from_dict
+    from dlbench.planning.plan import Cell, suite_from_dict
 
     suite = suite_from_dict({"models": ["lenet"], "scenarios": ["scaling"], "protocol": {
         "warmup": 2, "min_iters": 3, "min_time_s": 0, "repeats": 1, "timeout_s": 300}})

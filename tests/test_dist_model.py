@@ -8,7 +8,7 @@ import pytest
 from dlbench.distributed import common
 from dlbench.distributed import model as sm
 from dlbench.distributed.ps import ShardCore, assign_shards, staleness
-from dlbench.plan import Cell, expand, suite_from_dict
+from dlbench.planning.plan import Cell, expand, suite_from_dict
 from dlbench.scenarios import registry
 
 
@@ -79,7 +79,7 @@ def test_expand_scaling_cells_weak_and_strong():
 
 
 def test_bad_distributed_settings():
-    from dlbench.errors import UsageError
+    from dlbench.core.errors import UsageError
 
     with pytest.raises(UsageError, match="workers"):
         suite_from_dict({"models": ["lenet"], "distributed": {"workers": [0]}})

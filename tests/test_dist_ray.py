@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from dlbench import api
-from dlbench.cli import main
-from dlbench.errors import UsageError
+from dlbench.cli.main import main
+from dlbench.core.errors import UsageError
 from dlbench.launch.group import procs_naming
-from dlbench.launch.ray import check_nodes
+from dlbench.running.ray import check_nodes
 from tests.conftest import over_budget, requires
 
 pytestmark = [requires("ray"), requires("torch"), pytest.mark.machine_wide]

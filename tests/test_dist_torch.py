@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dlbench import api
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.distributed import cluster
 from dlbench.launch.group import procs_naming
 from tests.conftest import requires
@@ -44,7 +44,7 @@ def test_scaling_run_end_to_end(tmp_db, capsys):
     assert two["payload_bytes_per_step"] == two["grad_bytes"] and two["ring_wire_bytes_per_worker"] == two["grad_bytes"]
     assert two["network"]["kind"] == "loopback" and two["network"]["probe"]["bandwidth_Bps"] > 0
     assert by[2].samples_per_s == pytest.approx(16 / (by[2].time_ms.median / 1e3))
-    from dlbench.store import Store
+    from dlbench.storage.store import Store
 
     store = Store(tmp_db, create=False)
     phases = {s.phase for s in store.samples(by[2].cell.id)}
@@ -101,7 +101,7 @@ def _two_nodes(tmp_path: Path) -> tuple[list[int], list]:
     port = free_port()
     procs = []
     for rank in (0, 1):
-        cmd = [sys.executable, "-m", "dlbench.cli", "run", "--model", "lenet", "--framework", "torch", "--scenario",
+        cmd = [sys.executable, "-m", "dlbench.cli.main", "run", "--model", "lenet", "--framework", "torch", "--scenario",
                "scaling", "--batch", "8", "--threads", "1", "--workers", "2", "--warmup", "2", "--min-iters", "3",
                "--min-time", "0", "--repeats", "1", "--timeout", "240", "--launcher", "torchrun", "--nnodes", "2",
                "--node-rank", str(rank), "--rdzv-endpoint", f"127.0.0.1:{port}", "--db", str(tmp_path / f"n{rank}.db"),
@@ -137,7 +137,7 @@ def test_ctrl_c_during_a_cluster_run_leaves_nothing(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"),
            "DLBENCH_CLUSTER_STATE": str(tmp_path / "cluster.json")}
-    cmd = [sys.executable, "-m", "dlbench.cli", "run", "--model", "lenet", "--framework", "torch", "--scenario",
+    cmd = [sys.executable, "-m", "dlbench.cli.main", "run", "--model", "lenet", "--framework", "torch", "--scenario",
            "scaling", "--batch", "8", "--threads", "1", "--workers", "2", "--warmup", "50", "--min-iters", "50",
            "--repeats", "1", "--cluster", "--db", str(tmp_path / "r.db")]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -88,7 +88,7 @@ def test_averaged_gradient_of_two_workers_is_the_whole_batch_gradient(probed):
 
 
 def test_worker_model_is_the_backend_model_the_gate_passes(probed):
-    from dlbench.verify import verify_model
+    from dlbench.gate.verify import verify_model
 
     framework, ranks = probed
     backend, spec, model = _backend_model(framework)

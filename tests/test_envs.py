@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dlbench import api, envs
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.frameworks import FRAMEWORKS, check_frameworks, framework_info, installed_version, list_frameworks
 from tests.conftest import requires
 

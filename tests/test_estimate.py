@@ -1,10 +1,10 @@
-"""dlbench.estimate: the time a run will take, from the protocol and then from the cells measured."""
+"""dlbench.planning.estimate: the time a run will take, from the protocol and then from the cells measured."""
 
 import pytest
 
-from dlbench import estimate as est
-from dlbench.estimate import Estimate, format_duration, prior_seconds, runs_a_process, setup_seconds
-from dlbench.plan import Cell, suite_from_dict
+from dlbench.planning import estimate as est
+from dlbench.planning.estimate import Estimate, format_duration, prior_seconds, runs_a_process, setup_seconds
+from dlbench.planning.plan import Cell, suite_from_dict
 
 
 def suite(**protocol):

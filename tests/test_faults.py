@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import lease
-from dlbench.cli import main
-from dlbench.store import SCHEMA_VERSION, Store
+from dlbench.cli.main import main
+from dlbench.storage import lease
+from dlbench.storage.store import SCHEMA_VERSION, Store
 from tests.conftest import FAKE, requires
 from tests.old_schema import make_v2
 
@@ -46,7 +46,7 @@ class Driver:
         self.out, self.err = path / f"{name}.out", path / f"{name}.err"
         env = {**os.environ, "DLBENCH_PLUGINS": FAKE, "PYTHONPATH": SRC, "TMPDIR": str(tmp),
                "DLBENCH_FAKE_HOLD": str(hold)}
-        cmd = [sys.executable, "-m", "dlbench.cli", "run", "--db", str(db), "--json", *args]
+        cmd = [sys.executable, "-m", "dlbench.cli.main", "run", "--db", str(db), "--json", *args]
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err)
 
@@ -152,7 +152,7 @@ def resume(path: Path, command: str, tmp: Path) -> subprocess.CompletedProcess:
     args = command.split()
     assert args[:3] == ["dlbench", "run", "--resume"], command
     env = {**os.environ, "DLBENCH_PLUGINS": FAKE, "PYTHONPATH": SRC, "TMPDIR": str(tmp)}
-    return subprocess.run([sys.executable, "-m", "dlbench.cli", *args[1:], "--json"], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "dlbench.cli.main", *args[1:], "--json"], env=env, capture_output=True,
                           text=True, timeout=WAIT_S)
 
 
@@ -312,7 +312,7 @@ def test_two_drivers_on_one_database(tmp_path):
 
 # --- leases and temporary directories, without measuring ------------------------------------------
 def _run_with_lease(db: Path, pid: int, host: str, token: str, heartbeat: float) -> str:
-    from dlbench.flags import build_suite
+    from dlbench.planning.flags import build_suite
 
     suite = build_suite(models=["lenet"], frameworks=["fakefw"], variants=["ok"], scenarios=["forward"], batches=[2],
                         threads=[1])

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dlbench.job import JOB_VERSION, CellJob, JobVersionError, PeakJob, VerifyJob, decode, encode
-from dlbench.plan import Cell, suite_from_dict
+from dlbench.core.job import JOB_VERSION, CellJob, JobVersionError, PeakJob, VerifyJob, decode, encode
+from dlbench.planning.plan import Cell, suite_from_dict
 from dlbench.scenarios import registry
 
 SRC = Path(__file__).parent.parent / "src" / "dlbench"

@@ -6,13 +6,13 @@ import json
 import pytest
 
 from dlbench import api
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.models import UnknownModelError, get_model, list_models, verify_spec
 from dlbench.models.layers import Flatten, GlobalAvgPool, sequence_shape
 from dlbench.models.split import parse_part, part_ref, split
-from dlbench.report.layers import breakdowns, explain
-from dlbench.runner import plan_cells
-from dlbench.store import Sample, Store
+from dlbench.running.runner import plan_cells
+from dlbench.scenarios.layers_report import breakdowns, explain
+from dlbench.storage.store import Sample, Store
 
 
 @pytest.mark.parametrize("model", list_models())
@@ -48,7 +48,7 @@ def test_a_part_is_a_model_reference():
 
 
 def test_layers_cells_are_the_parts_and_the_whole_model_timed():
-    from dlbench.flags import build_suite
+    from dlbench.planning.flags import build_suite
 
     _, cells = plan_cells(build_suite(models=["lenet"], frameworks=["torch", "onnxruntime"],
                                       scenarios=["forward", "layers"], threads=[1]))
@@ -77,7 +77,7 @@ def test_a_parts_gradient_differentiates_its_input_as_the_whole_model_does(frame
     pytest.importorskip({"torch": "torch", "jax": "flax", "tensorflow": "tensorflow"}[framework])
     from dlbench.data.synthetic import make_batch
     from dlbench.frameworks import get_backend
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     backend = get_backend(framework)
     backend.set_threads(1)
@@ -255,7 +255,7 @@ def test_a_part_without_a_time_leaves_the_others_shares_and_says_what_the_sum_co
     """A part that failed the gate (resnet-56's part 10 once did) left every other part's share as "?"
     and the sum as a bare dash."""
     db, run = _planted(tmp_path, failed="slowfw/v/lenet#3/forward/b64/t1/cpu")
-    from dlbench.report.layers import layer_tables
+    from dlbench.scenarios.layers_report import layer_tables
     (table,) = layer_tables(api.results(run, db))
     column = [c.key for c in table.columns].index("slowfw/v")
     rows = {r[0].text: r[column] for r in table.rows}
@@ -304,7 +304,7 @@ def test_the_breakdown_and_the_cell_count_the_same_flops(tmp_path):
 
 
 def test_a_part_above_its_peak_is_marked(tmp_path):
-    from dlbench.report.layers import layer_tables
+    from dlbench.scenarios.layers_report import layer_tables
 
     db, run = _planted(tmp_path)
     store = Store(db)
@@ -319,7 +319,7 @@ def test_a_part_above_its_peak_is_marked(tmp_path):
 
 
 def test_whole_minus_sum_within_the_intervals_is_marked_noise(tmp_path):
-    from dlbench.report.layers import INTRO, layer_tables
+    from dlbench.scenarios.layers_report import INTRO, layer_tables
 
     db, run = _planted(tmp_path)  # the whole model at 0.9x the parts' sum, every time within 1%: not noise
     (table,) = layer_tables(api.results(run, db))

@@ -8,7 +8,7 @@ from dlbench import api
 from dlbench.measure import peak
 from dlbench.models import get_model
 from dlbench.report.tables import build_content
-from dlbench.store import Store
+from dlbench.storage.store import Store
 from tests.synthetic_runs import cell, finish, metrics, new_run, timed_samples, verify_pass
 
 RATES = {"numpy": 90.0, "torch": 100.0, "torch:bf16": 400.0, "torch:int8": 800.0}

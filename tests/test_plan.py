@@ -1,7 +1,7 @@
 import pytest
 
-from dlbench.errors import UsageError
-from dlbench.plan import BUILTIN, expand, load_suite, resolve_threads, suite_from_dict
+from dlbench.core.errors import UsageError
+from dlbench.planning.plan import BUILTIN, expand, load_suite, resolve_threads, suite_from_dict
 
 
 def test_builtin_suites_load():
@@ -56,7 +56,7 @@ def test_missing_suite_file():
 def test_quick_suite_leaves_keras_and_h2o_out_unless_named(monkeypatch):
     """`installed_except` drops an installed framework from `frameworks: installed` only. H2O, which
     can run nothing of the quick suite (multilayer perceptrons only), joined it with 24 unsupported cells."""
-    from dlbench import flags, resolve
+    from dlbench.planning import flags, resolve
 
     monkeypatch.setattr(resolve, "installed", lambda: ["torch", "keras", "jax", "mxnet", "h2o"])
     monkeypatch.setattr(resolve, "check_frameworks", lambda names: None)
@@ -66,7 +66,7 @@ def test_quick_suite_leaves_keras_and_h2o_out_unless_named(monkeypatch):
 
 
 def test_convergence_from_flags_runs_on_all_cores_once_unless_threads_are_given():
-    from dlbench.flags import build_suite
+    from dlbench.planning.flags import build_suite
 
     assert build_suite(models=["lenet"], scenarios=["convergence"]).threads == ["all"]
     assert build_suite(models=["lenet"], scenarios=["convergence"], threads=[1, 2]).threads == [1, 2]

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from dlbench.frameworks.torch import Builder, TorchBackend, _same
+from dlbench.gate.verify import TOLERANCES, verify_model
 from dlbench.models import layers as L
-from dlbench.verify import TOLERANCES, verify_model
 from tests.conftest import requires
 
 pytestmark = requires("torch")
@@ -155,11 +155,11 @@ def test_gate_fails_a_non_finite_gradient():
 # --- bugs just over the forward and the loss bounds --------------------------------------------------------
 def _reference(model: str, train: bool):
     """The gate's own reference output (and loss, in training mode) for ``model``: same spec, weights, batch."""
-    from dlbench import reference
     from dlbench.data.synthetic import make_batch
+    from dlbench.gate import reference
+    from dlbench.gate.verify import VERIFY_BATCH
     from dlbench.models import verify_spec
-    from dlbench.verify import VERIFY_BATCH
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     spec = verify_spec(model).without_dropout()
     weights, batch = init_weights(spec, 0, mode="verify"), make_batch(spec, VERIFY_BATCH, 0)
@@ -174,7 +174,7 @@ class ForwardOff(TorchBackend):
     times = 1.0
 
     def forward(self, model, batch):
-        from dlbench.verify import TOLERANCES
+        from dlbench.gate.verify import TOLERANCES
 
         _, ref, _ = _reference(model.spec.name, train=False)
         direction = np.random.default_rng(7).standard_normal(ref.shape)
@@ -189,7 +189,7 @@ class LossOff(TorchBackend):
     times = 1.0
 
     def loss_and_grads(self, model, batch):
-        from dlbench.verify import TOLERANCES, loss_allowed
+        from dlbench.gate.verify import TOLERANCES, loss_allowed
 
         _, grads = super().loss_and_grads(model, batch)
         spec, out, loss = _reference(model.spec.name, train=True)

@@ -8,18 +8,18 @@ import numpy as np
 import pytest
 
 from dlbench import api
-from dlbench.cell import Cell
-from dlbench.cli import main
+from dlbench.cli.main import main
+from dlbench.core.cell import Cell
+from dlbench.core.errors import UsageError
+from dlbench.core.precision import PRECISIONS, cpu_support, parse_precisions
 from dlbench.data.synthetic import make_batch
-from dlbench.errors import UsageError
 from dlbench.frameworks.torch import TorchBackend
+from dlbench.gate.verify import TOLERANCES, loss_allowed, verify_model
 from dlbench.models import get_model
-from dlbench.precision import PRECISIONS, cpu_support, parse_precisions
+from dlbench.models.weights import init_weights
 from dlbench.report.build import write_report
-from dlbench.runner import gate
-from dlbench.store import Store
-from dlbench.verify import TOLERANCES, loss_allowed, verify_model
-from dlbench.weights import init_weights
+from dlbench.running.runner import gate
+from dlbench.storage.store import Store
 from tests.conftest import requires
 from tests.old_schema import make_v2
 
@@ -229,7 +229,7 @@ def test_a_run_marks_the_silent_float32_backend_not_equivalent(framework, tmp_db
 def test_convergence_trains_at_the_precision_and_is_compared_with_its_own_fp32(tmp_db):
     """The convergence worker made its backend itself and never set the precision: its amp-bf16 losses
     equalled the fp32 ones to the last bit."""
-    from dlbench.report.convergence import agreement
+    from dlbench.scenarios.convergence_report import agreement
 
     res = api.run(models=["lenet"], frameworks=["torch"], scenarios=["convergence"], threads=[1], data="digits",
                   protocol={"repeats": 1}, convergence={"epochs": 1}, precisions=["fp32", "amp-bf16"], db=tmp_db)

@@ -5,10 +5,11 @@ import json
 
 import pytest
 
-from dlbench import api, probe
-from dlbench.cli import main
+from dlbench import api
+from dlbench.cli.main import main
 from dlbench.models import get_model
-from dlbench.store import Store
+from dlbench.report import probe
+from dlbench.storage.store import Store
 from tests.conftest import requires
 
 FAST = {"repeats": 1, "warmup": 1, "min_iters": 3, "min_time_s": 0.1}
@@ -24,7 +25,7 @@ def test_probe_models_are_the_operations_they_name():
 
 
 def test_the_probe_suite_times_the_floor_in_training_and_the_kernels_forward_only():
-    from dlbench.runner import plan_cells
+    from dlbench.running.runner import plan_cells
 
     _, cells = plan_cells(probe.suite(["torch"], [1], None))
     assert sorted((c.model, c.scenario) for c in cells) == [

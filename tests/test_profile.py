@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from dlbench import api
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.measure.profile import (
     complete_events,
     kind_table,
@@ -21,7 +21,7 @@ from dlbench.measure.profile import (
 )
 from dlbench.report.build import write_report
 from dlbench.scenarios.timed import _profile
-from dlbench.store import Store
+from dlbench.storage.store import Store
 
 FAST = {"repeats": 1, "warmup": 1, "min_iters": 3, "min_time_s": 0.1, "profile_calls": 2}
 PROFILED = [fw for fw, module in (("torch", "torch"), ("jax", "flax"), ("tensorflow", "tensorflow"),
@@ -136,7 +136,7 @@ def _profile_engine(framework: str, tmp_path):
     from dlbench.frameworks import get_backend
     from dlbench.measure.profile import profile_closure
     from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     backend = get_backend(framework)
     backend.set_threads(1)
@@ -187,7 +187,7 @@ def test_openvino_profiles_a_second_compiled_model_and_leaves_out_its_warm_up_ca
 def test_the_report_sums_a_profile_by_kind_where_kinds_merge_operations(tmp_path):
     """XLA's fusions are one row each in the report's profile table; a kind spread over many rows
     (JAX's transpose_copy_fusion.N, 58% of its ResNet-56 gradient) read as several small ones."""
-    from dlbench.store import Sample
+    from dlbench.storage.store import Sample
 
     ops = [{"name": f"transpose_copy_fusion.{i}", "calls": 2, "self_us": 3_000.0, "total_us": 3_000.0} for i in (71, 75)]
     ops.append({"name": "convolution.1", "calls": 2, "self_us": 4_000.0, "total_us": 4_000.0})

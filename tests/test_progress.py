@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dlbench.cli import main
-from dlbench.cli_run import RichProgress
-from dlbench.estimate import Estimate
-from dlbench.plan import Cell, suite_from_dict
-from dlbench.store import Sample
+from dlbench.cli.main import main
+from dlbench.cli.run import RichProgress
+from dlbench.planning.estimate import Estimate
+from dlbench.planning.plan import Cell, suite_from_dict
+from dlbench.storage.store import Sample
 from tests.conftest import requires
 
 FAKE = str(Path(__file__).with_name("fakefw.py"))

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from dlbench import reference as R
+from dlbench.gate import reference as R
 from dlbench.models.layers import LRN, Pool2d
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from dlbench import api
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.report.build import write_report
 from dlbench.report.markdown import md
 from dlbench.report.tables import build_content, fmt_num
-from dlbench.store import Store
+from dlbench.storage.store import Store
 from tests.conftest import requires
 from tests.synthetic_runs import cell, finish, metrics, new_run, report_run, timed_samples, verify_pass
 
@@ -161,7 +161,7 @@ def test_matplotlib_is_imported_lazily():
     import subprocess
     import sys
 
-    code = "import dlbench.cli, dlbench.cli_report, dlbench.report.build, sys; print('matplotlib' in sys.modules)"
+    code = "import dlbench.cli, dlbench.cli.report, dlbench.report.build, sys; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
     assert out.stdout.strip() == "False"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.models import get_model
 from dlbench.report import reproduce as rep
 from tests.conftest import requires
@@ -155,7 +155,7 @@ def test_sums_and_batches():
 @requires("torch")
 @pytest.mark.usefixtures("whole_machine")  # the paper's 12 threads become this machine's 2 cores
 def test_suite_holds_exactly_the_needed_cells():
-    from dlbench.runner import plan_cells
+    from dlbench.running.runner import plan_cells
 
     settings = rep.plan("bahrampour2016-table4", env(cores=2))
     suite = rep.suite_for("bahrampour2016-table4", settings, rep.QUICK)

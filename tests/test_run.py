@@ -9,7 +9,7 @@ import time
 import pytest
 
 from dlbench import api
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.frameworks import FRAMEWORKS, FrameworkInfo, register
 from tests.conftest import requires
 
@@ -75,9 +75,9 @@ def test_hanging_cell_times_out_and_leaves_nothing_running(tmp_db):
 
 
 def test_timed_out_job_leaves_no_process():
-    from dlbench.job import CellJob
+    from dlbench.core.job import CellJob
     from dlbench.launch.subprocess import run_job
-    from dlbench.plan import Cell
+    from dlbench.planning.plan import Cell
 
     job = CellJob(threads=1, cell=Cell("fakefw", "hang", "lenet", "forward", 2, 1), seed=0, data_dir=None,
                   protocol={"warmup": 2, "min_iters": 1}, settings={})
@@ -189,7 +189,7 @@ def test_compile_scenario_gives_each_closure_its_own_fresh_processes_and_cache()
     call" was a residual (0.4 s beside XLA's 6 s): every closure now gets a cold process with a
     fresh cache, then a warm one on that cache; build-time compile work is taken once."""
     from dlbench.launch.subprocess import JobOutcome
-    from dlbench.plan import Cell, suite_from_dict
+    from dlbench.planning.plan import Cell, suite_from_dict
     from dlbench.scenarios import registry
     from dlbench.scenarios.base import Context
 
@@ -267,7 +267,7 @@ def test_convergence_curves_and_agreement_flags_a_planted_difference(tmp_db):
     torch_curve = by["torch", "eager"].convergence
     assert torch_curve["epochs"] == 2 and 0.5 < torch_curve["final_test_acc_mean"] <= 1.0
     assert len(torch_curve["curves"]["test_acc"]["mean"]) == 2
-    from dlbench.report.convergence import agreement
+    from dlbench.scenarios.convergence_report import agreement
 
     rows = {r["framework"]: r for r in agreement(res.cells, "torch")}
     assert rows["fakefw/ok"]["first_departure_step"] is None  # same arithmetic, same batches

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.frameworks import FRAMEWORKS, load_plugins
-from dlbench.plan import suite_from_dict
+from dlbench.planning.plan import suite_from_dict
 from dlbench.scenarios import registry
 from tests.conftest import requires
 
@@ -83,8 +83,8 @@ def test_a_plugin_scenario_owns_its_settings_flag_and_report_section(toy, tmp_pa
 
 
 def test_a_stored_cell_of_an_unregistered_scenario_is_still_readable(tmp_path):
-    from dlbench.results import load_run
-    from dlbench.store import Sample, Store
+    from dlbench.report.results import load_run
+    from dlbench.storage.store import Sample, Store
 
     store = Store(tmp_path / "r.db")
     run = store.create_run("t", {})
@@ -97,7 +97,7 @@ def test_a_stored_cell_of_an_unregistered_scenario_is_still_readable(tmp_path):
 
 def test_runner_worker_and_results_name_no_scenario():
     names = [s for s in registry.names()]
-    for module in ("runner.py", "worker.py", "results.py"):
+    for module in ("running/runner.py", "worker.py", "report/results.py"):
         text = (SRC / module).read_text()
         for name in names:
             assert f'"{name}"' not in text and f"'{name}'" not in text, f"{module} names the {name} scenario"
@@ -170,7 +170,7 @@ def test_dlbench_has_no_import_cycle():
 def test_each_scenario_has_its_own_throughput_column(tmp_path, capsys):
     """The summary's one samples/s column showed torch's train_step rate beside ONNX Runtime's forward
     rate: each scenario's rate now sits in its own column, named after it."""
-    from dlbench.store import Store
+    from dlbench.storage.store import Store
     from tests.synthetic_runs import cell, metrics, new_run, timed_samples
 
     db = tmp_path / "r.db"
@@ -211,8 +211,8 @@ OTHER_MEANINGS = {
     "frameworks": "a backend's closures (Backend.scenarios) and variants (torch's 'compile')",
     "distributed/torch_ddp.py": "torch's 'compile' variant",
     "measure/reuse.py": "torch's 'compile' variant (the one with a compilation cache)",
-    "verify.py": "the backend closures the gate checks (Backend.scenarios)",
-    "probe.py": "the backend closures a probe times (Backend.scenarios)",
+    "gate/verify.py": "the backend closures the gate checks (Backend.scenarios)",
+    "report/probe.py": "the backend closures a probe times (Backend.scenarios)",
     "survey": "a backend's closures",
 }
 

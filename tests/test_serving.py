@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from dlbench import api
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.measure.percentiles import disagreement, percentiles, samples_needed
-from dlbench.report.latency import latency_tables, rules_text
 from dlbench.report.tables import DASH
 from dlbench.scenarios import registry
+from dlbench.scenarios.latency_report import latency_tables, rules_text
 from dlbench.scenarios.loadgen import near_floor, parse_summary
 from tests.conftest import requires
 
@@ -226,8 +226,8 @@ def test_bad_serving_flags_are_one_line_and_exit_2(argv, needle, capsys, tmp_db)
 
 
 def test_serving_settings_round_trip_through_a_stored_suite():
-    from dlbench.flags import build_suite
-    from dlbench.plan import Suite
+    from dlbench.planning.flags import build_suite
+    from dlbench.planning.plan import Suite
 
     s = build_suite(models=["lenet"], frameworks=["torch"], scenarios=["loadgen-server"],
                     serving={"qps": 20.0, "p99_ms": 5.0, "find_peak": True})

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from dlbench import bisect
-from dlbench.cli import main
-from dlbench.store import Store
+from dlbench.cli.main import main
+from dlbench.storage.store import Store
 from tests.conftest import requires
 from tests.test_changes import _runs
 

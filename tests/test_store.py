@@ -2,8 +2,8 @@ import sqlite3
 
 import pytest
 
-from dlbench.errors import UsageError
-from dlbench.store import SCHEMA_VERSION, Sample, Store
+from dlbench.core.errors import UsageError
+from dlbench.storage.store import SCHEMA_VERSION, Sample, Store
 
 
 def test_roundtrip(tmp_db):
@@ -73,8 +73,8 @@ def test_unknown_run(tmp_db):
 def test_peak_cache_measures_once_per_thread_count_and_is_off_by_default(tmp_db, tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from dlbench import runner
-    from dlbench.plan import Cell
+    from dlbench.planning.plan import Cell
+    from dlbench.running import runner
 
     jobs = []
 

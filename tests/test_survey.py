@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.survey import api_coverage, catalog, collect, features, live_checks, popularity, setup, status
 from dlbench.survey.catalog import TODAY
 from dlbench.survey.installable import PIP_NAMES, _last_error

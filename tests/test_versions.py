@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import api, envs, versions
-from dlbench.cli import main
-from dlbench.envs import companions, ondemand
+from dlbench import api, envs
+from dlbench.cli.main import main
+from dlbench.envs import companions, ondemand, versions
 from dlbench.frameworks import UnknownFrameworkError, check_frameworks, framework_info, installed_version
 from dlbench.report.compare import compare_versions
 from dlbench.report.summary import summary_rows
 from dlbench.report.versions import history, run_series
-from dlbench.store import SCHEMA_VERSION, Store
+from dlbench.storage.store import SCHEMA_VERSION, Store
 from tests.conftest import requires
 from tests.old_schema import make_v2
 from tests.synthetic_runs import ENV, cell, finish, metrics, timed_samples
@@ -56,7 +56,7 @@ def test_bad_specs_are_one_line_refusals(spec, message, capsys):
 
 
 def test_the_api_refuses_bad_specs_as_the_cli_does():
-    from dlbench.errors import UsageError
+    from dlbench.core.errors import UsageError
 
     with pytest.raises(UsageError, match="no version after"):
         api.verify(frameworks=["jax=="], models=["lenet"])

@@ -1,7 +1,7 @@
 import numpy as np
 
 from dlbench.models import get_model
-from dlbench.weights import directions, init_weights
+from dlbench.models.weights import directions, init_weights
 
 
 def test_same_seed_same_numbers():

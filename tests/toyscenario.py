@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from dlbench import envs
 from dlbench.scenarios.base import CellOutcome, Flag, Scenario, check_range, failure, framework_env
-from dlbench.store import Sample
+from dlbench.storage.store import Sample
 
 
 @dataclass

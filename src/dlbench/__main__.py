@@ -2,6 +2,6 @@
 
 import sys
 
-from dlbench.cli import main
+from dlbench.cli.main import main
 
 sys.exit(main())

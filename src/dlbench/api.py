@@ -6,17 +6,19 @@ from collections.abc import Callable
 from itertools import product
 from pathlib import Path
 
-from dlbench import envs, flags, resolve, runner
-from dlbench.cell import DEFAULT_DEVICE
+from dlbench import envs
+from dlbench.core.cell import DEFAULT_DEVICE
+from dlbench.core.errors import UsageError
+from dlbench.core.job import VerifyJob
 from dlbench.envs import ondemand
-from dlbench.errors import UsageError
 from dlbench.frameworks import framework_info
-from dlbench.job import VerifyJob
+from dlbench.gate.verify import VerifyResult
 from dlbench.launch.subprocess import run_job
-from dlbench.plan import Suite
-from dlbench.results import RunResults, read_run
-from dlbench.store import DEFAULT_DB
-from dlbench.verify import VerifyResult
+from dlbench.planning import flags, resolve
+from dlbench.planning.plan import Suite
+from dlbench.report.results import RunResults, read_run
+from dlbench.running import runner
+from dlbench.storage.store import DEFAULT_DB
 
 
 def verify(models: list[str] | None = None, frameworks: list[str] | None = None, variants: list[str] | None = None,
@@ -24,8 +26,8 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
            precisions: list[str] | None = None, progress: Callable[[str], None] = lambda s: None) -> list[VerifyResult]:
     """Run the equivalence gate, one fresh process per (framework, variant, precision), in the
     framework's environment's interpreter when it has one (``dlbench envs``). Input is resolved as
-    :func:`run` resolves it (:mod:`dlbench.resolve`); ``threads`` is one count, ``all`` or ``half``;
-    ``precisions`` default to float32 (dlbench.precision). A pinned version (``jax==0.4.38``) without
+    :func:`run` resolves it (:mod:`dlbench.planning.resolve`); ``threads`` is one count, ``all`` or ``half``;
+    ``precisions`` default to float32 (dlbench.core.precision). A pinned version (``jax==0.4.38``) without
     an environment gets one built first; one that cannot be built is ``unsupported`` with pip's reason."""
     models = resolve.models(models)
     frameworks = resolve.frameworks(frameworks)
@@ -63,9 +65,9 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
         precisions: list[str] | None = None, **settings: dict | None) -> RunResults:
     """Run a suite (the built-in ``quick`` by default) and return its analysed results.
 
-    Mirrors ``dlbench run``: ``suite`` is a name, a YAML file or a :class:`~dlbench.plan.Suite`; flags
+    Mirrors ``dlbench run``: ``suite`` is a name, a YAML file or a :class:`~dlbench.planning.plan.Suite`; flags
     override the suite's axes; ``resume`` finishes a stored run; ``precisions`` the numeric precisions
-    (dlbench.precision). Every other keyword is a scenario's settings section, as in a suite file:
+    (dlbench.core.precision). Every other keyword is a scenario's settings section, as in a suite file:
     ``convergence`` (epochs, lr...), ``distributed`` (the scaling scenario's workers, scaling, exchange,
     launcher, cluster), ``serving`` (latency and LoadGen), a plug-in's own
     (:func:`dlbench.scenarios.registry.sections`). A resumed run is measured as it was stored: any other

@@ -1,7 +1,7 @@
 """``dlbench bisect``: which published release of a framework made a figure slower, or broke the gate.
 
 Between a good and a bad release (``--good 0.4.38 --bad 0.10.2``) the releases are those the user's
-pip lists (:mod:`dlbench.releases`). Each step measures one release in its own environment, built on
+pip lists (:mod:`dlbench.envs.releases`). Each step measures one release in its own environment, built on
 demand with its companion pins (:func:`dlbench.envs.ondemand.ensure_envs`), *beside* the current last
 good and first bad releases, in one run: the brief's rule that timings are compared as ratios
 measured together, so a machine that drifts between steps cannot move a verdict. The step's verdict
@@ -21,7 +21,7 @@ as ``git bisect skip`` does; the next candidate is the unjudged release nearest 
 (``dlbench verify`` per release; nothing is timed).
 
 The state (settings, releases, every step with its runs and test) is saved in the results database
-after each step (:meth:`dlbench.store.Store.save_bisection`), and every step's run is an ordinary
+after each step (:meth:`dlbench.storage.store.Store.save_bisection`), and every step's run is an ordinary
 stored run, so an interrupted bisection resumes (``--resume ID``) and each cell can be reported.
 """
 
@@ -34,12 +34,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dlbench import api, envs, releases, versions
-from dlbench.envs import ondemand
+from dlbench import api, envs
+from dlbench.envs import ondemand, releases, versions
 from dlbench.frameworks import installed_version
 from dlbench.report.compare import ALPHA, CellChange, compare_cells
-from dlbench.results import CellResult, load_run
-from dlbench.store import Store, new_run_id
+from dlbench.report.results import CellResult, load_run
+from dlbench.storage.store import Store, new_run_id
 
 __all__ = ["Settings", "Step", "Bisection", "BisectError", "start", "resume", "listing", "next_candidate",
            "pool"]
@@ -70,7 +70,7 @@ class Settings:
 
     def name(self, version: str) -> str:
         """The framework's name at ``version``, in the one spelling the store and the environments use
-        (:func:`dlbench.versions.normal_name`: ``x==1.0`` is ``x==1.0.0``)."""
+        (:func:`dlbench.envs.versions.normal_name`: ``x==1.0`` is ``x==1.0.0``)."""
         return versions.normal_name(f"{self.framework}=={version}")
 
     @property
@@ -471,7 +471,7 @@ def listing(db: str | Path) -> list[Bisection]:
 
 
 def get(bisection_id: str, db: str | Path) -> Bisection:
-    from dlbench.errors import UsageError
+    from dlbench.core.errors import UsageError
 
     for b in listing(db):
         if b.id == bisection_id:

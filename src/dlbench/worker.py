@@ -18,7 +18,7 @@ import sys
 import traceback
 from typing import Any
 
-from dlbench.job import CellJob, PeakJob, SurveyJob, VerifyJob, decode
+from dlbench.core.job import CellJob, PeakJob, SurveyJob, VerifyJob, decode
 
 
 def pin_threads(threads: int | None) -> list[int]:
@@ -33,7 +33,7 @@ def pin_threads(threads: int | None) -> list[int]:
 
 def run_verify(job: VerifyJob) -> dict[str, Any]:
     from dlbench.frameworks import get_backend
-    from dlbench.verify import verify_model
+    from dlbench.gate.verify import verify_model
 
     backend = get_backend(job.framework)
     if job.threads:

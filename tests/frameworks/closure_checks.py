@@ -17,7 +17,7 @@ import numpy as np
 def _setup(backend, model: str, variant: str, seed: int = 0, small: bool = False):
     from dlbench.data import make_batch
     from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     spec = get_model(model, small=small)
     weights = init_weights(spec, seed)
@@ -96,11 +96,11 @@ def repeated_calls_agree(backend, variant: str) -> None:
 def train_step_runs_in_training_mode(backend, variant: str) -> None:
     """The first train step's loss (computed before its update) is the reference training loss,
     batch norm on batch statistics: BN must not run in inference mode while training."""
-    from dlbench import reference
     from dlbench.data import make_batch
     from dlbench.frameworks.base import OptimizerSpec
+    from dlbench.gate import reference
     from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     spec = get_model("resnet-56:n=1", small=True)
     weights = init_weights(spec, 0, mode="verify")
@@ -129,7 +129,7 @@ def trainer_and_predictor(backend, variant: str) -> None:
     from dlbench.data import make_batch
     from dlbench.frameworks.base import OptimizerSpec
     from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     spec = get_model("lenet", small=True)
     w = init_weights(spec, 0)
@@ -210,7 +210,7 @@ def main(argv: list[str]) -> int:
     backend = get_backend(framework)
     results = run_all(backend, variant)
     if framework == "keras":  # a process runs Keras on one backend and must refuse the others, saying why
-        from dlbench.verify import verify_model
+        from dlbench.gate.verify import verify_model
 
         other = next(v for v in backend.variants if v != variant)
         r = verify_model(backend, "sae", other)

@@ -19,7 +19,7 @@ def test_frozen_layers_stay_frozen_and_a_train_step_learns():
         from dlbench.frameworks.chainer import ChainerBackend
         from dlbench.frameworks.base import OptimizerSpec
         from dlbench.models import get_model
-        from dlbench.weights import init_weights
+        from dlbench.models.weights import init_weights
         from dlbench.data.synthetic import make_batch
         b = ChainerBackend(); threads = b.set_threads(1)
         spec = get_model("sae:phase=pretrain2")

@@ -31,9 +31,9 @@ def test_sigmoid_as_rescaled_tanh_is_exact_and_invertible():
         import json, numpy as np
         from dlbench.frameworks.h2o import plan_of, to_h2o, from_h2o
         from dlbench.models import get_model
-        from dlbench.weights import init_weights
+        from dlbench.models.weights import init_weights
         from dlbench.data.synthetic import make_batch
-        from dlbench import reference
+        from dlbench.gate import reference
         spec = get_model("sae"); w = init_weights(spec, 0, "verify"); batch = make_batch(spec, 8, 0)
         plan = plan_of(spec); layers = to_h2o(plan, w.params)
         t = batch.x.astype(np.float64)

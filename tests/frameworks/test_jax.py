@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlbench import reference
 from dlbench.data import make_batch
 from dlbench.frameworks.base import OptimizerSpec
+from dlbench.gate import reference
 from dlbench.models import get_model
 from dlbench.models import layers as L
 from dlbench.models.spec import InputSpec, LossSpec, ModelSpec
-from dlbench.weights import Weights, bn_state_names, init_weights
+from dlbench.models.weights import Weights, bn_state_names, init_weights
 from tests.conftest import requires
 
 pytestmark = requires("jax")
@@ -187,7 +187,7 @@ def test_persistent_compilation_cache(tmp_path):
     """A fresh process with DLBENCH_CACHE_DIR writes its compiled executables there."""
     code = (
         "from dlbench.frameworks import get_backend; from dlbench.models import get_model;"
-        "from dlbench.data import make_batch; from dlbench.weights import init_weights;"
+        "from dlbench.data import make_batch; from dlbench.models.weights import init_weights;"
         "b = get_backend('jax'); s = get_model('sae:phase=pretrain1'); m = b.build(s, init_weights(s));"
         "b.sync(b.forward(m, b.place(make_batch(s, 4), m))()); print(b.info()['compilation_cache_dir'])"
     )

@@ -24,7 +24,7 @@ def test_hybridize_caches_a_static_graph_and_a_train_step_learns():
         from dlbench.frameworks.mxnet import MxnetBackend
         from dlbench.frameworks.base import OptimizerSpec
         from dlbench.models import get_model
-        from dlbench.weights import init_weights
+        from dlbench.models.weights import init_weights
         from dlbench.data.synthetic import make_batch
         b = MxnetBackend(); spec = get_model("lenet")
         m = b.build(spec, init_weights(spec, 0), "cpu", "hybridize"); p = b.place(make_batch(spec, 16, 0), m)

@@ -28,7 +28,7 @@ def torch_backend():
 
 def _built(backend, name):
     from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     spec = get_model(name)
     weights = init_weights(spec, 0, mode="verify")
@@ -177,7 +177,7 @@ def _torch_net(spec, weights):
 
 def test_gate_is_forward_only_and_still_catches_a_wrong_forward(backend):
     from dlbench.frameworks import onnxruntime as ortb
-    from dlbench.verify import verify_model
+    from dlbench.gate.verify import verify_model
 
     fast = type("TorchScriptOnly", (ortb.OnnxRuntimeBackend,), {"exporters": ("torchscript",)})()
     good = verify_model(fast, "lenet")
@@ -195,7 +195,7 @@ def test_export_cache_is_keyed_on_graph_and_weights(backend, monkeypatch, tmp_pa
     and without DLBENCH_EXPORT_CACHE nothing is cached."""
     from dlbench.data import make_batch
     from dlbench.frameworks import onnxruntime as ortb
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     spec, weights, _ = lenet
     calls = []

@@ -13,7 +13,7 @@ import pytest
 from dlbench.data.synthetic import make_batch
 from dlbench.frameworks import UnsupportedError, get_backend
 from dlbench.models import get_model
-from dlbench.weights import init_weights
+from dlbench.models.weights import init_weights
 from tests.conftest import requires
 
 pytestmark = [requires("openvino"), requires("onnx"), requires("onnxscript"), requires("torch")]
@@ -157,7 +157,7 @@ def test_needs_no_onnxruntime():
     assert "onnxruntime" not in FRAMEWORKS["openvino"].requires
     code = ("import sys; sys.modules['onnxruntime'] = None\n"
             "from dlbench.frameworks import get_backend; from dlbench.models import get_model\n"
-            "from dlbench.weights import init_weights; from dlbench.data.synthetic import make_batch\n"
+            "from dlbench.models.weights import init_weights; from dlbench.data.synthetic import make_batch\n"
             "b = get_backend('openvino'); s = get_model('sae:phase=pretrain1'); m = b.build(s, init_weights(s, 0))\n"
             "print(b.to_numpy(b.forward(m, b.place(make_batch(s, 2, 0), m))()).shape)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -168,7 +168,7 @@ def test_needs_no_onnxruntime():
 def test_missing_openvino_is_a_usage_error_with_the_pip_line(monkeypatch, capsys):
     import importlib.util
 
-    from dlbench.cli import main
+    from dlbench.cli.main import main
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name, *a))

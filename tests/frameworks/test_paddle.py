@@ -21,7 +21,7 @@ def test_to_static_train_step_computes_gradients_and_updates_every_parameter():
         from dlbench.frameworks.paddle import PaddleBackend
         from dlbench.frameworks.base import OptimizerSpec
         from dlbench.models import get_model
-        from dlbench.weights import init_weights
+        from dlbench.models.weights import init_weights
         from dlbench.data.synthetic import make_batch
         b = PaddleBackend(); threads = b.set_threads(2)
         spec = get_model("lenet")

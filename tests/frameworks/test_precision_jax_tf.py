@@ -1,9 +1,9 @@
 """Reduced precision in the JAX, TensorFlow and Keras (on TensorFlow) backends, against the float64 reference.
 
 For every precision a backend declares, LeNet is built at it and its forward, loss and gradient
-are compared with :mod:`dlbench.reference` (float64) under the tolerances below, and the types the
-framework reports (``precision_info``) must be :func:`dlbench.precision.expected_dtypes`. The gate's
-own per-precision tolerances live in ``dlbench.verify``; these are this test's, with why.
+are compared with :mod:`dlbench.gate.reference` (float64) under the tolerances below, and the types the
+framework reports (``precision_info``) must be :func:`dlbench.core.precision.expected_dtypes`. The gate's
+own per-precision tolerances live in ``dlbench.gate.verify``; these are this test's, with why.
 
 Keras fixes its backend at import: the TensorFlow and Keras cases skip when this process already
 imported Keras on another backend (the Keras tests run other backends in subprocesses).
@@ -14,13 +14,13 @@ import sys
 import numpy as np
 import pytest
 
-from dlbench import reference
+from dlbench.core.errors import UsageError
+from dlbench.core.precision import expected_dtypes
 from dlbench.data import make_batch
-from dlbench.errors import UsageError
 from dlbench.frameworks.base import OptimizerSpec, UnsupportedError
+from dlbench.gate import reference
 from dlbench.models import get_model
-from dlbench.precision import expected_dtypes
-from dlbench.weights import Weights, init_weights
+from dlbench.models.weights import Weights, init_weights
 from tests.conftest import requires
 
 #: relative (L2) error of the logits vs float64. bf16 keeps 8 significant bits (unit roundoff

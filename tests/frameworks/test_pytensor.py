@@ -24,7 +24,7 @@ def test_float32_and_the_compile_cache_follows_dlbench_cache_dir(tmp_path, monke
         import json, os
         from dlbench.frameworks.pytensor import PyTensorBackend
         from dlbench.models import get_model
-        from dlbench.weights import init_weights
+        from dlbench.models.weights import init_weights
         from dlbench.data.synthetic import make_batch
         import pytensor
         b = PyTensorBackend(); spec = get_model("sae")
@@ -51,7 +51,7 @@ def test_batch_norm_running_statistics_stay_float32_in_training():
         from dlbench.models import get_model
         from dlbench.models.layers import Activation, BatchNorm, Dense
         from dlbench.scenarios.timed import make_closure
-        from dlbench.weights import init_weights
+        from dlbench.models.weights import init_weights
         from dlbench.data.synthetic import make_batch
         spec = replace(get_model("sae"), name="bn-mlp",
                        layers=(Dense("fc1", 16), BatchNorm("bn1"), Activation("relu"), Dense("fc", 10)))

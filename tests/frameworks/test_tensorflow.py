@@ -39,7 +39,7 @@ def test_distribution_found():
 @pytest.mark.parametrize("model", ["lenet", pytest.param("lstm-imdb", marks=over_budget),
                                    pytest.param("sae:phase=pretrain2", marks=over_budget)])
 def test_xla_variant_passes_gate(backend, model):
-    from dlbench.verify import verify_model
+    from dlbench.gate.verify import verify_model
 
     result = verify_model(backend, model, "xla")
     assert result.verdict == "pass", result.reason
@@ -54,7 +54,7 @@ def test_closures(backend, variant, check):
 @pytest.mark.parametrize("name", ["lenet", "resnet-56", "lstm-ptb", "sae"])
 def test_full_size_param_count_matches_spec(backend, name):
     from dlbench.models import get_model
-    from dlbench.weights import Weights, bn_state_names
+    from dlbench.models.weights import Weights, bn_state_names
 
     spec = get_model(name)
     shapes = spec.param_shapes()
@@ -68,7 +68,7 @@ def test_full_size_param_count_matches_spec(backend, name):
 def test_unknown_variant_and_device_are_unsupported(backend):
     from dlbench.frameworks.base import UnsupportedError
     from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     spec = get_model("sae")
     with pytest.raises(UnsupportedError):
@@ -87,7 +87,7 @@ def test_info_reports_build_facts(backend):
 def test_xla_persistent_cache_is_written(tmp_path):
     """With DLBENCH_CACHE_DIR set, the xla variant's executables land in $DLBENCH_CACHE_DIR/tf_xla."""
     code = ("from dlbench.frameworks import get_backend; from dlbench.models import get_model; "
-            "from dlbench.weights import init_weights; from dlbench.data import make_batch; "
+            "from dlbench.models.weights import init_weights; from dlbench.data import make_batch; "
             "b = get_backend('tensorflow'); s = get_model('sae'); m = b.build(s, init_weights(s), 'cpu', 'xla'); "
             "out = b.forward(m, b.place(make_batch(s, 4), m))(); b.sync(out); "
             "import json; print('INFO ' + json.dumps(b.info()['xla_cache_dir']))")
@@ -107,8 +107,8 @@ def test_convergence_agrees_with_torch_and_learns(backend):
     from dlbench.data import adapt, load_dataset
     from dlbench.frameworks import get_backend
     from dlbench.models import get_model
+    from dlbench.models.weights import init_weights
     from dlbench.scenarios.convergence import ConvergenceConfig, default_batch, evaluate, train
-    from dlbench.weights import init_weights
 
     spec = get_model("lenet")
     train_set, test_set = adapt(load_dataset("digits"), spec), adapt(load_dataset("digits", split="test"), spec)
@@ -127,7 +127,7 @@ def test_trainer_generalises_one_trace_over_token_lengths(backend):
     from dlbench.data import make_batch
     from dlbench.frameworks.base import OptimizerSpec
     from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     spec = get_model("lstm-imdb", small=True, units=16, embed=8)
     model = backend.build(spec, init_weights(spec, 0))

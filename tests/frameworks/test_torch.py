@@ -18,12 +18,12 @@ def backend():
 @pytest.mark.parametrize("name", ["lenet", "alexnet", "resnet-50", "resnet-56", "lstm-ptb", "fcn-s", "sae"])
 def test_full_size_param_count_matches_spec(backend, name):
     from dlbench.models import get_model
-    from dlbench.weights import Weights
+    from dlbench.models.weights import Weights
 
     spec = get_model(name)
     zeros = Weights({k: np.zeros(s, np.float32) for k, s in spec.param_shapes().items()},
                     {k: np.zeros(s[0], np.float32) for k, s in []})
-    from dlbench.weights import bn_state_names
+    from dlbench.models.weights import bn_state_names
 
     for n in bn_state_names(spec):
         zeros.state[n] = np.ones(spec.param_shapes()[n.rsplit(".", 1)[0] + ".gamma"], np.float32)
@@ -36,7 +36,7 @@ def test_train_step_updates_weights_and_gradient_does_not(backend):
     from dlbench.data import make_batch
     from dlbench.frameworks.base import OptimizerSpec
     from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     spec = get_model("lenet")
     w = init_weights(spec, 0)
@@ -56,7 +56,7 @@ def test_frozen_sae_layers_stay_frozen(backend):
     from dlbench.data import make_batch
     from dlbench.frameworks.base import OptimizerSpec
     from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     spec = get_model("sae:phase=pretrain2")
     w = init_weights(spec, 0)
@@ -70,7 +70,7 @@ def test_frozen_sae_layers_stay_frozen(backend):
 
 
 def test_compile_variant_passes_gate(backend):
-    from dlbench.verify import verify_model
+    from dlbench.gate.verify import verify_model
 
     result = verify_model(backend, "lenet", "compile")
     assert result.verdict == "pass", result.reason

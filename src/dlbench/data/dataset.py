@@ -8,7 +8,7 @@ from typing import Literal
 
 import numpy as np
 
-from dlbench.cell import DEFAULT_SEED
+from dlbench.core.cell import DEFAULT_SEED
 from dlbench.data.errors import DataError
 from dlbench.data.synthetic import Batch
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlbench.cell import DEFAULT_SEED
+from dlbench.core.cell import DEFAULT_SEED
 from dlbench.models.spec import ModelSpec
 
 

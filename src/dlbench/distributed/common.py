@@ -66,7 +66,7 @@ def build_model(backend, job: dict[str, Any], device: str | None = None) -> tupl
     """``(spec, model)``: the job's model built by the framework's dlbench backend (the one the
     equivalence gate verifies) from the canonical weights of the run's seed. Every worker's model."""
     from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     spec = get_model(job["model"], small=bool(job.get("small")))
     weights = init_weights(spec, int(job.get("seed", 0)))

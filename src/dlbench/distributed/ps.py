@@ -95,7 +95,7 @@ class WorkerCore:
         common.pin_cores(rank, job.get("threads"))
         from dlbench.frameworks.torch import TorchBackend
         from dlbench.models import get_model
-        from dlbench.weights import init_weights
+        from dlbench.models.weights import init_weights
 
         self.backend = TorchBackend()
         if job.get("threads"):
@@ -144,7 +144,7 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     import ray
 
     from dlbench.models import get_model
-    from dlbench.weights import init_weights
+    from dlbench.models.weights import init_weights
 
     workers, threads = int(job["workers"]), int(job.get("threads") or 1)
     mode = "sync" if job.get("exchange") == "ps-sync" else "async"
@@ -155,7 +155,7 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     shard_names = [s for s in shard_names if s]
     src = str(Path(__file__).resolve().parents[2])
     # Ray's sockets live in its session directory, and a Unix socket's path has at most 107 bytes: under
-    # the run's own temporary directory (dlbench.lease) it was longer, so Ray's goes in /tmp, removed after
+    # the run's own temporary directory (dlbench.storage.lease) it was longer, so Ray's goes in /tmp, removed after
     ray_dir = tempfile.mkdtemp(prefix="dlb-ray-", dir="/tmp")
     ray.init(address="local", num_cpus=max(2, workers * threads), include_dashboard=False, _temp_dir=ray_dir,
              log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": src, "OMP_NUM_THREADS": str(threads)}})

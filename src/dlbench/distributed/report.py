@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.cell_result import CellResult
+from dlbench.core.document import DASH, Column, Table, Value
 from dlbench.distributed import model as sm
-from dlbench.report.document import DASH, Column, Table, Value
-from dlbench.store import Store
+from dlbench.storage.cell_result import CellResult
+from dlbench.storage.store import Store
 
 ALGORITHM = {"allreduce": "ring", "ps-sync": "ps", "ps-async": "ps"}
 

@@ -4,7 +4,7 @@ job's per-rank timings into the store's samples and metrics.
 
 A :class:`Session` spans the run: it brings a namespace cluster up for ``--cluster`` when none is
 up (and takes it down at the end, on error and on Ctrl-C or SIGTERM too: the runner turns both
-into KeyboardInterrupt for every run, see dlbench.interrupt), or records the loopback fallback
+into KeyboardInterrupt for every run, see dlbench.core.interrupt), or records the loopback fallback
 when namespaces cannot be made here; with ``--launcher ray`` it hands each cell to the run's Ray
 launcher.
 
@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dlbench.cell import Cell
+from dlbench.core.cell import Cell
+from dlbench.core.errors import UsageError
 from dlbench.distributed import cluster as netns
 from dlbench.distributed import linkprobe
 from dlbench.distributed.common import combine_ranks, oversubscribed
-from dlbench.errors import UsageError
 from dlbench.launch.group import GroupOutcome, Proc, run_group
 from dlbench.launch.subprocess import thread_env
 from dlbench.launch.torchrun import Node, free_port, run_agents
 from dlbench.scenarios.base import CellOutcome
-from dlbench.store import Sample
+from dlbench.storage.store import Sample
 
 if TYPE_CHECKING:
     from dlbench.scenarios.base import SuiteView  # the suite model (pydantic) is the parent's; annotations only

@@ -9,7 +9,7 @@ a plain venv (without a pip of its own where this Python's pip can install into 
 version read from that interpreter, creation date and seconds, the requirement files used). The
 record is written last, so a directory without one is a failed or interrupted build and is ignored.
 
-A pinned version (``jax==0.4.38``, see :mod:`dlbench.versions`) gets its own directory
+A pinned version (``jax==0.4.38``, see :mod:`dlbench.envs.versions`) gets its own directory
 (``jax-0.4.38``), whose requirements are the framework at that version and the companion pins of its
 release line (:mod:`dlbench.envs.companions`); the rest is as for any environment.
 
@@ -115,7 +115,7 @@ def requirements(framework: str) -> tuple[list[str], list[str]]:
     """(requirements, build requirements) of a framework's environment; a pinned version's are its
     release line's companions (no build requirements)."""
     if "==" in framework:
-        from dlbench import versions
+        from dlbench.envs import versions
 
         base, version = versions.split(framework)
         try:
@@ -272,7 +272,7 @@ for d in md.distributions():
     if name:
         out["versions"][name] = d.version
 out["import_error"] = None
-for module in (sys.argv[1], "numpy", "dlbench.worker", "dlbench.verify"):
+for module in (sys.argv[1], "numpy", "dlbench.worker", "dlbench.gate.verify"):
     try:
         importlib.import_module(module)
     except Exception as exc:
@@ -305,7 +305,7 @@ def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
 
     Raises :class:`EnvError` with pip's exact error when something cannot be installed; the
     half-built directory is removed and the full log kept beside it (``FRAMEWORK.log``)."""
-    from dlbench.interrupt import signals_interrupt
+    from dlbench.core.interrupt import signals_interrupt
 
     with signals_interrupt(), build_lock(info.name, progress):
         return _create(info, python, force, progress)

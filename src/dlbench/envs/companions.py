@@ -1,6 +1,6 @@
 """What a pinned framework version needs beside it: the companion packages of each release line.
 
-A version spec (``jax==0.4.38``, see :mod:`dlbench.versions`) gets an environment of its own, and
+A version spec (``jax==0.4.38``, see :mod:`dlbench.envs.versions`) gets an environment of its own, and
 the framework alone does not make a working one: JAX needs the Flax and Optax of its time (a newer
 Flax requires a newer JAX), TensorFlow the Keras 3 release published with it and the NumPy it was
 built against, ONNX Runtime dlbench's exporter (torch, onnx, onnxscript) and the NumPy of its ABI.

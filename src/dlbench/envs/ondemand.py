@@ -1,5 +1,5 @@
 """Environments built when a run needs them: a pinned framework (``jax==0.4.38``) without its
-environment gets one before anything is measured (:mod:`dlbench.versions` says what a pin means;
+environment gets one before anything is measured (:mod:`dlbench.envs.versions` says what a pin means;
 :mod:`dlbench.envs` builds it). Apart from :mod:`dlbench.envs` because it reads the framework registry,
 which itself imports :mod:`dlbench.envs`."""
 

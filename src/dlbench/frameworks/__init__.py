@@ -17,7 +17,8 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dlbench import envs, versions
+from dlbench import envs
+from dlbench.envs import versions
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.declared import declared
 
@@ -50,7 +51,7 @@ class FrameworkInfo:
     #: devices the backend can build on (a built-in's: its ``Backend.devices``, read without the import);
     #: ``cuda`` also admits ``cuda:N``
     devices: tuple[str, ...] = ("cpu",)
-    #: the pinned version of a name like ``jax==0.4.38`` (dlbench.versions); None: the main Python's
+    #: the pinned version of a name like ``jax==0.4.38`` (dlbench.envs.versions); None: the main Python's
     version: str | None = None
 
     @property

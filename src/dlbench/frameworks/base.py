@@ -31,12 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.cell import DEFAULT_DEVICE
+from dlbench.core.cell import DEFAULT_DEVICE
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.data.synthetic import Batch
 from dlbench.measure.profile import ProfileTrace
 from dlbench.models.spec import ModelSpec
-from dlbench.precision import DEFAULT as DEFAULT_PRECISION
-from dlbench.weights import Weights
+from dlbench.models.weights import Weights
 
 
 class UnsupportedError(Exception):
@@ -65,7 +65,7 @@ class Backend(ABC):
     output: str = "logits"
     #: why the gate checks only the forward, for a backend without ``gradient`` (None: the default text)
     forward_only_reason: str | None = None
-    #: the precisions (dlbench.precision) the backend can build at; the cell's is set before ``build``
+    #: the precisions (dlbench.core.precision) the backend can build at; the cell's is set before ``build``
     precisions: tuple[str, ...] = (DEFAULT_PRECISION,)
 
     # --- set-up -----------------------------------------------------------------
@@ -74,7 +74,7 @@ class Backend(ABC):
         """Limit the framework to ``n`` threads before its first op; return what it reports."""
 
     def set_precision(self, precision: str) -> None:
-        """Build at ``precision`` from now on (dlbench.precision names); called before ``build``.
+        """Build at ``precision`` from now on (dlbench.core.precision names); called before ``build``.
         Raise :class:`UnsupportedError` with the reason for one the framework cannot run."""
         if precision != DEFAULT_PRECISION:
             raise UnsupportedError(f"{self.name} has no {precision} path in dlbench")

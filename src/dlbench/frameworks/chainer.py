@@ -52,7 +52,7 @@ import chainer.functions as F
 import chainer.links as CL
 import numpy as np
 
-from dlbench.cell import DEFAULT_DEVICE
+from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.builder import LayerBuilder
@@ -61,7 +61,7 @@ from dlbench.models import layers as L
 from dlbench.models.layers import _pool_out
 from dlbench.models.spec import ModelSpec
 from dlbench.models.split import differentiates_input
-from dlbench.weights import Weights
+from dlbench.models.weights import Weights
 
 try:  # in the environment's requirements; optional elsewhere
     import threadpoolctl

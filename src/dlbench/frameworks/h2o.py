@@ -78,12 +78,12 @@ import h2o
 import numpy as np
 from h2o.estimators import H2ODeepLearningEstimator
 
-from dlbench.cell import DEFAULT_DEVICE
+from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
-from dlbench.weights import Weights
+from dlbench.models.weights import Weights
 
 ACTIVATIONS = {"tanh": "Tanh", "relu": "Rectifier", "sigmoid": "Tanh"}  # sigmoid: rescaled tanh (see above)
 NO_GRADIENT = ("h2o exposes no gradients (training runs whole epochs inside the JVM): "

@@ -75,7 +75,9 @@ import numpy as np
 import optax
 from flax import nnx
 
-from dlbench.cell import DEFAULT_DEVICE
+from dlbench.core.cell import DEFAULT_DEVICE
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
+from dlbench.core.precision import get_precision
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.builder import LayerBuilder
@@ -84,9 +86,7 @@ from dlbench.measure.profile import ProfileTrace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.split import differentiates_input
-from dlbench.precision import DEFAULT as DEFAULT_PRECISION
-from dlbench.precision import get_precision
-from dlbench.weights import Weights
+from dlbench.models.weights import Weights
 
 
 def _configure_cache() -> str | None:

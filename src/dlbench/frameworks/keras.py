@@ -42,7 +42,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from dlbench.cell import DEFAULT_DEVICE
+from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.frameworks.cache import cache_dir, set_tf_xla_cache, set_torch_inductor_cache
 
 _requested = os.environ.get("KERAS_BACKEND", "tensorflow")
@@ -65,7 +65,7 @@ from dlbench.frameworks.profilers import jax_profile, torch_profile  # noqa: E40
 from dlbench.measure.profile import ProfileTrace  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
 from dlbench.models.split import differentiates_input  # noqa: E402
-from dlbench.weights import Weights  # noqa: E402
+from dlbench.models.weights import Weights  # noqa: E402
 
 BACKEND = keras.backend.backend()
 VARIANT = {"jax": "keras-jax", "tensorflow": "keras-tensorflow", "torch": "keras-torch"}.get(BACKEND)

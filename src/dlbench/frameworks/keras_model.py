@@ -9,7 +9,7 @@ JAX, TensorFlow and PyTorch. Standard ``keras.layers`` are used wherever Keras h
 
 * :class:`LRN`: Caffe's cross-channel form ``x / (k + alpha/size * sum x^2) ** beta``;
 * :class:`PaddedPool2D`: explicit padding and Caffe/PyTorch ceil mode; max pads with ``-inf``,
-  average divides by the count of in-bounds positions (as :func:`dlbench.reference.pool2d`);
+  average divides by the count of in-bounds positions (as :func:`dlbench.gate.reference.pool2d`);
 * :class:`MaskedMean`: mean over each sequence's valid steps;
 * :class:`ZeroPadShortcut`: ResNet option A (subsample, zero channels appended);
 * :class:`TiedDense`: ``y = x @ W_enc.T + b`` reading the encoder's own variable (not a copy);
@@ -47,14 +47,14 @@ import keras
 import numpy as np
 from keras import ops
 
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
+from dlbench.core.precision import get_precision
 from dlbench.frameworks.base import UnsupportedError
 from dlbench.frameworks.builder import LayerBuilder
 from dlbench.models import layers as L
 from dlbench.models.layers import _pool_out
 from dlbench.models.spec import ModelSpec
-from dlbench.precision import DEFAULT as DEFAULT_PRECISION
-from dlbench.precision import get_precision
-from dlbench.weights import Weights
+from dlbench.models.weights import Weights
 
 
 # --- layers Keras lacks ---------------------------------------------------------------------

@@ -39,7 +39,7 @@ import numpy as np
 from mxnet import autograd, gluon
 from mxnet.gluon import nn, rnn
 
-from dlbench.cell import DEFAULT_DEVICE
+from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.builder import LayerBuilder
@@ -47,7 +47,7 @@ from dlbench.measure.profile import ProfileTrace, paired_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.split import differentiates_input
-from dlbench.weights import Weights
+from dlbench.models.weights import Weights
 
 CTX = mx.cpu()
 

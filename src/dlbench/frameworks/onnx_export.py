@@ -41,7 +41,7 @@ from dlbench.frameworks import torch as torch_backend
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
-from dlbench.weights import Weights
+from dlbench.models.weights import Weights
 
 EXPORTERS = ("dynamo", "torchscript")
 EXAMPLE_BATCH = 2

@@ -90,7 +90,9 @@ import onnxruntime as ort
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from dlbench.cell import DEFAULT_DEVICE
+from dlbench.core.cell import DEFAULT_DEVICE
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
+from dlbench.core.precision import NATIVE, cpu_flags
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks import torch as torch_backend
 from dlbench.frameworks.base import UnsupportedError
@@ -108,9 +110,7 @@ from dlbench.frameworks.onnx_export import (  # noqa: F401 (re-exported: the tes
 )
 from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
 from dlbench.models.spec import ModelSpec
-from dlbench.precision import DEFAULT as DEFAULT_PRECISION
-from dlbench.precision import NATIVE, cpu_flags
-from dlbench.weights import Weights
+from dlbench.models.weights import Weights
 
 
 @dataclass

@@ -57,7 +57,7 @@ import onnx
 import openvino as ov
 import torch
 
-from dlbench.cell import DEFAULT_DEVICE
+from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks import torch as torch_backend
 from dlbench.frameworks.base import UnsupportedError
@@ -67,7 +67,7 @@ from dlbench.frameworks.onnx_export import (
 )
 from dlbench.measure.profile import ProfileTrace, write_trace
 from dlbench.models.spec import ModelSpec
-from dlbench.weights import Weights
+from dlbench.models.weights import Weights
 
 #: the compiled model's properties recorded with every compile
 RECORDED = ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "INFERENCE_PRECISION_HINT",

@@ -43,7 +43,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from dlbench.cell import DEFAULT_DEVICE
+from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.builder import LayerBuilder
@@ -51,7 +51,7 @@ from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.split import differentiates_input
-from dlbench.weights import Weights
+from dlbench.models.weights import Weights
 
 
 class Seq(nn.Layer):

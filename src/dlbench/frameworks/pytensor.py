@@ -67,14 +67,14 @@ with warnings.catch_warnings():  # the "no BLAS for the C backend" warning; reco
 from pytensor.compile.mode import Mode  # noqa: E402
 from pytensor.tensor.random.utils import RandomStream  # noqa: E402
 
-from dlbench.cell import DEFAULT_DEVICE  # noqa: E402
+from dlbench.core.cell import DEFAULT_DEVICE  # noqa: E402
 from dlbench.data.synthetic import Batch  # noqa: E402
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
 from dlbench.models import layers as L  # noqa: E402
 from dlbench.models.layers import _pool_out  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
 from dlbench.models.split import differentiates_input  # noqa: E402
-from dlbench.weights import Weights  # noqa: E402
+from dlbench.models.weights import Weights  # noqa: E402
 
 try:
     import threadpoolctl

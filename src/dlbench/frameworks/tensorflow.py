@@ -46,7 +46,7 @@ from __future__ import annotations
 import os
 import sys
 
-from dlbench.cell import DEFAULT_DEVICE
+from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.frameworks.cache import set_tf_xla_cache
 
 if "keras" not in sys.modules:
@@ -68,7 +68,7 @@ from dlbench.frameworks.tf_util import set_tf_threads, sync_tf, tf_device, tf_in
 from dlbench.measure.profile import ProfileTrace  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
 from dlbench.models.split import differentiates_input  # noqa: E402
-from dlbench.weights import Weights  # noqa: E402
+from dlbench.models.weights import Weights  # noqa: E402
 
 if keras.backend.backend() != "tensorflow":  # pragma: no cover - only when keras was imported first
     raise ImportError(f"the tensorflow backend needs Keras on TensorFlow, but Keras runs on {keras.backend.backend()}")

@@ -16,7 +16,7 @@ Fast path and fairness settings:
 * CUDA: written the standard way (``torch.cuda.synchronize`` as sync, allocator peak from
   ``torch.cuda.max_memory_allocated``) but untested unless a GPU run is recorded in docs.
 
-Precisions (dlbench.precision), each torch's own idiom:
+Precisions (dlbench.core.precision), each torch's own idiom:
 
 * ``bf16`` / ``fp16``: the module cast with ``.to(dtype)`` after the float32 weights are loaded,
   floating inputs cast when placed; the fused SGD updates the low-precision parameters in place.
@@ -47,7 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dlbench.cell import DEFAULT_DEVICE
+from dlbench.core.cell import DEFAULT_DEVICE
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.builder import LayerBuilder
@@ -56,8 +57,7 @@ from dlbench.measure.profile import ProfileTrace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.split import differentiates_input
-from dlbench.precision import DEFAULT as DEFAULT_PRECISION
-from dlbench.weights import Weights
+from dlbench.models.weights import Weights
 
 
 class Seq(nn.Module):

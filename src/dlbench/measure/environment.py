@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 
 from dlbench import __version__
-from dlbench.precision import cpu_support
+from dlbench.core.precision import cpu_support
 
 
 def git_commit() -> str | None:

@@ -6,7 +6,7 @@ Square 2048 matrices, best of several calls after a warm-up:
 
 * ``fp32``: NumPy's BLAS (``numpy``) and torch's MKL/oneDNN (``torch``);
 * ``bf16``: torch's bfloat16 matmul (``torch:bf16``; oneDNN's AMX-BF16 or AVX512-BF16 kernels), where
-  the CPU computes bfloat16 natively (:data:`dlbench.precision.NATIVE`);
+  the CPU computes bfloat16 natively (:data:`dlbench.core.precision.NATIVE`);
 * ``int8``: torch's int8 x int8 -> int32 matmul (``torch:int8``, ``torch._int_mm``; AMX-INT8 or VNNI),
   where the CPU has int8 dot products; a multiply-add counts 2 operations, as for floats.
 
@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dlbench.precision import DEFAULT as DEFAULT_PRECISION
-from dlbench.precision import NATIVE, cpu_flags, get_precision
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
+from dlbench.core.precision import NATIVE, cpu_flags, get_precision
 
 SIZE = 2048
 #: the peak a cell's precision is divided by: its compute type's

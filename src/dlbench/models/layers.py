@@ -3,7 +3,7 @@
 A layer is plain, frozen data: it knows how it changes the shape of one sample,
 which parameters it owns (name -> shape, in dlbench's canonical layout), and how
 many floating-point operations its forward pass costs (a multiply-add counts 2).
-Every backend builds the same network from these, and :mod:`dlbench.reference`
+Every backend builds the same network from these, and :mod:`dlbench.gate.reference`
 computes it in NumPy. Shapes never include the batch dimension.
 
 Canonical parameter layouts (every backend converts to and from these):

@@ -9,16 +9,16 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlbench.errors import UsageError
+from dlbench.core.errors import UsageError
 from dlbench.report import cost, precision, profile, versions
 from dlbench.report.export import write_csv
 from dlbench.report.html import render_report
 from dlbench.report.markdown import render_markdown
 from dlbench.report.plots import Skipped, make_plots
+from dlbench.report.results import RunResults
 from dlbench.report.tables import build_content
-from dlbench.results import RunResults
 from dlbench.scenarios import registry
-from dlbench.store import check_output
+from dlbench.storage.store import check_output
 
 DEFAULT_DIR = Path("dlbench-results")
 
@@ -58,7 +58,7 @@ def load_survey(path: str | Path) -> dict:
 def write_report(res: RunResults, out: str | Path | None = None, survey: dict | None = None,
                  db: str | Path | None = None) -> ReportFiles:
     """``db``: the database the run was read from; no file of the report may overwrite it
-    (:func:`~dlbench.store.check_output`, checked for every file before the first is written)."""
+    (:func:`~dlbench.storage.store.check_output`, checked for every file before the first is written)."""
     out = Path(out) if out else DEFAULT_DIR / f"report-{res.run_id}"
     if out.exists() and not out.is_dir():
         raise UsageError(f"report directory {out} is a file")

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.errors import UsageError
+from dlbench.core.errors import UsageError
 from dlbench.report.compare import ALPHA, THRESHOLD
 
 __all__ = ["Change", "breakpoints", "detect", "detect_series"]

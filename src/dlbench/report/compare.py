@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from dlbench import versions
-from dlbench.errors import UsageError
+from dlbench.core.errors import UsageError
+from dlbench.envs import versions
 from dlbench.measure.stats import process_p_value, process_ratio_ci, ratio_ci
-from dlbench.results import CellResult, RunResults
+from dlbench.report.results import CellResult, RunResults
 from dlbench.scenarios import registry
 
 ALPHA = 0.01

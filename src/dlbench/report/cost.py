@@ -19,8 +19,8 @@ from rich.table import Table as RichTable
 
 from dlbench.measure.adaptive import percent
 from dlbench.measure.cost import PARTS
+from dlbench.report.results import CellResult, RunResults
 from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_num
-from dlbench.results import CellResult, RunResults
 
 #: column titles of the parts
 LABELS = {"start_s": "start+imports", "build_s": "build", "gate_s": "gate", "warmup_s": "warm-up",
@@ -92,7 +92,7 @@ def _shares(r: dict[str, Any]) -> str:
 
 
 def print_cost(res: RunResults, as_json: bool) -> int:
-    from dlbench.cli_common import console
+    from dlbench.cli.common import console
 
     rows = cell_costs(res)
     total = run_cost(res, rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from typing import IO
 
-from dlbench.results import RunResults
+from dlbench.report.results import RunResults
 
 EXPORT_COLUMNS = ("key", "framework", "variant", "model", "scenario", "batch", "threads", "device", "data", "precision",
                   "status",

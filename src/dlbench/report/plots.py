@@ -13,10 +13,10 @@ reproducible (fixed hash salt, no date).
 
 from __future__ import annotations
 
-from dlbench.report.figures import Plot, Skipped, by, figure, safe, svg
+from dlbench.core.figures import Plot, Skipped, by, figure, safe, svg
+from dlbench.report.results import CellResult, RunResults
 from dlbench.report.summary import summary_rows
 from dlbench.report.tables import row_memory_bytes
-from dlbench.results import CellResult, RunResults
 from dlbench.scenarios import registry
 
 MAX_LINES = 10

@@ -9,13 +9,13 @@ is its emulation, not the framework's).
 
 from __future__ import annotations
 
-from dlbench.cell_result import CellResult
-from dlbench.precision import DEFAULT as DEFAULT_PRECISION
-from dlbench.precision import PRECISIONS
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
+from dlbench.core.precision import PRECISIONS
 from dlbench.report.plots import Plot, Skipped, _by, _figure, _safe, _svg
+from dlbench.report.results import RunResults
 from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_num
-from dlbench.results import RunResults
 from dlbench.scenarios import registry
+from dlbench.storage.cell_result import CellResult
 
 INTRO = ("Each framework at each precision (docs/precision.md): its median time, the speed-up over its own float32 "
          "cell of the same model, scenario, batch, threads and device (>1: faster), and the equivalence gate's "

@@ -8,8 +8,8 @@ then, where summing by kind of operation merges rows (XLA names every fusion apa
 
 from __future__ import annotations
 
+from dlbench.report.results import CellResult, RunResults
 from dlbench.report.tables import Column, Section, Table, Value, fmt_num
-from dlbench.results import CellResult, RunResults
 
 #: rows per cell in the report (the stored table keeps more)
 TOP = 10

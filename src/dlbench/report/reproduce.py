@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from dlbench.errors import UsageError
-from dlbench.results import CellResult, RunResults
+from dlbench.core.errors import UsageError
+from dlbench.report.results import CellResult, RunResults
 
 QUICK = {"warmup": 1, "min_iters": 3, "min_time_s": 0.0, "repeats": 1, "timeout_s": 600.0}
 FULL = {"warmup": 10, "min_iters": 20, "min_time_s": 2.0, "repeats": 3, "timeout_s": 3600.0}
@@ -235,8 +235,8 @@ def _place(s: Setting, gpus: int, env: Environment) -> None:
 
 def suite_for(name: str, settings: list[Setting], protocol: dict[str, Any]):
     """One suite holding exactly the cells the runnable settings need (or None: nothing to run)."""
-    from dlbench.plan import Suite, suite_from_dict
-    from dlbench.runner import plan_cells
+    from dlbench.planning.plan import Suite, suite_from_dict
+    from dlbench.running.runner import plan_cells
 
     runnable = [s for s in settings if not s.skip and s.scenario]
     if not runnable:
@@ -412,7 +412,7 @@ def check_selection(name: str, only: tuple[str, ...]) -> None:
     that could run nothing is refused, not reported as an empty success."""
     if not only:
         return
-    from dlbench import resolve
+    from dlbench.planning import resolve
 
     resolve.frameworks(list(only))
     ours = list(dict.fromkeys(m.ours for m in mapping_of(name, installed_backends()) if m.ours))
@@ -424,10 +424,10 @@ def check_selection(name: str, only: tuple[str, ...]) -> None:
 def reproduce(name: str, env: Environment | None = None, protocol: dict[str, Any] | None = None,
               db: str | Path | None = None, progress=None, dry_run: bool = False) -> Reproduction:
     """Plan the table's settings, run the runnable ones as one suite, and line them up with the paper."""
-    from dlbench import runner
     from dlbench.measure.environment import capture
-    from dlbench.results import read_run
-    from dlbench.store import DEFAULT_DB
+    from dlbench.report.results import read_run
+    from dlbench.running import runner
+    from dlbench.storage.store import DEFAULT_DB
 
     get_target(name)
     env = env or current_environment()

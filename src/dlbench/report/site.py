@@ -19,12 +19,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dlbench.errors import UsageError
+from dlbench.core.errors import UsageError
 from dlbench.report.html import Markup, el, kv_table, page, plot_figure, rows_table, table_html
 from dlbench.report.plots import Plot, _safe, _svg
+from dlbench.report.results import load_run
 from dlbench.report.versions import Point, Series, _timed, build_series, series_figure, series_table
-from dlbench.results import load_run
-from dlbench.store import Store, check_output
+from dlbench.storage.store import Store, check_output
 
 MARKER = ".dlbench-site"
 

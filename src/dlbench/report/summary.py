@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlbench import versions
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
+from dlbench.envs import versions
 from dlbench.measure.peak import by_precision
 from dlbench.models.split import parse_part
-from dlbench.precision import DEFAULT as DEFAULT_PRECISION
-from dlbench.report.convergence import agreement
-from dlbench.results import CellResult, RunResults
+from dlbench.report.results import CellResult, RunResults
 from dlbench.scenarios import registry
+from dlbench.scenarios.convergence_report import agreement
 
 
 @dataclass
@@ -39,7 +39,7 @@ class SummaryRow:
         if self.precision == DEFAULT_PRECISION or self.forward_error is None:
             return self.precision
         return f"{self.precision} (error {self.forward_error:.1e})"
-    #: how the framework is shown (``jax 0.4.38`` when the run has several versions of it: dlbench.versions)
+    #: how the framework is shown (``jax 0.4.38`` when the run has several versions of it: dlbench.envs.versions)
     label: str = ""
 
     @property
@@ -87,7 +87,7 @@ def summary_rows(results: RunResults) -> dict[str, list[SummaryRow]]:
     for c in results.cells:
         if not registry.of_stored(c.cell.scenario).in_summary:  # scaling: see dlbench.distributed.report
             continue
-        if parse_part(c.cell.model)[1] is not None:  # a model's part: see dlbench.report.layers
+        if parse_part(c.cell.model)[1] is not None:  # a model's part: see dlbench.scenarios.layers_report
             continue
         k = (c.cell.framework, c.cell.variant, c.cell.batch, c.cell.threads, c.cell.device, c.cell.data,
              c.cell.precision)

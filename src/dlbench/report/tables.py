@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from dlbench.measure.peak import by_precision, engine_precision, peak_precision
-from dlbench.precision import DEFAULT as DEFAULT_PRECISION
-from dlbench.report.document import (
+from dlbench.core.document import (
     DASH,
     Column,
     Footnote,
@@ -28,8 +26,10 @@ from dlbench.report.document import (
     fmt_num,
     mark_best,
 )
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
+from dlbench.measure.peak import by_precision, engine_precision, peak_precision
+from dlbench.report.results import CellResult, RunResults
 from dlbench.report.summary import SummaryRow, summary_rows
-from dlbench.results import CellResult, RunResults
 from dlbench.scenarios import registry
 
 # the report's plain-data primitives, shared with the scenarios' own sections (re-exported)

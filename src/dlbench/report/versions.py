@@ -20,15 +20,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from dlbench import versions
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
+from dlbench.envs import versions
 from dlbench.envs.companions import release_key
-from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.report.compare import CellChange, compare_cells
 from dlbench.report.plots import Plot, Skipped, _figure, _safe, _svg
+from dlbench.report.results import CellResult, RunResults, analyse_or_set_aside
 from dlbench.report.tables import Column, Section, Table, Value, fmt_num
-from dlbench.results import CellResult, RunResults, analyse_or_set_aside
 from dlbench.scenarios import registry
-from dlbench.store import Store
+from dlbench.storage.store import Store
 
 #: what the section says before its tables
 INTRO = ("Each table follows one figure across the versions of a framework measured in this run, oldest release "

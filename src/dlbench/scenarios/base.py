@@ -19,7 +19,7 @@ in one place:
 * **its report** (:meth:`Scenario.report_sections`, :meth:`Scenario.report_plots`,
   :meth:`Scenario.show`): the sections ``dlbench report`` and the lines ``dlbench show`` add for it.
 
-The runner, the worker, the suite, the flags, :mod:`dlbench.results` and the report look scenarios up
+The runner, the worker, the suite, the flags, :mod:`dlbench.report.results` and the report look scenarios up
 in :mod:`dlbench.scenarios.registry` and hold no scenario names; a plug-in scenario (``SCENARIOS`` in a
 module named by ``DLBENCH_PLUGINS``) is as good as a built-in one.
 """
@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from dlbench import envs
-from dlbench.cell import Cell
+from dlbench.core.cell import Cell
+from dlbench.core.job import CellJob, Job
 from dlbench.frameworks import FrameworkInfo, framework_info
-from dlbench.job import CellJob, Job
 from dlbench.launch.subprocess import JobOutcome
 from dlbench.measure.adaptive import prior_seconds
 from dlbench.measure.reuse import compilation_cache_env, compilation_cache_mark
@@ -48,21 +48,21 @@ from dlbench.measure.stats import summarize
 from dlbench.models import UnknownModelError, get_model
 from dlbench.models.flops import closure_flops_per_sample
 from dlbench.models.spec import ModelSpec
-from dlbench.store import Sample
+from dlbench.storage.store import Sample
 
 if TYPE_CHECKING:  # annotations only: a measuring process in a framework's own environment has no
     # pydantic for the suite model
-    from dlbench.cell_result import CellResult, RunResults
-    from dlbench.report.document import Section
+    from dlbench.core.document import Section
+    from dlbench.storage.cell_result import CellResult, RunResults
 
 Progress = Callable[..., None]
 
 
 class SuiteView(Protocol):
-    """What a scenario reads of a suite (:class:`dlbench.suite.Suite`). A protocol, so that the
+    """What a scenario reads of a suite (:class:`dlbench.planning.suite.Suite`). A protocol, so that the
     scenarios import no suite model: the suite model asks their registry to validate their settings."""
 
-    protocol: Any  # dlbench.suite.ProtocolModel
+    protocol: Any  # dlbench.planning.suite.ProtocolModel
     seed: int
     data_dir: str | None
 
@@ -136,7 +136,7 @@ class Context:
     sessions: dict[str, Any] = field(default_factory=dict)
     #: the Ray launcher of ``--launcher ray`` (None: local processes)
     ray: Any = None
-    #: the run's directory for files kept with it (:meth:`dlbench.store.Store.artifacts_dir`); a
+    #: the run's directory for files kept with it (:meth:`dlbench.storage.store.Store.artifacts_dir`); a
     #: cell's files go under :func:`cell_artifacts`
     artifacts: Path | None = None
 
@@ -198,7 +198,7 @@ class Scenario(ABC):
         return spec.default_batch
 
     def check(self, cells: list[Cell], suite: SuiteView) -> None:
-        """Raise :class:`~dlbench.errors.UsageError` for what the suite lacks (nothing is stored yet)."""
+        """Raise :class:`~dlbench.core.errors.UsageError` for what the suite lacks (nothing is stored yet)."""
         return None
 
     def unsupported(self, info: FrameworkInfo) -> str | None:
@@ -281,7 +281,7 @@ class Scenario(ABC):
 
     # --- its report ---------------------------------------------------------------------------------
     def cells_of(self, res: RunResults) -> list[Any]:
-        """The run's cells of this scenario (:class:`~dlbench.cell_result.CellResult`)."""
+        """The run's cells of this scenario (:class:`~dlbench.storage.cell_result.CellResult`)."""
         return [c for c in res.cells if c.cell.scenario == self.name]
 
     def report_sections(self, res: RunResults) -> list[Section]:

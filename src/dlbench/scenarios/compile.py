@@ -22,14 +22,14 @@ from typing import Any
 import numpy as np
 
 from dlbench import envs
+from dlbench.core.document import fmt_num
+from dlbench.core.job import CellJob
 from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.job import CellJob
-from dlbench.report.document import fmt_num
 from dlbench.scenarios.base import CellOutcome, Context, Scenario, failure, framework_env
 from dlbench.scenarios.prepare import prepare, versions
 from dlbench.scenarios.timed import CLOSURES, make_closure
-from dlbench.store import Sample
+from dlbench.storage.store import Sample
 
 
 class Compile(Scenario):

@@ -18,18 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.cell import DEFAULT_DEVICE
+from dlbench.core.cell import DEFAULT_DEVICE
+from dlbench.core.errors import UsageError
+from dlbench.core.job import CellJob
 from dlbench.data import DataError, adapt, load_dataset
 from dlbench.data.dataset import Dataset
-from dlbench.errors import UsageError
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.job import CellJob
 from dlbench.models import get_model
 from dlbench.models.spec import ModelSpec
+from dlbench.models.weights import init_weights
 from dlbench.scenarios.base import MAX_COUNT, CellOutcome, Context, Flag, Scenario, Shown, check_range, run_in_turn
 from dlbench.scenarios.prepare import backend_for, versions
-from dlbench.store import Sample
-from dlbench.weights import init_weights
+from dlbench.storage.store import Sample
 
 
 @dataclass
@@ -228,17 +228,17 @@ class Convergence(Scenario):
 
     # --- its report -------------------------------------------------------------------------------
     def report_sections(self, res):
-        from dlbench.report.convergence import section
+        from dlbench.scenarios.convergence_report import section
 
         return [section(self.cells_of(res))]
 
     def report_plots(self, res):
-        from dlbench.report.convergence import convergence_curves
+        from dlbench.scenarios.convergence_report import convergence_curves
 
         return convergence_curves(self.cells_of(res))
 
     def show(self, res, db) -> Shown | None:
-        from dlbench.report.convergence import agreement_table
+        from dlbench.scenarios.convergence_report import agreement_table
 
         table = agreement_table(self.cells_of(res))
         return Shown(table) if table.rows else None

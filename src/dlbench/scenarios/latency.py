@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dlbench.core.job import CellJob
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.job import CellJob
 from dlbench.measure.adaptive import prior_seconds, variance_split
 from dlbench.measure.cost import WorkClock
 from dlbench.measure.percentiles import disagreement, percentiles, samples_needed
@@ -30,11 +30,11 @@ from dlbench.scenarios.base import MAX_COUNT, MAX_SECONDS, CellOutcome, Context,
 from dlbench.scenarios.prepare import prepare, versions
 from dlbench.scenarios.processes import run_processes
 from dlbench.scenarios.timed import make_closure
-from dlbench.store import Sample
+from dlbench.storage.store import Sample
 
 if TYPE_CHECKING:
-    from dlbench.cell_result import CellResult
     from dlbench.models.spec import ModelSpec
+    from dlbench.storage.cell_result import CellResult
 
 
 #: the percentile ``--target-ci`` is on for a latency cell
@@ -70,13 +70,13 @@ class ServingSettings:
 
 def report_sections(res) -> list:
     """The "Latency and load" section, which latency and the loadgen-* scenarios share."""
-    from dlbench.report.latency import section
+    from dlbench.scenarios.latency_report import section
 
     return [section(res)]
 
 
 def report_plots(res) -> tuple[list, list]:
-    from dlbench.report.latency import plots
+    from dlbench.scenarios.latency_report import plots
 
     return plots(res)
 

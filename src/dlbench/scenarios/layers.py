@@ -9,7 +9,7 @@ what fusion across layers saves, or per-call overhead adds. Every part is built 
 builders and passes the equivalence gate like any model; its cells are ordinary timed cells (fresh
 processes, the standard protocol), so nothing here runs in a measuring process.
 
-The breakdown is read by :mod:`dlbench.report.layers` (the table) and ``dlbench explain`` (which
+The breakdown is read by :mod:`dlbench.scenarios.layers_report` (the table) and ``dlbench explain`` (which
 parts account for a gap between two frameworks).
 """
 
@@ -24,7 +24,7 @@ from dlbench.models.split import part_ref, split
 from dlbench.scenarios.base import CellOutcome, Context, Scenario, SuiteView
 
 if TYPE_CHECKING:
-    from dlbench.cell import Cell
+    from dlbench.core.cell import Cell
 
 #: what each part (and the whole model) is timed in, where the framework has it
 TIMED = ("forward", "gradient")
@@ -55,7 +55,7 @@ class Layers(Scenario):
         return [c for c in res.cells if parse_part(c.cell.model)[1] is not None]
 
     def report_sections(self, res) -> list:
-        from dlbench.report.layers import section
+        from dlbench.scenarios.layers_report import section
 
         return [section(res)] if self.cells_of(res) else []
 

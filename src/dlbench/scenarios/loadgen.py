@@ -46,17 +46,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dlbench.core.job import CellJob
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.job import CellJob
 from dlbench.scenarios.base import CellOutcome, Context, Flag, Scenario, SuiteView, cell_artifacts, run_in_turn
 from dlbench.scenarios.latency import ServingSettings, report_plots, report_sections
 from dlbench.scenarios.prepare import cell_batch, prepare, versions
 from dlbench.scenarios.timed import make_closure
 
 if TYPE_CHECKING:
-    from dlbench.cell_result import CellResult
     from dlbench.models.spec import ModelSpec
+    from dlbench.storage.cell_result import CellResult
 
 INSTALL = "pip install mlcommons-loadgen"
 #: samples LoadGen may ask for (its performance sample count): at least this, and two batches
@@ -134,7 +134,7 @@ class LoadGen(Scenario):
         return spec.default_batch if self.mode == "Offline" else 1
 
     def check(self, cells, suite: SuiteView) -> None:
-        from dlbench.errors import UsageError
+        from dlbench.core.errors import UsageError
 
         s = self.settings_of(suite)
         server = any(c.scenario == "loadgen-server" for c in cells)

@@ -9,13 +9,13 @@ import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
 
+from dlbench.core.job import CellJob
 from dlbench.data import adapt, load_dataset
 from dlbench.data.synthetic import Batch, make_batch
 from dlbench.frameworks import Backend, get_backend
-from dlbench.job import CellJob
 from dlbench.models import get_model
 from dlbench.models.spec import ModelSpec
-from dlbench.weights import Weights, init_weights
+from dlbench.models.weights import Weights, init_weights
 
 
 @dataclass

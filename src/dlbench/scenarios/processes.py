@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.cell import Cell
-from dlbench.job import CellJob
+from dlbench.core.cell import Cell
+from dlbench.core.job import CellJob
 from dlbench.measure.adaptive import MIN_PROCESSES, components, interval, percent, plan
 from dlbench.scenarios.base import CellOutcome, Context, run_in_turn
 

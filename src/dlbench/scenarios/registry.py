@@ -17,14 +17,14 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
-from dlbench.errors import UsageError
+from dlbench.core.errors import UsageError
 from dlbench.frameworks import import_plugin
 from dlbench.scenarios import compile as compile_
 from dlbench.scenarios import convergence, latency, layers, loadgen, scaling, timed
 from dlbench.scenarios.base import CellOutcome, Flag, Scenario, Shown
 
 if TYPE_CHECKING:
-    from dlbench.cell_result import RunResults
+    from dlbench.storage.cell_result import RunResults
 
 #: name -> scenario, in the order tables show them
 SCENARIOS: dict[str, Scenario] = {}

@@ -12,9 +12,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from dlbench.core.errors import UsageError
 from dlbench.distributed import cluster as netns
 from dlbench.distributed.scaling import Session
-from dlbench.errors import UsageError
 from dlbench.scenarios.base import (
     MAX_WORKERS,
     CellOutcome,
@@ -154,7 +154,7 @@ class Scaling(Scenario):
         """The scaling table (speedup and efficiency against W=1; the per-model summary leaves these
         cells out); ``--json`` has its rows under ``scaling``."""
         from dlbench.distributed.report import scaling_rows, scaling_table
-        from dlbench.store import Store
+        from dlbench.storage.store import Store
 
         store = Store(db, read_only=True)
         try:

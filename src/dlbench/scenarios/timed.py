@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from dlbench.core.job import CellJob
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.job import CellJob
 from dlbench.measure.adaptive import variance_split
 from dlbench.measure.cost import WorkClock
 from dlbench.measure.memory import current_rss_bytes, nvml_used_bytes, peak_rss_bytes
@@ -46,7 +46,7 @@ from dlbench.models.spec import ModelSpec
 from dlbench.scenarios.base import CellOutcome, Context, Scenario, cell_artifacts
 from dlbench.scenarios.prepare import prepare, versions
 from dlbench.scenarios.processes import run_processes
-from dlbench.store import Sample
+from dlbench.storage.store import Sample
 
 #: the per-batch closures every training-capable backend has (what ``compile`` times the first call of)
 CLOSURES = ("forward", "gradient", "train_step")

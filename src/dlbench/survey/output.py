@@ -1,15 +1,15 @@
 """``dlbench survey --out DIR``: the survey's tables written as files, in Markdown, CSV, JSON and
 HTML (the HTML through the report's renderer, so both pages look alike). Nothing is written over
-a database (:func:`dlbench.store.check_output`), and every path is checked before the survey runs."""
+a database (:func:`dlbench.storage.store.check_output`), and every path is checked before the survey runs."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from dlbench.errors import UsageError
+from dlbench.core.errors import UsageError
 from dlbench.report.html import render_survey
-from dlbench.store import check_output
+from dlbench.storage.store import check_output
 from dlbench.survey.tables import TABLES, TITLES, _csv, _md, features_md, markdown
 
 FILES = ("survey.md", "survey.html", "survey.json", "api_coverage.json",
@@ -18,7 +18,7 @@ FILES = ("survey.md", "survey.html", "survey.json", "api_coverage.json",
 
 def check_out(out: Path) -> None:
     """``--out`` must be a directory (or not exist yet), and none of the files written there an SQLite
-    database (:func:`~dlbench.store.check_output`): checked before the survey runs."""
+    database (:func:`~dlbench.storage.store.check_output`): checked before the survey runs."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"survey --out {out} is a file; give a directory")
     for name in FILES:

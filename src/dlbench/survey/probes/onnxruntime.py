@@ -15,9 +15,9 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from dlbench.data.synthetic import make_batch
-from dlbench.reference import forward as reference
+from dlbench.gate.reference import forward as reference
+from dlbench.models.weights import init_weights
 from dlbench.survey.probes import common
-from dlbench.weights import init_weights
 
 
 def lenet_graph(params: dict[str, np.ndarray]) -> onnx.ModelProto:

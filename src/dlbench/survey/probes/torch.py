@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from dlbench.models.weights import init_weights
 from dlbench.survey.probes import common
-from dlbench.weights import init_weights
 
 
 def _lenet(device: str = "cpu"):
@@ -34,7 +34,7 @@ class _Infer(torch.nn.Module):
 
 def forward(job: dict[str, Any]) -> dict[str, Any]:
     from dlbench.data.synthetic import make_batch
-    from dlbench.reference import forward as reference
+    from dlbench.gate.reference import forward as reference
 
     out: dict[str, Any] = {"framework_version": torch.__version__, "gpu_visible": torch.cuda.is_available()}
     for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):

@@ -1,0 +1,276 @@
+"""The equivalence gate: a framework's model must compute the spec's function before its time counts.
+
+For one (framework, variant, model), on the model's small input and with the spec's dropout off:
+
+(a) parameters: the framework's own count equals the spec's, up to a documented difference
+    (e.g. torch's second LSTM bias), which is reported beside it;
+(b) forward: eval-mode output on a fixed seeded batch vs the NumPy float64 reference,
+    ``||out - ref|| / ||ref|| <= 1e-4``;
+(c) gradients: for 3 seeded random unit directions ``v`` over the trainable parameters, the
+    framework's ``<grad, v>`` vs the central finite difference of the float64 reference loss,
+    ``|a - b| / max(|b|, 0.01 ||grad||) <= 1e-3`` (the floor keeps a direction that happens to be
+    nearly orthogonal to the gradient from turning float32 rounding into a failure); a direction
+    whose finite difference itself depends on the step (the step moves a ReLU or max-pool input
+    across its kink, so the difference is not a derivative) is replaced by the next seeded one,
+    at most 3 times, and the replacements are counted (``kinked_directions``);
+(d) loss: finite, and equal to the reference's training loss within 1e-4 (relative). At a reduced
+    precision the softmax cross-entropy may also move as far as the forward tolerance lets the
+    logits move (:func:`loss_allowed`): the loss check is never stricter than the forward check.
+
+A backend that declares itself forward-only (``scenarios = ("forward",)``, an inference engine such
+as ONNX Runtime, or H2O, which exposes no gradients) gets (a) and (b); it passes on those, with
+``gradient_error`` None and a reason that says the gradient and loss checks did not apply. A backend
+whose API returns class probabilities only (``output = "probabilities"``, H2O's predict) is compared
+with the softmax of the reference's output.
+
+At a reduced precision (dlbench.core.precision) the same checks run against the same float64 reference,
+with the tolerances of :data:`TOLERANCES` (each with why), and one more: (e) the types the framework
+reports for the built model (``Backend.precision_info``) are the precision's, so a backend that
+silently runs float32 when asked for bf16 fails with what it holds. int8 is inference only: (a), (b)
+and (e).
+
+The weights are drawn in ``verify`` mode (random biases and BN statistics) so a dropped bias or
+ignored running statistic cannot hide behind zeros and ones.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from dlbench.core.cell import DEFAULT_DEVICE, DEFAULT_SEED
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
+from dlbench.core.precision import expected_dtypes, get_precision
+from dlbench.data.synthetic import Batch, make_batch
+from dlbench.frameworks.base import Backend, UnsupportedError
+from dlbench.gate import reference
+from dlbench.models import ModelSpec, verify_spec
+from dlbench.models.weights import Weights, directions, init_weights
+
+FORWARD_TOL = 1e-4
+GRADIENT_TOL = 1e-3
+LOSS_TOL = 1e-4
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    forward: float
+    gradient: float
+    loss: float
+    why: str
+    #: the loss may move as far as a forward error of ``forward`` moves a softmax cross-entropy
+    loss_follows_forward: bool = False
+
+
+#: per precision: relative forward error, gradient error (as in (c)) and loss error allowed against the
+#: float64 reference. A type's unit roundoff u (float32 6e-8, float16 4.9e-4, bfloat16 3.9e-3) bounds
+#: one rounding; a network rounds at every layer and accumulates dot products of hundreds of terms, so
+#: the bound is a small multiple of u times the depth, and what the zoo measures (docs/precision.md)
+#: sits inside it. A framework that accumulates in the low type (not float32) exceeds it: a finding.
+TOLERANCES: dict[str, Tolerance] = {
+    "fp32": Tolerance(FORWARD_TOL, GRADIENT_TOL, LOSS_TOL, "float32 rounding only"),
+    "tf32": Tolerance(1e-2, 3e-2, 1e-2, "TensorFloat-32 multiplies with 10 mantissa bits, float32 accumulation", True),
+    "bf16": Tolerance(2e-2, 1e-1, 1e-2, "bfloat16 keeps 8 mantissa bits (u = 3.9e-3), parameters rounded too; "
+                      "a gradient passes back through every rounded layer (ResNet-56: 56)", True),
+    "amp-bf16": Tolerance(2e-2, 1e-1, 1e-2, "bfloat16 compute (u = 3.9e-3) from float32 master parameters; "
+                          "a gradient passes back through every rounded layer", True),
+    "fp16": Tolerance(3e-3, 5e-2, 2e-3, "float16 keeps 11 mantissa bits (u = 4.9e-4), parameters rounded too; "
+                      "a gradient passes back through every rounded layer", True),
+    "amp-fp16": Tolerance(3e-3, 5e-2, 2e-3, "float16 compute (u = 4.9e-4) from float32 master parameters; "
+                          "a gradient passes back through every rounded layer", True),
+    "int8": Tolerance(5e-2, math.inf, math.inf,
+                      "int8 weights, one scale per tensor (256 levels) and activations quantized per call: "
+                      "inference only, no gradient or loss"),
+}
+DIRECTIONS = 3
+FORWARD_ONLY = "forward only (inference engine): gradient and loss checks do not apply"
+FD_STEP = 1e-6
+#: directions drawn beyond DIRECTIONS to replace ones whose finite difference crosses a kink
+KINK_REDRAWS = 3
+VERIFY_BATCH = 8
+
+
+@dataclass
+class VerifyResult:
+    model: str
+    framework: str
+    variant: str
+    verdict: str = "fail"  # pass, fail, unsupported
+    reason: str = ""
+    spec_params: int = 0
+    framework_params: int | None = None
+    params_extra: int = 0
+    params_extra_reason: str = ""
+    forward_error: float | None = None
+    gradient_error: float | None = None
+    precision: str = DEFAULT_PRECISION
+    #: the types the framework reported for the built model (``Backend.precision_info``)
+    dtypes: dict = field(default_factory=dict)
+    #: gradient-check directions replaced because the reference's finite difference crossed a kink
+    kinked_directions: int = 0
+    loss: float | None = None
+    reference_loss: float | None = None
+    seconds: float = 0.0
+    checks: dict = field(default_factory=dict)
+    #: facts of the framework's build of this model (e.g. the ONNX exporter and opset), if it records any
+    build: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a64.shape != b64.shape:
+        raise ValueError(f"output shape {a64.shape} differs from the reference's {b64.shape}")
+    return float(np.linalg.norm(a64 - b64) / max(np.linalg.norm(b64), 1e-30))
+
+
+def _shift(weights: Weights, v: dict[str, np.ndarray], eps: float) -> Weights:
+    params = {k: a.astype(np.float64) + (eps * v[k] if k in v else 0.0) for k, a in weights.params.items()}
+    return Weights(params, weights.state)
+
+
+def _central_difference(spec: ModelSpec, weights: Weights, v: dict[str, np.ndarray], batch: Batch,
+                        step: float) -> float:
+    """The float64 reference loss's derivative along ``v`` by a central difference."""
+    plus = reference.loss(spec, _shift(weights, v, step), batch)
+    minus = reference.loss(spec, _shift(weights, v, -step), batch)
+    return (plus - minus) / (2 * step)
+
+
+def verify_model(backend: Backend, model_ref: str, variant: str | None = None, device: str = DEFAULT_DEVICE,
+                 seed: int = DEFAULT_SEED, precision: str = DEFAULT_PRECISION) -> VerifyResult:
+    """Run checks (a)-(e); never raises: a crash is a failed verdict with its reason."""
+    variant = variant or backend.variants[0]
+    started = time.perf_counter()
+    spec = verify_spec(model_ref).without_dropout()
+    res = VerifyResult(model=model_ref, framework=backend.name, variant=variant, spec_params=spec.param_count,
+                       precision=precision)
+    tol = TOLERANCES[precision]
+    failures: list[str] = []
+    try:
+        backend.set_precision(precision)
+        weights = init_weights(spec, seed, mode="verify")
+        batch = make_batch(spec, VERIFY_BATCH, seed)
+        model = backend.build(spec, weights, device, variant)
+        res.build = backend.build_info(model)
+        placed = backend.place(batch, model)
+
+        # (e) the precision the framework holds is the one asked for
+        res.dtypes = backend.precision_info(model)
+        expected = expected_dtypes(precision)
+        res.checks["precision"] = res.dtypes == expected
+        if not res.checks["precision"]:
+            failures.append(f"asked {precision}: " + ", ".join(
+                f"{k} {res.dtypes.get(k)} (expected {v})" for k, v in expected.items() if res.dtypes.get(k) != v))
+
+        # (a) parameter count
+        res.framework_params = backend.param_count(model)
+        res.params_extra, res.params_extra_reason = backend.param_count_extra(spec)
+        ok_params = res.framework_params == spec.param_count + res.params_extra
+        res.checks["params"] = ok_params
+        if not ok_params:
+            failures.append(f"parameter count {res.framework_params} != spec {spec.param_count}"
+                            + (f" + {res.params_extra} documented" if res.params_extra else ""))
+
+        # (b) forward
+        ref_out, _ = reference.forward(spec, weights, batch, train=False)
+        if backend.output == "probabilities":  # an API that returns only softmax(logits)
+            shifted = np.exp(ref_out - ref_out.max(axis=-1, keepdims=True))
+            ref_out = shifted / shifted.sum(axis=-1, keepdims=True)
+        fwd = backend.forward(model, placed)
+        out = fwd()
+        backend.sync(out)
+        res.forward_error = _rel(backend.to_numpy(out), ref_out)
+        res.checks["forward"] = res.forward_error <= tol.forward
+        if not res.checks["forward"]:
+            failures.append(f"forward error {res.forward_error:.2e} > {tol.forward:g}")
+
+        # (c) gradients and (d) loss, unless the backend is an inference engine or the precision is
+        inference_only = get_precision(precision).inference_only
+        forward_only = "gradient" not in backend.scenarios or inference_only
+        if not forward_only:
+            _check_gradients(backend, model, placed, spec, weights, batch, seed, res, failures, tol)
+        res.verdict = "fail" if failures else "pass"
+        only = (f"{precision} is inference only: gradient and loss checks do not apply" if inference_only
+                else backend.forward_only_reason or FORWARD_ONLY)
+        res.reason = "; ".join([*failures, only] if forward_only else failures)
+    except UnsupportedError as exc:
+        res.verdict, res.reason = "unsupported", str(exc)
+    except Exception as exc:  # a crash is a failed check, with where it happened
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        res.verdict = "fail"
+        res.reason = "; ".join([*failures, f"{type(exc).__name__}: {exc} ({frame.filename.split('/')[-1]}:{frame.lineno})"])
+    res.seconds = time.perf_counter() - started
+    return res
+
+
+def loss_allowed(spec: ModelSpec, tol: Tolerance, reference_out: np.ndarray, reference_loss: float) -> float:
+    """The absolute loss error the gate allows: ``tol.loss`` relative to the reference loss, and, where
+    ``tol.loss_follows_forward``, at least what a forward error of ``tol.forward`` can do to a softmax
+    cross-entropy. Its gradient in the logits, softmax minus one-hot, has an L1 norm of at most 2, so a
+    row's loss moves by at most ``2 ||dz||`` and the mean over N rows by ``2 ||dZ|| / sqrt(N)``; with
+    ``||dZ|| <= tol.forward ||Z||`` that is ``2 tol.forward ||Z|| / sqrt(N)`` (Z: the reference's
+    training-mode logits). A model with large logits (ResNet-50's 1000 classes in verify mode) turns a
+    bfloat16 forward error well inside the forward tolerance into a loss error past a fixed relative
+    bound, in every framework alike; the mean squared error keeps the relative bound."""
+    allowed = tol.loss * max(abs(reference_loss), 1e-12)
+    if tol.loss_follows_forward and spec.loss.kind == "softmax_ce":
+        logits = reference_out.reshape(-1, reference_out.shape[-1])
+        allowed = max(allowed, 2 * tol.forward * float(np.linalg.norm(logits)) / math.sqrt(len(logits)))
+    return allowed
+
+
+def _check_gradients(backend: Backend, model, placed, spec: ModelSpec, weights: Weights, batch: Batch, seed: int,
+                     res: VerifyResult, failures: list[str], tol: Tolerance) -> None:
+    """Checks (c) gradients and (d) loss, recorded on ``res``; each failed check is added to ``failures``."""
+    loss, grads = backend.loss_and_grads(model, placed)
+    res.loss = loss
+    inf = sorted(k for k, g in grads.items() if not np.isfinite(g).all())
+    if inf:  # the error floor below is relative to the gradient's norm: an infinite one would excuse anything
+        raise ValueError(f"non-finite gradient for {', '.join(inf[:3])}{' ...' if len(inf) > 3 else ''}")
+    ref_out, marks = reference.forward(spec, weights, batch, train=True)
+    res.reference_loss = reference.loss_value(spec, ref_out, batch, marks)
+    allowed = loss_allowed(spec, tol, ref_out, res.reference_loss)
+    res.checks["loss"] = math.isfinite(loss) and abs(loss - res.reference_loss) <= allowed
+    if not res.checks["loss"]:
+        failures.append(f"loss {loss:.6g} vs reference {res.reference_loss:.6g} (allowed +-{allowed:.2g})")
+    gnorm = math.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values()))
+    worst, checked, kinks = 0.0, 0, 0
+    for v in directions(spec, DIRECTIONS + KINK_REDRAWS, seed=seed + 1234):
+        missing = set(v) - set(grads)
+        if missing:
+            raise ValueError(f"no gradient for {sorted(missing)[:3]}")
+        analytic = sum(float((grads[k].astype(np.float64) * v[k]).sum()) for k in v)
+        numeric = _central_difference(spec, weights, v, batch, FD_STEP)
+        floor = max(0.01 * gnorm, 1e-30)
+        err = abs(analytic - numeric) / max(abs(numeric), floor)
+        if err > tol.gradient:
+            # the same difference at a 10x coarser and a 10x finer step: where the loss is smooth at the
+            # step's scale all three agree far below the tolerance; where they do not (a ReLU input
+            # crosses zero within the step), this direction measures nothing about the framework's gradient
+            spread = [_central_difference(spec, weights, v, batch, FD_STEP * f) for f in (10.0, 0.1)]
+            if max(abs(d - numeric) for d in spread) / max(abs(numeric), floor) > tol.gradient / 2:
+                kinks += 1
+                continue
+        worst = max(worst, err)
+        checked += 1
+        if checked == DIRECTIONS:
+            break
+    res.kinked_directions = kinks
+    if checked < DIRECTIONS:
+        raise ValueError(f"the reference loss is not smooth within the finite-difference step along {kinks} "
+                         f"of {DIRECTIONS + KINK_REDRAWS} directions: no gradient check possible")
+    res.gradient_error = worst
+    res.checks["gradient"] = worst <= tol.gradient
+    if not res.checks["gradient"]:
+        failures.append(f"gradient error {worst:.2e} > {tol.gradient:g}")

@@ -1,0 +1,353 @@
+"""Runs a suite: plan the cells, verify each model once, measure each cell in fresh processes,
+store each result the moment it exists.
+
+Order of work: validate all input (nothing is written before that) -> open the store and
+create the run -> capture the environment -> measure the machine's peak at each thread count ->
+the equivalence gate, one process per (framework, variant, device) -> the cells. Every step
+checks what the store already holds, which is how ``--resume`` skips finished work. While it
+measures, the process holds the run's lease and a temporary directory of its own (dlbench.storage.lease),
+and SIGTERM stops it as Ctrl-C does (dlbench.core.interrupt).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlbench import envs
+from dlbench.core.errors import UsageError
+from dlbench.core.interrupt import Interrupted, signals_interrupt
+from dlbench.core.job import PeakJob, VerifyJob
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
+from dlbench.core.precision import unsupported as precision_unsupported
+from dlbench.data import DataError, adapt, list_datasets, load_dataset
+from dlbench.envs import ondemand
+from dlbench.frameworks import framework_info, installed_version
+from dlbench.launch.subprocess import run_job
+from dlbench.measure import environment, reuse
+from dlbench.measure.cost import PARTS, cell_cost
+from dlbench.models import get_model
+from dlbench.planning import resolve
+from dlbench.planning.plan import Cell, Suite, expand, suite_from_dict
+from dlbench.running.ray import RayLauncher
+from dlbench.scenarios import registry
+from dlbench.scenarios.base import CellOutcome, Context, JobRunner, Progress
+from dlbench.storage import lease
+from dlbench.storage.store import DEFAULT_DB, Store
+
+
+def _quiet(event: str, **_: Any) -> None:
+    pass
+
+
+
+
+def scenarios_of(framework: str, scenarios: list[str]) -> list[str]:
+    """The suite's scenarios as the framework measures them: a per-batch scenario it stands in for with a
+    whole-data-set one (H2O: ``train_step`` -> ``epoch``) is replaced, duplicates dropped, order kept."""
+    out: list[str] = []
+    for s in scenarios:
+        s = framework_info(framework).stands_in.get(s, s)
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def _default_batch(model: str, scenario: str, data: str, data_dir: str | None = None) -> int:
+    return registry.get(scenario).default_batch(get_model(model), data, data_dir)
+
+
+def plan_cells(suite: Suite) -> tuple[list[str], list[Cell]]:
+    """Validate a suite against the registries and expand it (raises UsageError)."""
+    resolve.models(suite.models)
+    scenarios = [registry.get(s) for s in suite.scenarios]
+    frameworks = resolve.suite_frameworks(suite)
+    resolve.devices(frameworks, suite.devices)
+    cells = expand(suite, frameworks, resolve.variants,
+                   lambda m, s, d: _default_batch(m, s, d, suite.data_dir), scenarios_of=scenarios_of,
+                   cells_of=lambda c: registry.get(c.scenario).cells(c, suite))
+    if not cells:
+        raise UsageError("the suite selects no cells (check its exclusions)")
+    for scenario in scenarios:
+        scenario.check(cells, suite)
+    check_data(suite, cells)
+    return frameworks, cells
+
+
+def check_data(suite: Suite, cells: list[Cell]) -> None:
+    """Every real data set named must load and fit its model, and hold a full batch (checked here,
+    before anything is written, so a wrong path or a misfit is a usage error, not a failed run)."""
+    for data, model in sorted({(c.data, c.model) for c in cells if c.data != "synthetic"}):
+        if data not in list_datasets():
+            raise UsageError(f"unknown data set {data!r}; known: {', '.join(list_datasets())}")
+        try:
+            dataset = adapt(load_dataset(data, suite.data_dir, "train"), get_model(model))
+        except DataError as exc:
+            raise UsageError(f"data set {data} for {model}: {exc}") from None
+        largest = max(c.batch for c in cells if c.model == model and c.data == data)
+        if dataset.num_batches(largest) < 1:
+            raise UsageError(f"data set {data} has too few samples for batch {largest} of {model}")
+
+
+# --- the run ------------------------------------------------------------------------------------
+@dataclass
+class RunHandle:
+    run_id: str
+    db: Path
+    cells_total: int
+
+
+def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, progress: Progress,
+                   run_job: JobRunner = run_job) -> None:
+    done = store.verifications(run_id)
+    groups: dict[tuple[str, str, str, str], list[str]] = {}
+    for c in cells:
+        if c.group not in done:
+            models = groups.setdefault((c.framework, c.variant, c.device, c.precision), [])
+            if c.model not in models:
+                models.append(c.model)
+    cache = reuse.GateCache()
+    machine = environment.this_machine() if cache.enabled else {}
+    for (fw, variant, device, precision), models in groups.items():
+        fp = _gate_fingerprint(fw, variant, machine) if cache.enabled else ""
+        for m in list(models):  # a pass kept on this host for the same fingerprint is not re-verified
+            kept = cache.get(reuse.gate_key(fw, variant, m, device, precision, fp))
+            if kept is not None:
+                store.save_verification(run_id, fw, variant, m, device, kept["verdict"], kept["reason"],
+                                        {**kept["data"], "seconds": 0.0, "cached_from": kept["run_id"]}, precision)
+                models.remove(m)
+        if not models:
+            continue
+        at = f" at {precision}" if precision != DEFAULT_PRECISION else ""
+        progress("phase", text=f"verify {fw}/{variant}{at}: {len(models)} model(s)")
+        job = VerifyJob(threads=None, framework=fw, models=models, variants=[variant], device=device,
+                        precision=precision)
+        timeout = max(suite.protocol.timeout_s, 60.0) * len(models)
+        o = run_job(job, timeout, None, python=envs.python_for(fw), extra_env=framework_info(fw).variant_env.get(variant))
+        if o.status == "ok":
+            info = o.result.get("info", {})
+            for r in o.result["results"]:
+                # the process's wall time, shared by its models (dlbench show --cost)
+                data = {**r, "framework_info": info, "seconds": o.seconds / len(models)}
+                store.save_verification(run_id, fw, variant, r["model"], device, r["verdict"], r["reason"], data,
+                                        precision)
+                cache.put(reuse.gate_key(fw, variant, r["model"], device, precision, fp),
+                          {"verdict": r["verdict"], "reason": r["reason"], "data": data, "run_id": run_id})
+        else:
+            for m in models:
+                store.save_verification(run_id, fw, variant, m, device, "fail", f"verification process: {o.reason}", {},
+                                        precision)
+
+
+def _gate_fingerprint(framework: str, variant: str, machine: dict[str, Any]) -> str:
+    info = framework_info(framework)
+    module = info.module if info.module.endswith(".py") else None
+    return reuse.fingerprint(framework, variant, installed_version(framework), envs.python_for(framework),
+                             info.variant_env.get(variant), machine, module)
+
+
+def _version_envs(store: Store, run_id: str, cells: list[Cell], frameworks: list[str], progress: Progress) -> None:
+    """Build the environment of each pinned version the run names that has none (dlbench.envs.versions); the
+    cells of one that cannot be installed are ``unsupported`` with pip's reason, through the gate's record."""
+    failed = ondemand.ensure_envs(frameworks, lambda text: progress("phase", text=text, keep=True))
+    done = store.verifications(run_id)
+    for c in cells:
+        if c.framework in failed and c.group not in done:
+            store.save_verification(run_id, c.framework, c.variant, c.model, c.device, "unsupported",
+                                    failed[c.framework], {})
+            done[c.group] = {}
+
+
+def _peak_cache() -> tuple[Path | None, dict]:
+    """``$DLBENCH_PEAK_CACHE`` (a JSON file), when set: peaks measured earlier on this host, by thread
+    count. Off by default, so every run measures its own peak; the tests share one file, because a peak
+    takes about 5 s per thread count and the tests start dozens of runs."""
+    path = os.environ.get("DLBENCH_PEAK_CACHE")
+    if not path:
+        return None, {}
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        data = {}
+    return Path(path), data if isinstance(data, dict) else {}
+
+
+def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress, run_job: JobRunner = run_job) -> None:
+    have = store.peaks(run_id)
+    cache_path, cache = _peak_cache()
+    for t in sorted({c.threads for c in cells if c.device == "cpu"}):
+        if t in have:
+            continue
+        key = f"{platform.node()}/{t}"
+        if key in cache:
+            store.save_peak(run_id, t, cache[key])
+            continue
+        progress("phase", text=f"machine peak, {t} thread(s)")
+        o = run_job(PeakJob(threads=t), 300.0, t)
+        if o.status == "ok":
+            store.save_peak(run_id, t, o.result["gflops"])
+            if cache_path is not None:
+                cache[key] = o.result["gflops"]
+                cache_path.write_text(json.dumps(cache))
+
+
+def execute(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress: Progress = _quiet) -> None:
+    """Measure every cell of the run that the store does not hold yet."""
+    done = store.done_keys(run_id)
+    todo = [c for c in cells if c.key not in done]
+    progress("start", total=len(cells), done=len(cells) - len(todo))
+
+    # timed cells of a run share exports (ONNX) through a run-scoped directory: see
+    # frameworks.onnxruntime.export_cached; measure_compile turns it off for its cold processes
+    export_cache = tempfile.TemporaryDirectory(prefix="dlbench-exports-")
+    previous = os.environ.get("DLBENCH_EXPORT_CACHE")
+    os.environ["DLBENCH_EXPORT_CACHE"] = export_cache.name
+    try:
+        _execute(store, run_id, suite, todo, progress)
+    finally:
+        if previous is None:
+            os.environ.pop("DLBENCH_EXPORT_CACHE", None)
+        else:
+            os.environ["DLBENCH_EXPORT_CACHE"] = previous
+        export_cache.cleanup()
+
+
+def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress: Progress) -> None:
+    with ExitStack() as stack:
+        ray = None
+        if suite.distributed.launcher == "ray":  # every job of the run becomes a task on the cluster
+            ray = stack.enter_context(RayLauncher(suite.distributed.ray_address, suite.distributed.mixed_nodes))
+        ctx = Context(suite, ray.run_job if ray is not None else run_job, ray=ray,
+                      artifacts=store.artifacts_dir(run_id))
+        for name in dict.fromkeys(c.scenario for c in todo):  # run-scoped resources, in scenario order
+            cells = [c for c in todo if c.scenario == name]
+            ctx.sessions[name] = stack.enter_context(registry.get(name).session(suite, cells, ray, progress))
+        _peaks(store, run_id, todo, progress, ctx.run_job)
+        _verify_groups(store, run_id, todo, suite, progress, ctx.run_job)
+        verdicts = store.verifications(run_id)
+
+        def verdict(cell: Cell) -> dict[str, Any]:
+            return verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"})
+
+        # cells in turn here (job by job on a Ray cluster), or whole cells fanned out over its nodes
+        measured = (ray.measure_cells(todo, suite, lambda c: gate(c, verdict(c)), progress) if ray is not None
+                    and ray.fans_out else _in_turn(todo, ctx, verdict, progress))
+        for cell, outcome in stack.enter_context(closing(measured)):  # closed (tasks cancelled) before Ray is
+            metrics = stored_metrics(outcome, verdict(cell))
+            store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
+                            outcome.seconds, outcome.warnings, metrics, outcome.samples)
+            progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples,
+                     metrics=metrics)
+
+
+def _in_turn(todo: list[Cell], ctx: Context, verdict: Callable[[Cell], dict[str, Any]],
+             progress: Progress) -> Iterator[tuple[Cell, CellOutcome]]:
+    for cell in todo:
+        progress("cell_start", cell=cell)
+        yield cell, measure_cell(cell, ctx, verdict(cell))
+
+
+def stored_metrics(outcome: CellOutcome, verdict: dict[str, Any]) -> dict[str, Any]:
+    """The cell's metrics with where its wall time went (dlbench.measure.cost) and what it reused
+    (dlbench.measure.reuse), for the store."""
+    metrics = {**outcome.metrics, "cost": cell_cost(outcome.processes) if outcome.processes
+               else {**dict.fromkeys(PARTS, 0.0), "rest_s": outcome.seconds, "processes": 0}}
+    reused = dict(outcome.reused)
+    if verdict.get("cached_from"):
+        reused["gate"] = f"the gate's pass of run {verdict['cached_from']} (same environment fingerprint)"
+    if reused:
+        metrics["reused"] = reused
+    return metrics
+
+
+def gate(cell: Cell, verdict: dict[str, Any]) -> CellOutcome | None:
+    """What its framework cannot run or the gate refused, as the cell's stored outcome (None: measure it)."""
+    scenario = registry.get(cell.scenario)
+    why = scenario.unsupported(framework_info(cell.framework)) or precision_unsupported(
+        cell.precision, scenario.trains, cell.device) or (
+        scenario.float32_only if cell.precision != DEFAULT_PRECISION else None)
+    if why is not None:
+        return CellOutcome("unsupported", why)
+    if verdict["verdict"] == "fail":
+        return CellOutcome("not_equivalent", f"failed the equivalence gate: {verdict['reason']}")
+    if verdict["verdict"] == "unsupported":
+        return CellOutcome("unsupported", verdict["reason"])
+    return None
+
+
+def measure_cell(cell: Cell, ctx: Context, verdict: dict[str, Any]) -> CellOutcome:
+    """One cell: what its framework cannot run or the gate refused is stored with the reason; the
+    rest is its scenario's measurement."""
+    outcome = gate(cell, verdict)
+    return outcome if outcome is not None else registry.get(cell.scenario).measure(cell, ctx)
+
+
+def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = None,
+          progress: Progress = _quiet) -> RunHandle:
+    """Validate, create the run, and measure it."""
+    frameworks, cells = plan_cells(suite)
+    resolved = suite.model_copy(update={"frameworks": frameworks})
+    store = Store(db)
+    try:
+        run_id = store.create_run(suite.name, resolved.model_dump(), argv)
+        with _run(store, run_id, progress) as progress:
+            _version_envs(store, run_id, cells, frameworks, progress)
+            progress("phase", text="environment")
+            store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
+            execute(store, run_id, resolved, cells, progress)
+    finally:
+        store.close()
+    return RunHandle(run_id, Path(db), len(cells))
+
+
+def resume(run_id: str, db: str | Path = DEFAULT_DB, progress: Progress = _quiet) -> RunHandle:
+    """Finish a stored run; refused (UsageError) while the driver measuring it lives, and on a machine
+    other than the one its stored cells were measured on (their times would not compare)."""
+    store = Store(db, create=False)
+    try:
+        run = store.get_run(run_id)
+        stored = store.environment(run_id)
+        if stored:
+            changed = environment.machine_differences(environment.machine(stored), environment.this_machine())
+            if changed:
+                raise UsageError(f"run {run_id} was measured on another machine ({'; '.join(changed)}): cells "
+                                 "measured here would not compare with its stored ones; start a new run")
+        suite = suite_from_dict(run["suite"], f"run {run_id}")
+        frameworks, cells = plan_cells(suite)
+        with _run(store, run_id, progress) as progress:
+            _version_envs(store, run_id, cells, frameworks, progress)
+            if not store.environment(run_id):
+                store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
+            execute(store, run_id, suite, cells, progress)
+    finally:
+        store.close()
+    return RunHandle(run_id, Path(db), len(cells))
+
+
+@contextmanager
+def _run(store: Store, run_id: str, progress: Progress) -> Iterator[Progress]:
+    """This process measures ``run_id`` while inside: SIGTERM and SIGINT raise Interrupted (told the
+    run's id, for the resume command), it holds the run's lease (refused if a live driver does) and
+    a temporary directory of its own, and the run ends marked complete or interrupted. Yields the
+    progress callback, renewing the lease's heartbeat as each cell finishes."""
+    with signals_interrupt(), lease.hold(store, run_id) as beat, lease.scratch():
+        def beating(event: str, **kw: Any) -> None:
+            if event == "cell_done":
+                beat()
+            progress(event, **kw)
+
+        try:
+            yield beating
+        except BaseException as exc:
+            store.finish_run(run_id, "interrupted")
+            if isinstance(exc, Interrupted):
+                exc.run_id, exc.db = run_id, store.path
+            raise
+        store.finish_run(run_id, "complete")

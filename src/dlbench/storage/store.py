@@ -1,0 +1,545 @@
+"""SQLite store: runs, their environment, verifications, cells and every raw sample.
+
+The only module that speaks SQL. WAL mode, one transaction per finished cell, so a run killed
+at any moment keeps every cell it finished. The schema version is stored and checked: a
+database written by a newer dlbench, or a file that is not a dlbench database, is refused
+with a one-line error rather than touched: the check runs on a read-only connection, before
+anything is written. Commands that only read open the file read-only (``mode=ro``), so they work
+on an archived database in a read-only directory. An older one is migrated in place
+(additively) when a command that writes opens it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlbench.core.errors import UsageError
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
+from dlbench.storage.damage import is_number, load_json
+from dlbench.storage.lease import judge
+
+SCHEMA_VERSION = 3
+APP = "dlbench"
+DEFAULT_DB = Path("dlbench-results") / "results.db"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, started_at REAL NOT NULL, finished_at REAL, status TEXT NOT NULL,
+    suite_name TEXT, suite_json TEXT NOT NULL, argv TEXT);
+CREATE TABLE IF NOT EXISTS environments (run_id TEXT PRIMARY KEY REFERENCES runs(id), data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS peaks (
+    run_id TEXT REFERENCES runs(id), threads INTEGER, engine TEXT, gflops REAL,
+    PRIMARY KEY (run_id, threads, engine));
+CREATE TABLE IF NOT EXISTS verifications (
+    run_id TEXT REFERENCES runs(id), framework TEXT, variant TEXT, model TEXT, device TEXT,
+    verdict TEXT NOT NULL, reason TEXT, data TEXT, precision TEXT NOT NULL DEFAULT 'fp32',
+    PRIMARY KEY (run_id, framework, variant, model, device, precision));
+CREATE TABLE IF NOT EXISTS cells (
+    id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id), key TEXT NOT NULL,
+    framework TEXT, variant TEXT, model TEXT, scenario TEXT, batch INTEGER, threads INTEGER, device TEXT,
+    data TEXT NOT NULL DEFAULT 'synthetic', status TEXT NOT NULL, reason TEXT, finished_at REAL, seconds REAL,
+    warnings TEXT, metrics TEXT, precision TEXT NOT NULL DEFAULT 'fp32',
+    UNIQUE (run_id, key));
+CREATE TABLE IF NOT EXISTS samples (
+    cell_id INTEGER NOT NULL REFERENCES cells(id), repeat INTEGER NOT NULL, idx INTEGER NOT NULL,
+    phase TEXT NOT NULL, value_ns REAL NOT NULL, loop_k INTEGER NOT NULL DEFAULT 1);
+CREATE INDEX IF NOT EXISTS samples_by_cell ON samples(cell_id);
+"""
+
+#: the driver measuring a run (see dlbench.storage.lease): one row while a process holds the run
+LEASES = """CREATE TABLE IF NOT EXISTS leases (
+    run_id TEXT PRIMARY KEY REFERENCES runs(id), pid INTEGER NOT NULL, host TEXT NOT NULL, token TEXT NOT NULL,
+    heartbeat REAL NOT NULL)"""
+
+#: ``dlbench bisect``'s bisections (dlbench.bisect): settings and state as JSON, saved after every step so an
+#: interrupted one resumes. Made when the first is saved; no schema version of its own (a database without
+#: the table simply holds none, and an older dlbench ignores it)
+BISECTIONS = """CREATE TABLE IF NOT EXISTS bisections (
+    id TEXT PRIMARY KEY, started_at REAL NOT NULL, updated_at REAL NOT NULL, status TEXT NOT NULL, data TEXT NOT NULL)"""
+
+#: version 2 had no precision: every cell and verdict was float32, and a verdict's key had no
+#: precision (SQLite cannot widen a primary key in place: the table is copied)
+TO_V3 = [
+    "ALTER TABLE cells ADD COLUMN precision TEXT NOT NULL DEFAULT 'fp32'",
+    """CREATE TABLE verifications_v3 (
+    run_id TEXT REFERENCES runs(id), framework TEXT, variant TEXT, model TEXT, device TEXT,
+    verdict TEXT NOT NULL, reason TEXT, data TEXT, precision TEXT NOT NULL DEFAULT 'fp32',
+    PRIMARY KEY (run_id, framework, variant, model, device, precision))""",
+    "INSERT INTO verifications_v3 (run_id, framework, variant, model, device, verdict, reason, data) "
+    "SELECT run_id, framework, variant, model, device, verdict, reason, data FROM verifications",
+    "DROP TABLE verifications",
+    "ALTER TABLE verifications_v3 RENAME TO verifications",
+]
+
+#: what takes a database from version v to v + 1 (version 1 had no leases, version 2 no precision)
+MIGRATIONS = {1: [LEASES], 2: TO_V3}
+
+CELL_STATUSES = ("ok", "failed", "unsupported", "timeout", "not_equivalent")
+
+
+@dataclass
+class Sample:
+    repeat: int
+    idx: int
+    phase: str  # warmup, measure, first_call, compile_cold:<closure>, compile_warm:<closure>
+    value_ns: float
+    loop_k: int = 1
+
+
+@dataclass
+class CellRecord:
+    id: int
+    run_id: str
+    key: str
+    framework: str
+    variant: str
+    model: str
+    scenario: str
+    batch: int
+    threads: int
+    device: str
+    data: str
+    status: str
+    reason: str
+    seconds: float
+    warnings: list[str]
+    metrics: dict[str, Any]
+    precision: str = DEFAULT_PRECISION
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+#: files SQLite keeps beside a database while it is open (WAL) or in a transaction (rollback journal)
+SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def is_sqlite(path: Path) -> bool:
+    """Whether ``path`` is a readable file that starts as every SQLite database does."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+#: (device, inode) -> how many Stores of this process have that database file open. POSIX record locks
+#: (SQLite's) belong to the process, and closing any descriptor of the file drops them all: another
+#: Store of a file open here must not read its header with open() nor connect to it immutable (no
+#: locks, a plain close). SQLite's own locking connections are safe (it defers such a close).
+_HELD: Counter[tuple[int, int] | None] = Counter()
+_HELD_LOCK = threading.Lock()
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _held(key: tuple[int, int] | None, change: int = 0) -> bool:
+    """Whether this process has the file ``key`` open in a Store, after adding ``change`` to its count."""
+    with _HELD_LOCK:
+        _HELD[key] = max(_HELD[key] + change, 0)
+        return key is not None and _HELD[key] > 0
+
+
+def _sidecar(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _archived(path: Path) -> bool:
+    """A database SQLite cannot open in WAL mode even for reading: its directory cannot take the -shm
+    file (read-only, as an archive often is) and no -wal is there to be read."""
+    return not os.access(path.resolve().parent, os.W_OK) and not _sidecar(path, "-wal").exists()
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(path: str | Path, db: str | Path | None = None) -> Path:
+    """An output file of a command (export --out, compare --html, a report's or the survey's files) must
+    not be the results database ``db`` or one of its -wal/-shm/-journal files, by any name (relative,
+    symlinked, hard-linked), nor any other SQLite database or its sidecar: writing there would destroy
+    stored results, or another application's data. Raises :class:`UsageError`; returns the path."""
+    out = Path(path)
+    if db is not None:
+        for base in {Path(db), Path(db).resolve()}:
+            for suffix in ("", *SIDECARS):
+                if _same_file(out, _sidecar(base, suffix)):
+                    what = "the results database" if not suffix else f"the {suffix[1:]} file of the results database"
+                    raise UsageError(f"{path} is {what} {db}; refusing to overwrite it")
+    if is_sqlite(out):
+        raise UsageError(f"{path} is an SQLite database; refusing to overwrite it")
+    real = out.resolve()
+    for suffix in SIDECARS:
+        if real.name.endswith(suffix) and is_sqlite(real.with_name(real.name[: -len(suffix)])):
+            raise UsageError(f"{path} is the {suffix[1:]} file of an SQLite database; refusing to overwrite it")
+    return out
+
+
+def explain(exc: sqlite3.Error) -> str:
+    """An sqlite3 error in words that say what happened (SQLite's own names are terse: "attempt to
+    write a readonly database", "file is not a database")."""
+    name = getattr(exc, "sqlite_errorname", None) or ""  # absent on errors raised by the sqlite3 module itself
+    if name.startswith("SQLITE_READONLY"):
+        return (f"the database is read-only ({exc}): the file, its directory (which must take the -wal and -shm "
+                "files) or the file system is not writable")
+    if name.startswith("SQLITE_CANTOPEN"):
+        return f"cannot open the database file ({exc}): a missing or read-only directory?"
+    if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or name.startswith("SQLITE_CORRUPT"):
+        return f"not a database file, or a corrupt one ({exc})"
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return f"the database is locked by another process ({exc}); try again when it has finished"
+    if name.startswith("SQLITE_CONSTRAINT"):
+        return f"a write conflicts with what is stored ({exc})"
+    if name.startswith("SQLITE_FULL"):
+        return f"the disk is full ({exc})"
+    if name.startswith("SQLITE_IOERR"):
+        return f"an I/O error on the database file ({exc})"
+    if name == "SQLITE_ERROR" and ("no such" in str(exc) or "no column" in str(exc)):
+        return f"{exc} (a schema from another dlbench version?)"
+    return str(exc)
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+class Store:
+    """``read_only``: for commands that only read (runs, show, export, report, compare): the file is
+    opened with SQLite's ``mode=ro``, so an archived database in a read-only directory can be read."""
+
+    def __init__(self, path: str | Path, create: bool = True, read_only: bool = False):
+        self.path = Path(path)
+        self.read_only = read_only
+        #: the file's schema version (an older one is migrated when a writing command opens it)
+        self.version: int | None = None
+        #: what reading has found damaged and set aside (dlbench.storage.damage), one line each, naming the run and cell
+        self.damage: list[str] = []
+        self.conn = self._open(create)
+        self._inode: tuple[int, int] | None = _inode(self.path)
+        _held(self._inode, +1)
+
+    # --- opening and checking ------------------------------------------------------------
+    def _open(self, create: bool) -> sqlite3.Connection:
+        exists = self.path.exists()
+        if not exists and (self.read_only or not create):
+            raise UsageError(f"no dlbench database at {self.path}")
+        held = exists and _held(_inode(self.path))
+        if exists and not held:  # a file this process has open was checked when it was opened
+            if self.path.is_dir():
+                raise UsageError(f"{self.path} is a directory, not a database file")
+            if not is_sqlite(self.path) and self.path.stat().st_size:
+                raise UsageError(f"{self.path} is not a dlbench database (not an SQLite file)")
+        fresh = not exists or self.path.stat().st_size == 0
+        if not fresh:
+            # checked through a read-only connection that leaves no -wal/-shm behind: a file that is
+            # refused is never written, not even switched to WAL
+            conn = self._connect_read_only(immutable=not held and not _sidecar(self.path, "-wal").exists())
+            try:
+                self.version = self._check(conn)
+            finally:
+                conn.close()
+            fresh = self.version is None
+        if self.read_only:
+            if fresh:
+                raise UsageError(f"no dlbench database at {self.path} (an empty file)")
+            return self._connect_read_only(immutable=not held and _archived(self.path))
+        if not exists:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UsageError(f"cannot create a database at {self.path}: {exc.strerror}") from None
+        if not os.access(self.path.resolve().parent, os.W_OK):
+            raise UsageError(f"cannot write {self.path}: its directory is not writable (SQLite keeps the -wal and -shm "
+                             "files there); commands that only read it still work")
+        try:
+            conn = sqlite3.connect(self.path, timeout=30)
+            if fresh:
+                with conn:
+                    conn.executescript(SCHEMA + LEASES + ";")
+                    conn.executemany("INSERT INTO meta VALUES (?, ?)",
+                                     [("app", APP), ("schema_version", str(SCHEMA_VERSION))])
+                self.version = SCHEMA_VERSION
+            elif self.version < SCHEMA_VERSION:
+                self._migrate(conn, self.version)
+                self.version = SCHEMA_VERSION
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:
+            raise UsageError(f"cannot write database {self.path}: {explain(exc)}") from None
+        return conn
+
+    def _connect_read_only(self, immutable: bool) -> sqlite3.Connection:
+        """SQLite's ``mode=ro``: nothing is written; ``immutable=1`` also needs no -shm file, which a
+        read-only directory (an archived database) cannot hold."""
+        uri = f"{self.path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if immutable else "")
+        try:
+            return sqlite3.connect(uri, uri=True, timeout=30)
+        except sqlite3.Error as exc:
+            raise UsageError(f"cannot read database {self.path}: {explain(exc)}") from None
+
+    def _check(self, conn: sqlite3.Connection) -> int | None:
+        """The schema version of the dlbench database the file holds (this version's, or an older one
+        it migrates), None when it holds no table (a fresh file); :class:`UsageError` for anything else."""
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not tables:
+                return None
+            if "meta" not in tables:
+                raise UsageError(f"{self.path} is not a dlbench database (it has other tables)")
+            meta = dict(conn.execute("SELECT key, value FROM meta"))
+        except sqlite3.Error as exc:
+            raise UsageError(f"{self.path} is not a dlbench database ({explain(exc)})") from None
+        if meta.get("app") != APP:
+            raise UsageError(f"{self.path} is not a dlbench database")
+        raw = meta.get("schema_version", "0")
+        try:
+            version = int(raw)
+        except (TypeError, ValueError):
+            raise UsageError(f"{self.path}: schema version {raw!r} is not a number (a damaged dlbench database?)") \
+                from None
+        if version > SCHEMA_VERSION:
+            raise UsageError(f"{self.path} has schema version {version}, newer than this dlbench understands "
+                             f"({SCHEMA_VERSION}); upgrade dlbench")
+        return version
+
+    def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
+        """Bring a database of an older dlbench to SCHEMA_VERSION in one transaction; additive only, so
+        what it holds reads the same afterwards."""
+        if any(v not in MIGRATIONS for v in range(version, SCHEMA_VERSION)):
+            raise UsageError(f"{self.path} has old schema version {version}; no migration known")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for v in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[v]:
+                    conn.execute(statement)
+            conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+            conn.commit()
+        except sqlite3.Error as exc:
+            conn.rollback()
+            raise UsageError(f"cannot upgrade {self.path} from schema version {version} to {SCHEMA_VERSION}: "
+                             f"{exc}") from None
+
+    @property
+    def _precision(self) -> str:
+        """The precision column, or float32 for a database read as it is from before precision was an
+        axis (version 2 and older, opened read-only: not migrated)."""
+        return "precision" if (self.version or SCHEMA_VERSION) >= 3 else "'fp32'"
+
+    def reopen(self) -> Store:
+        """Another connection to this database (for another thread)."""
+        return Store(self.path, create=False)
+
+    def close(self) -> None:
+        self.conn.close()
+        if self._inode is not None:
+            _held(self._inode, -1)
+            self._inode = None
+
+    # --- runs -----------------------------------------------------------------------------
+    def create_run(self, suite_name: str, suite: dict, argv: list[str] | None = None, run_id: str | None = None) -> str:
+        run_id = run_id or new_run_id()
+        with self.conn:
+            self.conn.execute("INSERT INTO runs (id, started_at, status, suite_name, suite_json, argv) VALUES (?,?,?,?,?,?)",
+                              (run_id, time.time(), "running", suite_name, json.dumps(suite), json.dumps(argv or [])))
+        return run_id
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        with self.conn:
+            self.conn.execute("UPDATE runs SET finished_at=?, status=? WHERE id=?", (time.time(), status, run_id))
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        row = self.conn.execute("SELECT id, started_at, finished_at, status, suite_name, suite_json, argv FROM runs "
+                                "WHERE id=?", (run_id,)).fetchone()
+        if row is None:
+            raise UsageError(f"no run {run_id!r} in {self.path}")
+        lease = self.lease(run_id)
+        return {"id": row[0], "started_at": row[1], "finished_at": row[2], "status": judge(row[3], lease),
+                "suite_name": row[4], "suite": self._json(row[5], dict, f"run {run_id}: its suite", {}),
+                "argv": self._json(row[6], list, f"run {run_id}: its command line", []), "lease": lease}
+
+    def _json(self, text: Any, kind: type, what: str, default: Any) -> Any:
+        """A stored JSON field; a damaged one reads as ``default``, noted in :attr:`damage`."""
+        notes: list[str] = []
+        value = load_json(text, kind, what, notes, default)
+        self._note(*notes)
+        return value
+
+    def _note(self, *notes: str) -> None:
+        self.damage += [n for n in notes if n not in self.damage]
+
+    def latest_run_id(self) -> str:
+        row = self.conn.execute("SELECT id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1").fetchone()
+        if row is None:
+            raise UsageError(f"no runs in {self.path}")
+        return row[0]
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute("""
+            SELECT r.id, r.started_at, r.finished_at, r.status, r.suite_name,
+                   SUM(c.status = 'ok'), SUM(c.status IS NOT NULL AND c.status != 'ok')
+            FROM runs r LEFT JOIN cells c ON c.run_id = r.id GROUP BY r.id ORDER BY r.started_at""").fetchall()
+        return [{"id": r[0], "started_at": r[1], "finished_at": r[2], "status": judge(r[3], self.lease(r[0])),
+                 "suite": r[4], "cells_ok": r[5] or 0, "cells_failed": r[6] or 0} for r in rows]
+
+    # --- leases (dlbench.storage.lease decides who is alive; this only reads and writes the rows) ---------------
+    def lease(self, run_id: str) -> dict[str, Any] | None:
+        if self.version is not None and self.version < 2:  # an older database read as it is: no leases yet
+            return None
+        row = self.conn.execute("SELECT pid, host, token, heartbeat FROM leases WHERE run_id=?", (run_id,)).fetchone()
+        return None if row is None else {"pid": row[0], "host": row[1], "token": row[2], "heartbeat": row[3]}
+
+    def claim_lease(self, run_id: str, holder: dict[str, Any], live: Callable[[dict[str, Any]], bool]) -> dict | None:
+        """Take ``run_id``'s lease for ``holder`` (pid, host, token, heartbeat) and mark the run running,
+        unless a live driver holds it: that lease is returned then and nothing is written. One
+        transaction (BEGIN IMMEDIATE), so two drivers resuming one run cannot both get it."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            held = self.lease(run_id)
+            if held is not None and live(held):
+                self.conn.rollback()
+                return held
+            self.conn.execute("INSERT OR REPLACE INTO leases VALUES (?,?,?,?,?)",
+                              (run_id, holder["pid"], holder["host"], holder["token"], holder["heartbeat"]))
+            self.conn.execute("UPDATE runs SET status='running', finished_at=NULL WHERE id=?", (run_id,))
+            self.conn.commit()
+        except BaseException:
+            self.conn.rollback()
+            raise
+        return None
+
+    def beat_lease(self, run_id: str, holder: dict[str, Any], now: float) -> None:
+        with self.conn:
+            self.conn.execute("UPDATE leases SET heartbeat=? WHERE run_id=? AND pid=? AND host=? AND token=?",
+                              (now, run_id, holder["pid"], holder["host"], holder["token"]))
+
+    def release_lease(self, run_id: str, holder: dict[str, Any]) -> None:
+        with self.conn:
+            self.conn.execute("DELETE FROM leases WHERE run_id=? AND pid=? AND host=? AND token=?",
+                              (run_id, holder["pid"], holder["host"], holder["token"]))
+
+    # --- environment, peaks, verifications ------------------------------------------------------
+    def save_environment(self, run_id: str, env: dict) -> None:
+        with self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO environments VALUES (?, ?)", (run_id, json.dumps(env, default=str)))
+
+    def environment(self, run_id: str) -> dict:
+        row = self.conn.execute("SELECT data FROM environments WHERE run_id=?", (run_id,)).fetchone()
+        return self._json(row[0], dict, f"run {run_id}: its environment", {}) if row else {}
+
+    def save_peak(self, run_id: str, threads: int, rates: dict[str, float]) -> None:
+        with self.conn:
+            self.conn.executemany("INSERT OR REPLACE INTO peaks VALUES (?,?,?,?)",
+                                  [(run_id, threads, engine, rate) for engine, rate in rates.items()])
+
+    def peaks(self, run_id: str) -> dict[int, dict[str, float]]:
+        out: dict[int, dict[str, float]] = {}
+        rows = self.conn.execute("SELECT threads, engine, gflops FROM peaks WHERE run_id=?", (run_id,))
+        for threads, engine, rate in rows:
+            if not is_number(rate) or rate <= 0 or not isinstance(threads, int):
+                self._note(f"run {run_id}: the machine peak of {engine} at {threads!r} thread(s) is {rate!r}: set aside")
+                continue
+            out.setdefault(threads, {})[engine] = rate
+        return out
+
+    def save_verification(self, run_id: str, framework: str, variant: str, model: str, device: str, verdict: str,
+                          reason: str, data: dict, precision: str = DEFAULT_PRECISION) -> None:
+        with self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO verifications (run_id, framework, variant, model, device, "
+                              "verdict, reason, data, precision) VALUES (?,?,?,?,?,?,?,?,?)",
+                              (run_id, framework, variant, model, device, verdict, reason, json.dumps(data, default=str),
+                               precision))
+
+    def verifications(self, run_id: str) -> dict[tuple[str, str, str, str, str], dict]:
+        """Verdicts by :attr:`dlbench.core.cell.Cell.group`: (framework, variant, model, device, precision)."""
+        rows = self.conn.execute(f"SELECT framework, variant, model, device, {self._precision}, verdict, reason, data "
+                                 "FROM verifications WHERE run_id=?", (run_id,))
+        return {tuple(r[:5]): {"verdict": r[5], "reason": r[6],
+                               **self._json(r[7], dict, f"run {run_id}: the gate's record of {r[0]} {r[2]}", {})}
+                for r in rows}
+
+    # --- files kept with a run ---------------------------------------------------------------
+    def artifacts_dir(self, run_id: str) -> Path:
+        """Where a run's files live beside the database (profiler traces, LoadGen logs): one directory
+        per run, made by whoever writes the first file, removed with nothing else."""
+        return self.path.parent / "artifacts" / run_id
+
+    # --- bisections (dlbench.bisect) ------------------------------------------------------------
+    def save_bisection(self, bisection_id: str, started_at: float, status: str, data: dict) -> None:
+        with self.conn:
+            self.conn.execute(BISECTIONS)
+            self.conn.execute("INSERT OR REPLACE INTO bisections VALUES (?,?,?,?,?)",
+                              (bisection_id, started_at, time.time(), status, json.dumps(data, default=str)))
+
+    def bisections(self) -> list[dict[str, Any]]:
+        """Every stored bisection's data, oldest first (none where the table was never made)."""
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='bisections'").fetchone() is None:
+            return []
+        rows = self.conn.execute("SELECT data FROM bisections ORDER BY started_at, rowid").fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    # --- cells and samples ------------------------------------------------------------------
+    def save_cell(self, run_id: str, cell: dict, status: str, reason: str, seconds: float, warnings: list[str],
+                  metrics: dict, samples: Iterable[Sample]) -> int:
+        if status not in CELL_STATUSES:
+            raise ValueError(f"bad cell status {status!r}")
+        with self.conn:
+            cur = self.conn.execute(
+                "INSERT INTO cells (run_id, key, framework, variant, model, scenario, batch, threads, device, data, "
+                "status, reason, finished_at, seconds, warnings, metrics, precision) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, cell["key"], cell["framework"], cell["variant"], cell["model"], cell["scenario"], cell["batch"],
+                 cell["threads"], cell["device"], cell.get("data", "synthetic"), status, reason, time.time(), seconds,
+                 json.dumps(warnings), json.dumps(metrics, default=str), cell.get("precision", DEFAULT_PRECISION)))
+            cell_id = cur.lastrowid
+            self.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)",
+                                  [(cell_id, s.repeat, s.idx, s.phase, s.value_ns, s.loop_k) for s in samples])
+        return int(cell_id)
+
+    def done_keys(self, run_id: str) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT key FROM cells WHERE run_id=?", (run_id,))}
+
+    def cells(self, run_id: str) -> list[CellRecord]:
+        rows = self.conn.execute(
+            "SELECT id, run_id, key, framework, variant, model, scenario, batch, threads, device, data, status, reason, "
+            f"seconds, warnings, metrics, {self._precision} FROM cells WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
+        out = []
+        for r in rows:
+            notes: list[str] = []
+            warnings = load_json(r[14], list, "its warnings", notes, [])
+            metrics = load_json(r[15], dict, "its metrics", notes, {})
+            if not isinstance(r[7], int) or not isinstance(r[8], int):
+                notes.append(f"batch {r[7]!r} and threads {r[8]!r} are not counts")
+            if notes:  # a cell whose stored fields cannot be read is set aside, named, not guessed at
+                self._note(f"run {run_id}: cell {r[2]} set aside: {'; '.join(notes)}")
+                continue
+            out.append(CellRecord(*r[:12], r[12] or "", r[13] if is_number(r[13]) else 0.0,
+                                  [str(w) for w in warnings], metrics, r[16]))
+        return out
+
+    def samples(self, cell_id: int, phase: str | None = None) -> list[Sample]:
+        query = "SELECT repeat, idx, phase, value_ns, loop_k FROM samples WHERE cell_id=?"
+        args: tuple = (cell_id,)
+        if phase is not None:
+            query += " AND phase=?"
+            args += (phase,)
+        return [Sample(*r) for r in self.conn.execute(query + " ORDER BY repeat, idx", args)]
