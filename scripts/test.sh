@@ -7,6 +7,7 @@ python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -c constraints.txt -e '.[all,test]'
 .venv/bin/ruff check src tests benchmarks
+.venv/bin/lint-imports  # the layers contract in pyproject.toml: an upward import fails here
 if [ "$#" -gt 0 ]; then  # tests named on the command line: one plain pytest run
   exec .venv/bin/python -m pytest -q "$@"
 fi
