@@ -36,8 +36,10 @@ def test_the_layers_contract_holds_and_an_upward_import_breaks_it(tmp_path):
 
 
 def test_the_root_keeps_a_handful_of_modules():
-    assert sorted(p.name for p in (ROOT / "src" / "dlbench").glob("*.py")) == [
-        "__init__.py", "__main__.py", "api.py", "worker.py"]
+    """The entry points (the API, the measuring process, ``python -m dlbench``); everything else sits
+    in its layer's package."""
+    root = {p.name for p in (ROOT / "src" / "dlbench").glob("*.py")}
+    assert {"__init__.py", "__main__.py", "api.py", "worker.py"} <= root and len(root) <= 6
 
 
 # --- how-to: add a framework -------------------------------------------------------------------------------
