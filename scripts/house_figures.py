@@ -67,7 +67,8 @@ def figures(rev: str, scenario_names: set[str], plugin: str | None) -> dict:
     sys.path.insert(0, str(ROOT))
     from tests.test_scenarios import OTHER_MEANINGS, scenario_name_comparisons  # the test's own check
 
-    # the same exemptions at the paths they had before the layout (gate/verify.py was verify.py)
+    # the same exemptions at the paths they had before the layout (gate/ and report/ modules moved
+    # there from the package root)
     exempt = {*OTHER_MEANINGS, *(k.rpartition("/")[2] for k in OTHER_MEANINGS if k.startswith(("gate/", "report/")))}
 
     files = sources(rev)

@@ -29,7 +29,7 @@ def test_the_layers_contract_holds_and_an_upward_import_breaks_it(tmp_path):
     assert _lint(ROOT / "src", tmp_path).returncode == 0
     planted = tmp_path / "src"
     shutil.copytree(ROOT / "src" / "dlbench", planted / "dlbench", ignore=shutil.ignore_patterns("__pycache__"))
-    errors = planted / "dlbench" / "core" / "errors.py"
+    errors = planted / "dlbench/core/errors.py"
     errors.write_text(errors.read_text() + "\n\ndef _upward():\n    from dlbench import api  # noqa\n")
     out = _lint(planted, tmp_path)
     assert out.returncode == 1 and "dlbench.core is not allowed to import dlbench.api" in out.stdout
