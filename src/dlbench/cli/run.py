@@ -24,11 +24,12 @@ from dlbench.measure.stats import summarize
 from dlbench.planning import flags, resolve
 from dlbench.planning.estimate import Estimate, env_builds, format_duration, setup_seconds
 from dlbench.planning.plan import Cell, Suite, suite_from_dict
+from dlbench.report import cost
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
 from dlbench.report.results import RunResults
 from dlbench.report.summary import summary_dict, summary_rows, summary_scenarios
+from dlbench.report.tables import DASH, fmt_num
 from dlbench.report.tables import Table as ReportTable
-from dlbench.report.tables import fmt_num
 from dlbench.scenarios import registry
 from dlbench.storage.store import DEFAULT_DB, Sample, Store, check_output
 
@@ -419,9 +420,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     res = api.results(args.run_id, args.db)
     note_damage(res.damaged)
     if args.cost:
-        from dlbench.report.cost import print_cost
-
-        return print_cost(res, args.json)
+        return _print_cost(res, args.json)
     if args.warnings and not args.json:
         for c in res.cells:
             for w in c.cell.warnings:
@@ -503,3 +502,26 @@ def register(sub) -> None:
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.set_defaults(func=cmd_export)
 
+
+def _print_cost(res: RunResults, as_json: bool) -> int:
+    """``dlbench show --cost``: where a run's time went, cell by cell (:mod:`dlbench.report.cost`)."""
+    rows = cost.cell_costs(res)
+    total = cost.run_cost(res, rows)
+    if as_json:
+        print(json.dumps({"run": res.run_id, "cells": rows, "total": total}, indent=2, default=str))
+        return 0
+    table = Table(title=f"where the time went: run {res.run_id} (seconds)", title_justify="left")
+    for col in ("cell", "procs", *(cost.LABELS[p] for p in cost.ORDER), "total", "±", "between call/proc", "reused"):
+        table.add_column(col, justify="left" if col in ("cell", "reused") else "right")
+    for r in rows:
+        met = "" if r["met"] is None else (" ✓" if r["met"] else " ✗")
+        table.add_row(r["key"], str(r["processes"] or DASH), *(fmt_num(r[p]) for p in cost.ORDER), fmt_num(r["total_s"]),
+                      cost.pct_text(r["half_width"]) + met, cost.shares_text(r), ",".join(r["reused"]))
+    table.add_row("all cells", "", *(fmt_num(total[p]) for p in cost.ORDER), fmt_num(total["cells_s"]), "", "", "")
+    console.print(table)
+    if total["wall_s"] is not None:
+        print(f"run wall time {fmt_num(total['wall_s'])} s: cells {fmt_num(total['cells_s'])} s, outside them "
+              f"(machine peak, environments, the driver) {fmt_num(total['outside_cells_s'])} s")
+    if total["with_target"]:
+        print(f"{total['met']} of {total['with_target']} cell(s) measured to a target met it")
+    return 0

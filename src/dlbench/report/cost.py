@@ -11,11 +11,8 @@ were recorded shows its wall time as "rest".
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
-
-from rich.table import Table as RichTable
 
 from dlbench.measure.adaptive import percent
 from dlbench.measure.cost import PARTS
@@ -76,7 +73,7 @@ def run_cost(res: RunResults, rows: list[dict[str, Any]]) -> dict[str, Any]:
             "met": sum(1 for r in rows if r["met"]), "with_target": sum(1 for r in rows if r["met"] is not None)}
 
 
-def _pct(x: float | None) -> str:
+def pct_text(x: float | None) -> str:
     return DASH if x is None else f"±{percent(x)}"
 
 
@@ -84,36 +81,11 @@ def _share(x: float | None) -> str:
     return DASH if x is None else f"{100 * x:.0f}%"
 
 
-def _shares(r: dict[str, Any]) -> str:
+def shares_text(r: dict[str, Any]) -> str:
     """The between-process share of one call's variance / of one process median's."""
     if r["between_share"] is None:
         return DASH
     return f"{_share(r['between_share'])} / {_share(r['process_between_share'])}"
-
-
-def print_cost(res: RunResults, as_json: bool) -> int:
-    from dlbench.cli.common import console
-
-    rows = cell_costs(res)
-    total = run_cost(res, rows)
-    if as_json:
-        print(json.dumps({"run": res.run_id, "cells": rows, "total": total}, indent=2, default=str))
-        return 0
-    table = RichTable(title=f"where the time went: run {res.run_id} (seconds)", title_justify="left")
-    for col in ("cell", "procs", *(LABELS[p] for p in ORDER), "total", "±", "between call/proc", "reused"):
-        table.add_column(col, justify="left" if col in ("cell", "reused") else "right")
-    for r in rows:
-        met = "" if r["met"] is None else (" ✓" if r["met"] else " ✗")
-        table.add_row(r["key"], str(r["processes"] or DASH), *(fmt_num(r[p]) for p in ORDER), fmt_num(r["total_s"]),
-                      _pct(r["half_width"]) + met, _shares(r), ",".join(r["reused"]))
-    table.add_row("all cells", "", *(fmt_num(total[p]) for p in ORDER), fmt_num(total["cells_s"]), "", "", "")
-    console.print(table)
-    if total["wall_s"] is not None:
-        print(f"run wall time {fmt_num(total['wall_s'])} s: cells {fmt_num(total['cells_s'])} s, outside them "
-              f"(machine peak, environments, the driver) {fmt_num(total['outside_cells_s'])} s")
-    if total["with_target"]:
-        print(f"{total['met']} of {total['with_target']} cell(s) measured to a target met it")
-    return 0
 
 
 def section(res: RunResults) -> Section:
@@ -125,7 +97,7 @@ def section(res: RunResults) -> Section:
         Column("total", "total"), Column("hw", "±", numeric=False),
         Column("between", "between call / process", numeric=False)]
     body = [[Value(r["key"]), *(Value(fmt_num(r[p]), r[p]) for p in ORDER), Value(fmt_num(r["total_s"]), r["total_s"]),
-             Value(_pct(r["half_width"])), Value(_shares(r))] for r in rows]
+             Value(pct_text(r["half_width"])), Value(shares_text(r))] for r in rows]
     total = run_cost(res, rows)
     body.append([Value("all cells"), *(Value(fmt_num(total[p]), total[p]) for p in ORDER),
                  Value(fmt_num(total["cells_s"]), total["cells_s"]), Value(""), Value("")])
