@@ -31,7 +31,7 @@ DISTRIBUTION = "dlbench-fakerel"
 FRAMEWORK_INFO = FrameworkInfo("fakerel", __file__, DISTRIBUTION, "dlbench_fakerel", ("default",),
                                "test double: a tiny framework published as releases on a local index",
                                scenarios=("forward",))
-companions.register("fakerel", DISTRIBUTION, (companions.Line("1.0", ()),), "fakerel's first release is 1.0")
+companions.register("fakerel", DISTRIBUTION, (companions.Line("1.0.0", ()),), "fakerel's first release is 1.0")
 
 
 def _backend():
