@@ -17,7 +17,10 @@ Fast path and fairness settings:
 * gradient: ``cleargrads()`` then ``loss.backward()``. Frozen layers (SAE pre-training) are applied
   with their arrays, not their Parameters, so no gradient is computed for them.
 * optimiser: ``chainer.optimizers.MomentumSGD(lr, momentum=0.9)`` (``v = m v - lr g; w += v``,
-  the same update as torch's for a constant learning rate).
+  the same update as torch's for a constant learning rate), or ``chainer.optimizers.AdamW(alpha=lr,
+  weight_decay_rate=lr * wd)`` (Kingma & Ba's efficient form, the gate's ``hat`` epsilon; Chainer's
+  decay ``w -= eta * weight_decay_rate * w`` is not scaled by the learning rate, so the rate passed
+  is ``lr * wd``, torch's decay).
 * threads: NumPy's BLAS threads, set by the launcher's ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``
   before the import and again by ``threadpoolctl`` (in the environment) in ``set_threads``, which
   reads the count back.
@@ -338,6 +341,7 @@ class ChainerBackend(Backend):
     name = "chainer"
     variants = ("default",)
     packages = ("chainer", "numpy")
+    adamw_eps = "hat"
 
     def __init__(self) -> None:
         self.threads: int | None = None
@@ -412,7 +416,13 @@ class ChainerBackend(Backend):
                             f"dlbench's FunctionHook trace (chainer {chainer.__version__})")
 
     def train_step(self, model: ChainerModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
-        optimizer = chainer.optimizers.MomentumSGD(lr=opt.lr, momentum=opt.momentum)
+        if opt.name == "adamw":
+            optimizer = chainer.optimizers.AdamW(alpha=opt.lr, beta1=opt.betas[0], beta2=opt.betas[1], eps=opt.eps,
+                                                 weight_decay_rate=opt.lr * opt.weight_decay)
+        elif opt.name == "sgd":
+            optimizer = chainer.optimizers.MomentumSGD(lr=opt.lr, momentum=opt.momentum)
+        else:
+            raise UnsupportedError(f"chainer: no optimiser {opt.name!r} in dlbench")
         optimizer.setup(model.net)
         for p in model.extra:
             p.update_rule.enabled = False

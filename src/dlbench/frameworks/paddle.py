@@ -16,7 +16,9 @@ Fast path and fairness settings:
   ``OMP_NUM_THREADS`` says, so ``set_threads`` calls ``paddle.base.core.set_num_threads(n)`` and sets
   the flag; it reads the flag back.
 * optimiser: ``paddle.optimizer.Momentum(lr, momentum=0.9)`` over the trainable parameters
-  (``v = m v + g; w -= lr v``, torch's update). ``clear_grad`` before each backward.
+  (``v = m v + g; w -= lr v``, torch's update), or ``paddle.optimizer.AdamW`` (its fused ``adamw``
+  kernel: decay ``w -= lr wd w``, epsilon after the bias correction as torch's). ``clear_grad`` before
+  each backward.
 * LSTM: ``paddle.nn.LSTM`` (batch first, gate order i, f, g, o) has two biases per gate; the canonical
   bias goes into ``bias_ih_l0`` and ``bias_hh_l0`` is held at zero: it is left out of the optimiser
   but keeps ``stop_gradient=False``, because the dygraph backward of Paddle's fused ``rnn`` kernel
@@ -358,7 +360,15 @@ class PaddleBackend(Backend):
 
     def train_step(self, model: PaddleModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
         model.loss.train()
-        optimizer = paddle.optimizer.Momentum(learning_rate=opt.lr, momentum=opt.momentum, parameters=model.trainable)
+        if opt.name == "adamw":
+            optimizer = paddle.optimizer.AdamW(learning_rate=opt.lr, beta1=opt.betas[0], beta2=opt.betas[1],
+                                               epsilon=opt.eps, weight_decay=opt.weight_decay,
+                                               parameters=model.trainable)
+        elif opt.name == "sgd":
+            optimizer = paddle.optimizer.Momentum(learning_rate=opt.lr, momentum=opt.momentum,
+                                                  parameters=model.trainable)
+        else:
+            raise UnsupportedError(f"paddle: no optimiser {opt.name!r} in dlbench")
         loss_fn, x, y, mask = model.loss, batch["x"], batch["y"], batch["mask"]
 
         def run():
