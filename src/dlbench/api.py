@@ -59,14 +59,15 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
         seed: int | None = None, data: str | None = None, data_dir: str | None = None, convergence: dict | None = None,
         db: str | Path = DEFAULT_DB, resume: str | None = None, progress=None, argv: list[str] | None = None,
         distributed: dict | None = None, serving: dict | None = None,
-        precisions: list[str] | None = None) -> RunResults:
+        precisions: list[str] | None = None, optimizer: dict | None = None) -> RunResults:
     """Run a suite (the built-in ``quick`` by default) and return its analysed results.
 
     Mirrors ``dlbench run``: ``suite`` is a name, a YAML file or a :class:`~dlbench.plan.Suite`; flags
     override the suite's axes; ``resume`` finishes a stored run; ``distributed`` sets the scaling
     scenario's options (workers, scaling, exchange, launcher, cluster); ``serving`` the latency and
     LoadGen scenarios' (:class:`~dlbench.plan.ServingModel`); ``precisions`` the numeric precisions
-    (dlbench.precision). A resumed run is measured as
+    (dlbench.precision); ``optimizer`` the update of the cells that train (:class:`~dlbench.plan.OptimizerModel`:
+    name sgd or adamw, lr, momentum, betas, eps, weight_decay). A resumed run is measured as
     it was stored: any other setting given with ``resume`` is refused."""
     kwargs = {"progress": progress} if progress else {}
     if resume:
@@ -74,7 +75,7 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
                     "scenarios": scenarios, "batches": batches, "threads": threads, "devices": devices,
                     "protocol": protocol, "seed": seed, "data": data, "data_dir": data_dir,
                     "convergence": convergence, "distributed": distributed, "serving": serving,
-                    "precisions": precisions}
+                    "precisions": precisions, "optimizer": optimizer}
         given = [name for name, value in settings.items() if value is not None]
         if given:
             raise UsageError(f"resume measures run {resume} as it was stored; it takes no {', '.join(given)}")
@@ -83,7 +84,7 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
         s = flags.build_suite(suite, models=models, frameworks=frameworks, variants=variants, scenarios=scenarios,
                                batches=batches, threads=threads, devices=devices, protocol=protocol, seed=seed,
                                data=data, data_dir=data_dir, convergence=convergence, distributed=distributed,
-                               serving=serving, precisions=precisions)
+                               serving=serving, precisions=precisions, optimizer=optimizer)
         handle = runner.start(s, db, argv, **kwargs)
     return results(handle.run_id, db)
 

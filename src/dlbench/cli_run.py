@@ -25,7 +25,7 @@ from dlbench.measure.stats import summarize
 from dlbench.plan import Cell, Suite
 from dlbench.report.convergence import agreement
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
-from dlbench.report.summary import summary_dict, summary_rows, summary_scenarios
+from dlbench.report.summary import optimizer_text, summary_dict, summary_rows, summary_scenarios
 from dlbench.report.tables import fmt_num
 from dlbench.results import RunResults
 from dlbench.scenarios import registry
@@ -152,12 +152,27 @@ def _fit(text: str) -> str:
 
 def _convergence(args: argparse.Namespace) -> dict:
     out = {}
-    for flag, key in (("epochs", "epochs"), ("target_accuracy", "target_accuracy"), ("lr", "lr")):
+    for flag, key in (("epochs", "epochs"), ("target_accuracy", "target_accuracy")):
         value = getattr(args, flag)
         if value is not None:
             if value <= 0 or (key == "target_accuracy" and value > 1):
                 raise UsageError(f"--{flag.replace('_', '-')} out of range: {value}")
             out[key] = value
+    return out
+
+
+def _optimizer(args: argparse.Namespace) -> dict:
+    """The optimiser's flags (checked by the suite model, ``OptimizerModel``: a bad value is exit 2)."""
+    out: dict = {key: value for key, value in (
+        ("name", args.optimizer), ("lr", args.lr), ("momentum", args.momentum), ("eps", args.eps),
+        ("weight_decay", args.weight_decay)) if value is not None}
+    if args.betas is not None:
+        try:
+            out["betas"] = tuple(float(b) for b in args.betas.split(","))
+        except ValueError:
+            raise UsageError(f"--betas takes two numbers, B1,B2 (e.g. 0.9,0.999), got {args.betas!r}") from None
+        if len(out["betas"]) != 2:
+            raise UsageError(f"--betas takes two numbers, B1,B2 (e.g. 0.9,0.999), got {args.betas!r}")
     return out
 
 
@@ -262,7 +277,8 @@ def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
                                    devices=names(args.device, "--device"), protocol=_protocol(args) or None,
                                    seed=args.seed, data=args.data, data_dir=args.data_dir,
                                    convergence=_convergence(args) or None, distributed=distributed_flags(args),
-                                   serving=_serving(args) or None, precisions=names(args.precision, "--precision"))
+                                   serving=_serving(args) or None, precisions=names(args.precision, "--precision"),
+                                   optimizer=_optimizer(args) or None)
         done = set()
     _, cells = runner.plan_cells(suite)
     todo = [c for c in cells if c.key not in done]
@@ -343,7 +359,8 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
     fixed = [f"{a} {getattr(every[0], a)}" for a in axes if a not in shown] if every else []
     for model, rows in tables.items():
         scenarios = summary_scenarios(rows)
-        title = model + (f"  ({', '.join(fixed)})" if fixed else "")
+        about = fixed + [t for t in (optimizer_text(rows),) if t]
+        title = model + (f"  ({', '.join(about)})" if about else "")
         table = Table(title=escape(title), title_justify="left")
         for col in shown:
             table.add_column(col)
@@ -460,7 +477,15 @@ def register(sub) -> None:
     p.add_argument("--epochs", type=int, help="convergence: epochs of training (default 10)")
     p.add_argument("--target-accuracy", type=float, dest="target_accuracy",
                    help="convergence: test accuracy whose time-to-reach is reported (default 0.95)")
-    p.add_argument("--lr", type=float, help="convergence: learning rate (default: the paper's for the model)")
+    p.add_argument("--optimizer", help="the update of train_step, compile and convergence: sgd (with momentum, "
+                                       "default) or adamw (docs/scenarios.md)")
+    p.add_argument("--lr", type=float, help="learning rate of every cell that trains (default: sgd the paper's for "
+                                            "the model, adamw 5e-5 as transformers)")
+    p.add_argument("--momentum", type=float, help="sgd: momentum (default 0.9)")
+    p.add_argument("--betas", help="adamw: B1,B2 (default 0.9,0.999)")
+    p.add_argument("--eps", type=float, help="adamw: epsilon (default 1e-8)")
+    p.add_argument("--weight-decay", type=float, dest="weight_decay",
+                   help="adamw: decoupled weight decay (default 0, as transformers)")
     p.add_argument("--latency-calls", type=int, dest="latency_calls",
                    help="latency: single calls timed per process (default 3500)")
     p.add_argument("--qps", type=float, help="loadgen-server: target queries per second (default: half of one "

@@ -22,6 +22,7 @@ from dlbench.scenarios import registry
 from dlbench.suite import (
     ConvergenceModel,
     DistributedModel,
+    OptimizerModel,
     ProtocolModel,
     ServingModel,
     Suite,
@@ -29,7 +30,8 @@ from dlbench.suite import (
     check_threads,
 )
 
-__all__ = ["BUILTIN", "Cell", "ConvergenceModel", "DistributedModel", "ProtocolModel", "ServingModel", "Suite",
+__all__ = ["BUILTIN", "Cell", "ConvergenceModel", "DistributedModel", "OptimizerModel", "ProtocolModel",
+           "ServingModel", "Suite",
            "check_batches", "check_threads", "expand", "load_suite", "resolve_threads", "suite_from_dict"]
 
 
@@ -115,6 +117,7 @@ def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, c
                     if isinstance(suite.batch_sizes, dict) else suite.batch_sizes
                 data = suite.data.get(model, suite.data.get("default", "synthetic"))
                 for scenario in (scenarios_of(fw, suite.scenarios) if scenarios_of else suite.scenarios):
+                    optimizer = suite.optimizer.name if registry.of_stored(scenario).updates else "sgd"
                     batches: list[int] = []
                     for b in raw:
                         size = default_batch_of(model, scenario, data) if b == "default" else int(b)
@@ -122,7 +125,8 @@ def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, c
                             batches.append(size)
                     for batch in batches:
                         for t, device, precision in product(threads, suite.devices, suite.precisions):
-                            base = Cell(fw, variant, model, scenario, batch, t, device, data, precision=precision)
+                            base = Cell(fw, variant, model, scenario, batch, t, device, data, precision=precision,
+                                        optimizer=optimizer)
                             for cell in (cells_of(base) if cells_of else [base]):
                                 if not _excluded(cell, suite.exclude) and cell.key not in seen:
                                     seen.add(cell.key)

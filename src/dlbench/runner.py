@@ -112,7 +112,7 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
         at = f" at {precision}" if precision != "fp32" else ""
         progress("phase", text=f"verify {fw}/{variant}{at}: {len(models)} model(s)")
         job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
-               "threads": None, "precision": precision}
+               "threads": None, "precision": precision, "optimizers": [suite.optimizer.name]}
         timeout = max(suite.protocol.timeout_s, 60.0) * len(models)
         o = run_job(job, timeout, None, python=envs.python_for(fw), extra_env=framework_info(fw).variant_env.get(variant))
         if o.status == "ok":
@@ -230,7 +230,8 @@ def gate(cell: Cell, verdict: dict[str, Any]) -> CellOutcome | None:
     scenario = registry.get(cell.scenario)
     why = scenario.unsupported(framework_info(cell.framework)) or precision_unsupported(
         cell.precision, scenario.trains, cell.device) or (
-        scenario.float32_only if cell.precision != "fp32" else None)
+        scenario.float32_only if cell.precision != "fp32" else None) or (
+        scenario.sgd_only if cell.optimizer != "sgd" else None)
     if why is not None:
         return CellOutcome("unsupported", why)
     if verdict["verdict"] == "fail":

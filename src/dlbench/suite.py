@@ -49,6 +49,43 @@ class ConvergenceModel(BaseModel):
     log_steps: int = Field(50, ge=1)
 
 
+class OptimizerModel(BaseModel):
+    """The optimiser of every cell that updates parameters (``train_step``, ``compile``'s train step,
+    ``convergence``; dlbench.frameworks.base.OptimizerSpec). Defaults: SGD with momentum 0.9 at the
+    model's paper's learning rate; AdamW as transformers' ``TrainingArguments`` has it (lr 5e-5, betas
+    (0.9, 0.999), eps 1e-8, weight decay 0)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["sgd", "adamw"] = "sgd"
+    #: None: SGD the model's paper's rate (``ModelSpec.learning_rate``), AdamW 5e-5
+    lr: float | None = Field(None, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in v):
+            raise ValueError(f"each beta must be in [0, 1), got {list(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _settings_of_its_optimizer(self) -> OptimizerModel:
+        """A setting of the other optimiser (each named with its ``dlbench run`` flag) is refused, not ignored."""
+        defaults = type(self).model_fields
+        own = {"sgd": ("momentum",), "adamw": ("betas", "eps", "weight_decay")}[self.name]
+        foreign = [k for k in ("momentum", "betas", "eps", "weight_decay")
+                   if k not in own and getattr(self, k) != defaults[k].default]
+        if foreign:
+            flags = ", ".join(f"--{k.replace('_', '-')}" for k in foreign)
+            other = "adamw" if self.name == "sgd" else "sgd"
+            raise ValueError(f"{', '.join(foreign)} ({flags}) {'is a setting' if len(foreign) == 1 else 'are settings'} "
+                             f"of optimizer {other}, not {self.name}")
+        return self
+
+
 class ServingModel(BaseModel):
     """Settings of the deployment scenarios (``latency``, ``loadgen-*``; see docs/serving.md). None
     keeps MLPerf LoadGen's own rule or dlbench's default, named beside each."""
@@ -167,6 +204,7 @@ class Suite(BaseModel):
     seed: int = 0
     distributed: DistributedModel = Field(default_factory=lambda: DistributedModel())
     serving: ServingModel = Field(default_factory=ServingModel)
+    optimizer: OptimizerModel = Field(default_factory=OptimizerModel)
 
     @field_validator("frameworks", "models", "scenarios", "devices")
     @classmethod

@@ -49,7 +49,7 @@ import numpy as np
 
 from dlbench import reference
 from dlbench.data.synthetic import Batch, make_batch
-from dlbench.frameworks.base import Backend, UnsupportedError
+from dlbench.frameworks.base import OPTIMIZERS, Backend, UnsupportedError
 from dlbench.models import ModelSpec, verify_spec
 from dlbench.precision import expected_dtypes, get_precision
 from dlbench.verify_update import check_update, not_applied, update_tolerance
@@ -156,8 +156,9 @@ def _central_difference(spec: ModelSpec, weights: Weights, v: dict[str, np.ndarr
 
 
 def verify_model(backend: Backend, model_ref: str, variant: str | None = None, device: str = "cpu",
-                 seed: int = 0, precision: str = "fp32") -> VerifyResult:
-    """Run checks (a)-(e); never raises: a crash is a failed verdict with its reason."""
+                 seed: int = 0, precision: str = "fp32", optimizers: tuple[str, ...] = OPTIMIZERS) -> VerifyResult:
+    """Run checks (a)-(f), (f) for ``optimizers`` (a run checks its own; ``dlbench verify`` both); never
+    raises: a crash is a failed verdict with its reason."""
     variant = variant or backend.variants[0]
     started = time.perf_counter()
     spec = verify_spec(model_ref).without_dropout()
@@ -212,7 +213,8 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
             if update_tol is None:
                 res.update = {"not_applied": not_applied(precision)}
             else:  # last: the steps move the model's parameters
-                res.update_error, res.update, update_failures = check_update(backend, model, placed, update_tol)
+                res.update_error, res.update, update_failures = check_update(backend, model, placed, update_tol,
+                                                                             optimizers)
                 res.checks["update"] = not update_failures
                 failures += update_failures
         res.verdict = "fail" if failures else "pass"

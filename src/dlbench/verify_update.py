@@ -36,7 +36,7 @@ from dataclasses import replace
 import numpy as np
 
 from dlbench import reference_optim
-from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.base import OPTIMIZERS, Backend, OptimizerSpec, UnsupportedError
 from dlbench.precision import get_precision
 
 STEPS = 2
@@ -88,7 +88,8 @@ def step_error(after: dict[str, np.ndarray], expected: dict[str, np.ndarray],
     return math.sqrt(total) / max(math.sqrt(moved), 1e-30), max(diff, key=diff.__getitem__)
 
 
-def check_update(backend: Backend, model, placed, tol: float) -> tuple[float | None, dict, list[str]]:
+def check_update(backend: Backend, model, placed, tol: float,
+                 optimizers: tuple[str, ...] = OPTIMIZERS) -> tuple[float | None, dict, list[str]]:
     """Run the check on a built model (its parameters move: run it last). Returns the worst error (None:
     the framework has none of the optimisers), the per-optimiser record (``errors`` per step and the
     learning rate, or ``unsupported`` with the framework's reason) and the failures, each a sentence."""
@@ -97,7 +98,7 @@ def check_update(backend: Backend, model, placed, tol: float) -> tuple[float | N
     worst: float | None = None
     params = backend.get_params(model)
     _, grads = backend.loss_and_grads(model, placed)
-    for base in GATE_OPTIMIZERS:
+    for base in (o for o in GATE_OPTIMIZERS if o.name in optimizers):
         opt = gate_optimizer(base, params, grads)
         try:
             run = backend.train_step(model, placed, opt)

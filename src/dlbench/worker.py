@@ -31,6 +31,7 @@ def pin_threads(threads: int | None) -> list[int]:
 
 def run_verify(job: dict[str, Any]) -> dict[str, Any]:
     from dlbench.frameworks import get_backend
+    from dlbench.frameworks.base import OPTIMIZERS
     from dlbench.verify import verify_model
 
     backend = get_backend(job["framework"])
@@ -40,7 +41,8 @@ def run_verify(job: dict[str, Any]) -> dict[str, Any]:
     for model in job["models"]:
         for variant in job.get("variants") or backend.variants:
             results.append(verify_model(backend, model, variant, job.get("device", "cpu"),
-                                        precision=job.get("precision", "fp32")).to_dict())
+                                        precision=job.get("precision", "fp32"),
+                                        optimizers=tuple(job.get("optimizers") or OPTIMIZERS)).to_dict())
     return {"results": results, "info": backend.info()}
 
 

@@ -43,6 +43,9 @@ class UnsupportedError(Exception):
 
 #: the optimisers a training closure applies (dlbench.reference_optim holds their float64 definitions)
 OPTIMIZERS = ("sgd", "adamw")
+#: AdamW's learning rate when none is given: transformers' ``TrainingArguments`` default (with betas
+#: (0.9, 0.999), eps 1e-8 and weight decay 0, the defaults here too)
+ADAMW_LR = 5e-5
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,26 @@ class OptimizerSpec:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     weight_decay: float = 0.0
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any] | None, model_lr: float, lr: float | None = None) -> OptimizerSpec:
+        """The optimiser a job's settings (``dlbench.suite.OptimizerModel``, validated where the suite was
+        made) name, for a model whose paper trains at ``model_lr``; ``lr`` (a scenario's own, such as
+        convergence's) wins over the settings'. An unset rate is SGD's ``model_lr`` or AdamW's
+        :data:`ADAMW_LR`."""
+        s = dict(settings or {})
+        name = s.get("name", "sgd")
+        rate = lr or s.get("lr") or (ADAMW_LR if name == "adamw" else model_lr)
+        return cls(lr=float(rate), momentum=s.get("momentum", 0.9), name=name,
+                   betas=tuple(s.get("betas", (0.9, 0.999))), eps=s.get("eps", 1e-8),
+                   weight_decay=s.get("weight_decay", 0.0))
+
+    def describe(self) -> dict[str, Any]:
+        """What a cell records of its optimiser: the settings that apply to it."""
+        if self.name == "sgd":
+            return {"name": "sgd", "lr": self.lr, "momentum": self.momentum}
+        return {"name": self.name, "lr": self.lr, "betas": list(self.betas), "eps": self.eps,
+                "weight_decay": self.weight_decay}
 
 
 class Backend(ABC):

@@ -103,6 +103,10 @@ class Scenario(ABC):
     trains: bool = False
     #: why the scenario runs float32 only (None: it runs at every precision a backend builds at)
     float32_only: str | None = None
+    #: the scenario applies the run's optimiser (``Suite.optimizer``), so its cells carry it (``Cell.optimizer``)
+    updates: bool = False
+    #: why the scenario runs SGD with momentum only (None: it runs every optimiser the backend has)
+    sgd_only: str | None = None
     #: thread counts a run of only this scenario from flags uses when ``--threads`` is not given
     #: (None: the suite's default, 1 and all cores)
     default_threads: list[int | str] | None = None
@@ -138,6 +142,7 @@ class Scenario(ABC):
         """The job a measuring process gets for this cell (JSON-serialisable)."""
         return {"kind": "scenario", **cell.to_dict(), "seed": suite.seed, "data_dir": suite.data_dir,
                 "convergence": suite.convergence.model_dump(),
+                "optimizer_settings": suite.optimizer.model_dump(),
                 "protocol": suite.protocol.timer_fields()}
 
     def estimate(self, cell: Cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:

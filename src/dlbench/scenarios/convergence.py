@@ -33,10 +33,12 @@ from dlbench.weights import init_weights
 @dataclass(frozen=True)
 class ConvergenceConfig:
     epochs: int = 10
-    lr: float | None = None  # None: the spec's (the papers') learning rate
+    lr: float | None = None  # None: the optimiser's (SGD: the spec's, the papers'; AdamW: 5e-5)
     momentum: float = 0.9
     log_steps: int = 50
     eval_batch: int = 256
+    #: the run's optimiser (``Suite.optimizer``, as a job carries it); None: SGD with ``momentum``
+    optimizer: dict | None = None
 
 
 def default_batch(spec: ModelSpec, train_size: int) -> int:
@@ -63,7 +65,8 @@ def train(backend: Backend, spec: ModelSpec, train_set: Dataset, test_set: Datas
           config: ConvergenceConfig, device: str = "cpu", variant: str | None = None) -> dict[str, Any]:
     """Train and evaluate; returns the per-epoch curves and the first steps' losses."""
     model = backend.build(spec, init_weights(spec, seed), device, variant)
-    step = backend.trainer(model, OptimizerSpec(lr=config.lr or spec.learning_rate, momentum=config.momentum))
+    opt = OptimizerSpec.from_settings(config.optimizer or {"momentum": config.momentum}, spec.learning_rate, config.lr)
+    step = backend.trainer(model, opt)
     predict = backend.predictor(model)
     epochs, step_losses, elapsed = [], [], 0.0
     for epoch in range(config.epochs):
@@ -85,7 +88,7 @@ def train(backend: Backend, spec: ModelSpec, train_set: Dataset, test_set: Datas
                        "train_samples_per_s": seen / train_s,
                        "elapsed_train_s": elapsed})
     return {"epochs": epochs, "step_losses": step_losses, "batch": batch_size, "seed": seed,
-            "lr": config.lr or spec.learning_rate}
+            "lr": opt.lr, "optimizer": opt.describe()}
 
 
 def time_to_accuracy(epochs: list[dict], target: float) -> float | None:
@@ -134,6 +137,7 @@ class Convergence(Scenario):
     description = "E epochs on a real data set: accuracy curves, time-to-accuracy, agreement between frameworks"
     requires = "train_step"
     trains = True
+    updates = True
     per_iteration = False
     # accuracy curves do not depend on the thread count: train to accuracy once, on every core, unless
     # --threads asks for more (1 and all cores doubled the run's time)
@@ -178,7 +182,8 @@ class Convergence(Scenario):
         spec = get_model(job["model"])
         train_set = adapt(load_dataset(job["data"], job.get("data_dir"), "train"), spec)
         test_set = adapt(load_dataset(job["data"], job.get("data_dir"), "test"), spec)
-        config = ConvergenceConfig(**{k: v for k, v in job["convergence"].items() if k != "target_accuracy"})
+        config = ConvergenceConfig(**{k: v for k, v in job["convergence"].items() if k != "target_accuracy"},
+                                   optimizer=job.get("optimizer_settings"))
         try:
             curves = train(backend, spec, train_set, test_set, job["batch"], job.get("seed", 0), config,
                            job.get("device", "cpu"), job["variant"])
