@@ -19,12 +19,14 @@ from dlbench.verify import VerifyResult
 
 def verify(models: list[str] | None = None, frameworks: list[str] | None = None, variants: list[str] | None = None,
            device: str = "cpu", threads: int | str | None = None, timeout_s: float = 1800.0,
-           precisions: list[str] | None = None, progress: Callable[[str], None] = lambda s: None) -> list[VerifyResult]:
+           precisions: list[str] | None = None, progress: Callable[[str], None] = lambda s: None,
+           optimizers: list[str] | None = None) -> list[VerifyResult]:
     """Run the equivalence gate, one fresh process per (framework, variant, precision), in the
     framework's environment's interpreter when it has one (``dlbench envs``). Input is resolved as
     :func:`run` resolves it (:mod:`dlbench.resolve`); ``threads`` is one count, ``all`` or ``half``;
     ``precisions`` default to float32 (dlbench.precision). A pinned version (``jax==0.4.38``) without
-    an environment gets one built first; one that cannot be built is ``unsupported`` with pip's reason."""
+    an environment gets one built first; one that cannot be built is ``unsupported`` with pip's reason.
+    ``optimizers``: those whose update check (f) runs (default both, sgd and adamw)."""
     models = resolve.models(models)
     frameworks = resolve.frameworks(frameworks)
     chosen = resolve.variant_map(frameworks, variants) if variants is not None else {}
@@ -32,6 +34,7 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
     threads = resolve.thread_count(threads)
     timeout_s = resolve.timeout(timeout_s)
     precisions = resolve.precisions(precisions)
+    optimizers = resolve.optimizers(optimizers)
     results: list[VerifyResult] = []
     failed = ondemand.ensure_envs(frameworks, progress)
     for fw, precision in product(frameworks, precisions):
@@ -41,7 +44,7 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
                                          reason=failed[fw], precision=precision) for m in models]
                 continue
             job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
-                   "threads": threads, "precision": precision}
+                   "threads": threads, "precision": precision, "optimizers": optimizers}
             outcome = run_job(job, timeout_s=timeout_s, threads=threads, python=envs.python_for(fw),
                               extra_env=framework_info(fw).variant_env.get(variant))
             if outcome.status == "ok":

@@ -15,6 +15,7 @@ import re
 
 from dlbench.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, framework_info, installed_version
+from dlbench.frameworks.base import OPTIMIZERS
 from dlbench.models import UnknownModelError, list_models, parse_model_ref
 from dlbench.plan import Suite, check_batches, check_threads, resolve_threads
 from dlbench.precision import get_precision
@@ -128,6 +129,17 @@ def precisions(names: list[str] | None) -> list[str]:
         return ["fp32"]
     not_empty(names, "precisions")
     return list(dict.fromkeys(get_precision(n).name for n in names))
+
+
+def optimizers(names: list[str] | None) -> list[str]:
+    """Optimiser names (dlbench.frameworks.base.OPTIMIZERS); None: all of them; unknown or none: a usage error."""
+    if names is None:
+        return list(OPTIMIZERS)
+    not_empty(names, "optimizers")
+    bad = [n for n in names if n not in OPTIMIZERS]
+    if bad:
+        raise UsageError(f"unknown optimizer(s) {', '.join(bad)}; known: {', '.join(OPTIMIZERS)}")
+    return list(dict.fromkeys(names))
 
 
 def threads(values: list[int | str]) -> list[int | str]:
