@@ -181,3 +181,25 @@ def test_gate_skips_the_update_check_where_parameters_are_low_precision():
 
     result = verify_model(TorchBackend(), "lenet", precision="bf16")
     assert result.update_error is None and "no update check" in result.update["not_applied"]
+
+
+# --- every framework that trains, through ``dlbench verify`` (environment frameworks in their own) ------------
+def _training_frameworks():
+    from dlbench.frameworks import FRAMEWORKS
+    from tests.conftest import requires_framework
+
+    return [pytest.param(fw, marks=requires_framework(fw)) for fw, info in FRAMEWORKS.items()
+            if "gradient" in info.scenarios]
+
+
+@pytest.mark.parametrize("framework", _training_frameworks())
+def test_the_update_check_passes_in_every_training_framework(framework):
+    """Both optimisers, two steps each, on the stacked autoencoder's last phase (a small MLP whose first
+    layers are frozen: they must not move), in the framework's first variant; Keras's other back ends and
+    TensorFlow's XLA variant run it on LeNet in tests/frameworks/closure_checks.py."""
+    from dlbench.api import verify
+
+    [result] = verify(models=["sae:phase=pretrain3"], frameworks=[framework], timeout_s=900)
+    assert result.verdict == "pass", result.reason
+    assert set(result.update) == {"sgd", "adamw"}, result.update
+    assert all(len(r["errors"]) == 2 and max(r["errors"]) <= 1e-3 for r in result.update.values()), result.update
