@@ -424,7 +424,11 @@ class ChainerBackend(Backend):
         else:
             raise UnsupportedError(f"chainer: no optimiser {opt.name!r} in dlbench")
         optimizer.setup(model.net)
-        for p in model.extra:
+        # frozen layers (SAE pre-training) get no gradient, but Chainer's update gives every parameter a
+        # zero one first (``reallocate_cleared_grads``), and AdamW's decay would then move them
+        trainable = set(model.spec.trainable_names())
+        frozen = [p for name, (params, _, _) in model.bindings.items() if name not in trainable for p in params]
+        for p in [*model.extra, *frozen]:
             p.update_rule.enabled = False
         grad = self.gradient(model, batch)
 
