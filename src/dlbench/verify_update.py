@@ -15,7 +15,7 @@ is ``lr * sign(g)`` whatever its betas: only the second shows a wrong momentum o
 
 The hyper-parameters make every term of the update visible: momentum 0.9; AdamW betas (0.9, 0.999),
 eps 1e-6 (so where epsilon goes, :attr:`Backend.adamw_eps`, shows) and weight decay 0.5 (decoupled
-decay moves a parameter by 2.5% of its Adam step). The learning rates are set from the model so the
+decay moves a parameter of 0.05 by 2.5% of its Adam step). The learning rates are set from the model so the
 first step moves the parameters by 1% of their norm (SGD ``lr = 0.01 ||p|| / ||g||``; AdamW ``lr = 0.01
 ||p|| / sqrt(n)``, its first step moving each of n entries by about ``lr``): float32 keeps a parameter
 to 6e-8 of itself, which is then 6e-6 of a step, far below the tolerance, for any model's scale.
