@@ -1,6 +1,8 @@
 """The optimiser as a run setting: one validated model (suite file, flags, API), carried by the cells
 that update parameters and their jobs, recorded with each cell, refused where a scenario cannot run it."""
 
+import json
+
 import pytest
 
 from dlbench import api, flags
@@ -8,6 +10,7 @@ from dlbench.cell import Cell
 from dlbench.cli import main
 from dlbench.errors import UsageError
 from dlbench.frameworks.base import ADAMW_LR, OptimizerSpec
+from dlbench.job import decode, encode
 from dlbench.plan import OptimizerModel, expand, suite_from_dict
 from dlbench.runner import gate
 from dlbench.scenarios import registry
@@ -18,9 +21,10 @@ def test_defaults_are_sgd_momentum_and_transformers_adamw():
     assert OptimizerModel().name == "sgd" and OptimizerModel().momentum == 0.9
     adamw = OptimizerSpec.from_settings(OptimizerModel(name="adamw").model_dump(), model_lr=0.01)
     assert (adamw.lr, adamw.betas, adamw.eps, adamw.weight_decay) == (ADAMW_LR, (0.9, 0.999), 1e-8, 0.0)
-    assert OptimizerSpec.from_settings(None, model_lr=0.05) == OptimizerSpec(lr=0.05)
-    assert OptimizerSpec.from_settings({"name": "sgd", "lr": 0.2}, model_lr=0.05).lr == 0.2
-    assert OptimizerSpec.from_settings({"name": "adamw", "lr": 1e-3}, 0.05, lr=3e-4).lr == 3e-4  # convergence's wins
+    assert OptimizerSpec.from_settings(OptimizerModel().model_dump(), model_lr=0.05) == OptimizerSpec(lr=0.05)
+    assert OptimizerSpec.from_settings(OptimizerModel(lr=0.2).model_dump(), model_lr=0.05).lr == 0.2
+    adamw_1e3 = OptimizerModel(name="adamw", lr=1e-3).model_dump(mode="json")  # as a job carries it
+    assert OptimizerSpec.from_settings(adamw_1e3, 0.05, lr=3e-4).lr == 3e-4  # convergence's wins
 
 
 @pytest.mark.parametrize(("settings", "message"), [
@@ -30,6 +34,13 @@ def test_defaults_are_sgd_momentum_and_transformers_adamw():
     ({"name": "adamw", "betas": [0.9, 1.0]}, "each beta must be in [0, 1)"),
     ({"lr": 0}, "greater than 0"),
     ({"name": "adamw", "weight_decay": -1}, "greater than or equal to 0"),
+    ({"lr": float("inf")}, "finite number"),
+    ({"lr": float("nan")}, "finite number"),
+    ({"lr": 1e8}, "less than or equal to 1000"),
+    ({"name": "adamw", "eps": 10.0}, "less than or equal to 1"),
+    ({"name": "adamw", "weight_decay": 1e9}, "less than or equal to 1000"),
+    ({"name": "adamw", "betas": [float("nan"), 0.9]}, "each beta must be in [0, 1)"),
+    ({"momentum": 1.0}, "less than 1"),
 ])
 def test_the_suite_model_refuses_bad_settings(settings, message):
     with pytest.raises(UsageError, match="optimizer") as exc:
@@ -49,7 +60,9 @@ def _refused(capsys, argv, needle):
     (["--optimizer", "adamw", "--momentum", "0.5"], "--momentum"),
     (["--betas", "0.9"], "--betas takes two numbers"),
     (["--optimizer", "adamw", "--betas", "0.9,x"], "--betas takes two numbers"),
-    (["--lr", "-1"], "optimizer.lr"),
+    (["--lr", "-1"], "--lr (optimizer.lr)"),
+    (["--lr", "inf"], "--lr (optimizer.lr)"),
+    (["--optimizer", "adamw", "--weight-decay", "1e9"], "--weight-decay (optimizer.weight_decay)"),
 ])
 def test_run_flags_are_checked_with_one_line_and_exit_2(tmp_path, capsys, extra, needle):
     _refused(capsys, ["run", "--model", "lenet", "--framework", "torch", "--scenario", "train_step", "--dry-run",
@@ -81,7 +94,9 @@ def test_only_cells_that_update_carry_the_optimizer_and_their_keys_say_so():
     assert by["train_step"].key == "torch/eager/lenet/train_step/b8/t1/cpu/adamw"
     assert Cell("torch", "eager", "lenet", "train_step", 8, 1).key == "torch/eager/lenet/train_step/b8/t1/cpu"
     job = registry.get("train_step").job(by["train_step"], suite)
-    assert job["optimizer"] == "adamw" and job["optimizer_settings"]["name"] == "adamw"
+    assert job.cell.optimizer == "adamw" and job.optimizer == suite.optimizer.model_dump(mode="json")
+    assert decode(json.loads(json.dumps(encode(job)))).optimizer["name"] == "adamw"  # through the worker's file
+    assert registry.get("forward").job(by["forward"], suite).optimizer is None
 
 
 def test_a_scenario_without_adamw_makes_its_cells_unsupported_with_the_reason():

@@ -31,9 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.measure.profile import ProfileTrace
 from dlbench.models.spec import ModelSpec
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.weights import Weights
 
 
@@ -64,17 +66,16 @@ class OptimizerSpec:
     weight_decay: float = 0.0
 
     @classmethod
-    def from_settings(cls, settings: dict[str, Any] | None, model_lr: float, lr: float | None = None) -> OptimizerSpec:
-        """The optimiser a job's settings (``dlbench.suite.OptimizerModel``, validated where the suite was
-        made) name, for a model whose paper trains at ``model_lr``; ``lr`` (a scenario's own, such as
-        convergence's) wins over the settings'. An unset rate is SGD's ``model_lr`` or AdamW's
-        :data:`ADAMW_LR`."""
-        s = dict(settings or {})
-        name = s.get("name", "sgd")
-        rate = lr or s.get("lr") or (ADAMW_LR if name == "adamw" else model_lr)
-        return cls(lr=float(rate), momentum=s.get("momentum", 0.9), name=name,
-                   betas=tuple(s.get("betas", (0.9, 0.999))), eps=s.get("eps", 1e-8),
-                   weight_decay=s.get("weight_decay", 0.0))
+    def from_settings(cls, settings: dict[str, Any], model_lr: float, lr: float | None = None) -> OptimizerSpec:
+        """The optimiser a job's settings name (every field of ``dlbench.suite.OptimizerModel``, validated
+        where the suite was made), for a model whose paper trains at ``model_lr``; ``lr`` (a scenario's
+        own, such as convergence's) wins over the settings'. An unset rate is SGD's ``model_lr`` or
+        AdamW's :data:`ADAMW_LR`."""
+        name = settings["name"]
+        rate = lr or settings["lr"] or (ADAMW_LR if name == "adamw" else model_lr)
+        return cls(lr=float(rate), momentum=float(settings["momentum"]), name=name,
+                   betas=(float(settings["betas"][0]), float(settings["betas"][1])), eps=float(settings["eps"]),
+                   weight_decay=float(settings["weight_decay"]))
 
     def describe(self) -> dict[str, Any]:
         """What a cell records of its optimiser: the settings that apply to it."""
@@ -99,7 +100,7 @@ class Backend(ABC):
     #: why the gate checks only the forward, for a backend without ``gradient`` (None: the default text)
     forward_only_reason: str | None = None
     #: the precisions (dlbench.precision) the backend can build at; the cell's is set before ``build``
-    precisions: tuple[str, ...] = ("fp32",)
+    precisions: tuple[str, ...] = (DEFAULT_PRECISION,)
     #: where the framework's AdamW puts epsilon (dlbench.reference_optim.EPS_FORMS): ``corrected``,
     #: ``m_hat / (sqrt(v_hat) + eps)`` (PyTorch, Optax, Paddle), or ``hat``, Kingma & Ba's efficient form
     #: ``lr_t * m / (sqrt(v) + eps)`` with the bias corrections folded into ``lr_t`` (Keras, TensorFlow's
@@ -114,7 +115,7 @@ class Backend(ABC):
     def set_precision(self, precision: str) -> None:
         """Build at ``precision`` from now on (dlbench.precision names); called before ``build``.
         Raise :class:`UnsupportedError` with the reason for one the framework cannot run."""
-        if precision != "fp32":
+        if precision != DEFAULT_PRECISION:
             raise UnsupportedError(f"{self.name} has no {precision} path in dlbench")
 
     def precision_info(self, model: Any) -> dict[str, str]:
@@ -124,7 +125,7 @@ class Backend(ABC):
         return {"param_dtype": "float32", "compute_dtype": "float32"}
 
     @abstractmethod
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> Any:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE, variant: str | None = None) -> Any:
         """The spec as a framework model holding ``weights`` (converted from canonical layout)."""
 
     @abstractmethod
