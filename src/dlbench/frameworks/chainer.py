@@ -58,7 +58,7 @@ import numpy as np
 from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.builder import LayerBuilder
+from dlbench.frameworks.builder import LayerBuilder, make_optimizer
 from dlbench.measure.profile import ProfileTrace, write_trace
 from dlbench.models import layers as L
 from dlbench.models.layers import _pool_out
@@ -410,14 +410,17 @@ class ChainerBackend(Backend):
         return ProfileTrace(path, hook.events,  # every event is a function's, complete
                             f"dlbench's FunctionHook trace (chainer {chainer.__version__})")
 
+    @staticmethod
+    def optimizer_sgd(opt: OptimizerSpec) -> Any:
+        return chainer.optimizers.MomentumSGD(lr=opt.lr, momentum=opt.momentum)
+
+    @staticmethod
+    def optimizer_adamw(opt: OptimizerSpec) -> Any:
+        return chainer.optimizers.AdamW(alpha=opt.lr, beta1=opt.betas[0], beta2=opt.betas[1], eps=opt.eps,
+                                        weight_decay_rate=opt.lr * opt.weight_decay)
+
     def train_step(self, model: ChainerModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
-        if opt.name == "adamw":
-            optimizer = chainer.optimizers.AdamW(alpha=opt.lr, beta1=opt.betas[0], beta2=opt.betas[1], eps=opt.eps,
-                                                 weight_decay_rate=opt.lr * opt.weight_decay)
-        elif opt.name == "sgd":
-            optimizer = chainer.optimizers.MomentumSGD(lr=opt.lr, momentum=opt.momentum)
-        else:
-            raise UnsupportedError(f"chainer: no optimiser {opt.name!r} in dlbench")
+        optimizer = make_optimizer(type(self), opt)
         optimizer.setup(model.net)
         # frozen layers (SAE pre-training) get no gradient, but Chainer's update gives every parameter a
         # zero one first (``reallocate_cleared_grads``), and AdamW's decay would then move them

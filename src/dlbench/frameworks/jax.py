@@ -79,7 +79,7 @@ from flax import nnx
 from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.builder import LayerBuilder
+from dlbench.frameworks.builder import LayerBuilder, make_optimizer
 from dlbench.frameworks.profilers import jax_profile
 from dlbench.measure.profile import ProfileTrace
 from dlbench.models import layers as L
@@ -583,12 +583,9 @@ def _make_functions(spec: ModelSpec, graphdef: nnx.GraphDef, loss_scale: float |
 
 def optimizer(opt: OptimizerSpec) -> optax.GradientTransformation:
     """The optax transformation of ``opt``: SGD with (PyTorch-form) momentum, or ``optax.adamw``
-    (epsilon after the bias correction, as torch's; decoupled decay ``lr * wd * p``)."""
-    if opt.name == "adamw":
-        return optax.adamw(opt.lr, b1=opt.betas[0], b2=opt.betas[1], eps=opt.eps, weight_decay=opt.weight_decay)
-    if opt.name == "sgd":
-        return optax.sgd(opt.lr, momentum=opt.momentum)
-    raise UnsupportedError(f"jax: no optimiser {opt.name!r} in dlbench")
+    (epsilon after the bias correction, as torch's; decoupled decay ``lr * wd * p``): the backend's
+    rules (:func:`make_optimizer`)."""
+    return make_optimizer(JaxBackend, opt)
 
 
 def train_update(spec: ModelSpec, graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
@@ -754,6 +751,14 @@ class JaxBackend(Backend):
                                          model.step, model.key)
             return loss, grads
         return run
+
+    @staticmethod
+    def optimizer_sgd(opt: OptimizerSpec) -> optax.GradientTransformation:
+        return optax.sgd(opt.lr, momentum=opt.momentum)
+
+    @staticmethod
+    def optimizer_adamw(opt: OptimizerSpec) -> optax.GradientTransformation:
+        return optax.adamw(opt.lr, b1=opt.betas[0], b2=opt.betas[1], eps=opt.eps, weight_decay=opt.weight_decay)
 
     def _train_fn(self, model: JaxModel, opt: OptimizerSpec) -> Callable:
         """The model's one jitted training step for ``opt`` (made once, shared by ``train_step`` and

@@ -63,6 +63,7 @@ import numpy as np  # noqa: E402
 from dlbench.data.synthetic import Batch  # noqa: E402
 from dlbench.frameworks import keras_model as km  # noqa: E402
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
+from dlbench.frameworks.builder import make_optimizer  # noqa: E402
 from dlbench.frameworks.profilers import jax_profile, torch_profile  # noqa: E402
 from dlbench.measure.profile import ProfileTrace  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
@@ -184,14 +185,17 @@ class KerasBackend(km.PolicyPrecision, Backend):
         return KerasModel(build, dev, variant)
 
     @staticmethod
-    def _compile(build: km.KerasBuild, opt: OptimizerSpec) -> None:
-        if opt.name == "adamw":
-            optimizer = keras.optimizers.AdamW(learning_rate=opt.lr, weight_decay=opt.weight_decay, beta_1=opt.betas[0],
-                                               beta_2=opt.betas[1], epsilon=opt.eps)
-        elif opt.name == "sgd":
-            optimizer = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum)
-        else:
-            raise UnsupportedError(f"keras: no optimiser {opt.name!r} in dlbench")
+    def optimizer_sgd(opt: OptimizerSpec) -> keras.optimizers.Optimizer:
+        return keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum)
+
+    @staticmethod
+    def optimizer_adamw(opt: OptimizerSpec) -> keras.optimizers.Optimizer:
+        return keras.optimizers.AdamW(learning_rate=opt.lr, weight_decay=opt.weight_decay, beta_1=opt.betas[0],
+                                      beta_2=opt.betas[1], epsilon=opt.eps)
+
+    @classmethod
+    def _compile(cls, build: km.KerasBuild, opt: OptimizerSpec) -> None:
+        optimizer = make_optimizer(cls, opt)
         if build.precision == "amp-fp16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         build.model.compile(optimizer=optimizer, loss=km.keras_loss(build.spec), jit_compile=JIT_COMPILE[BACKEND])

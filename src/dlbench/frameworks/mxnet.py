@@ -46,7 +46,7 @@ from mxnet.gluon import nn, rnn
 from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.builder import LayerBuilder
+from dlbench.frameworks.builder import LayerBuilder, make_optimizer
 from dlbench.measure.profile import ProfileTrace, paired_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
@@ -381,15 +381,17 @@ class MxnetBackend(Backend):
             return loss
         return run
 
+    @staticmethod
+    def optimizer_sgd(opt: OptimizerSpec, params: Any) -> gluon.Trainer:
+        return gluon.Trainer(params, "sgd", {"learning_rate": opt.lr, "momentum": opt.momentum}, kvstore=None)
+
+    @staticmethod
+    def optimizer_adamw(opt: OptimizerSpec, params: Any) -> gluon.Trainer:
+        return gluon.Trainer(params, AdamW(beta1=opt.betas[0], beta2=opt.betas[1], epsilon=opt.eps, learning_rate=opt.lr,
+                                           wd=opt.weight_decay), kvstore=None)
+
     def train_step(self, model: MxModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
-        if opt.name == "adamw":
-            trainer = gluon.Trainer(model.trainable, AdamW(beta1=opt.betas[0], beta2=opt.betas[1], epsilon=opt.eps,
-                                                           learning_rate=opt.lr, wd=opt.weight_decay), kvstore=None)
-        elif opt.name == "sgd":
-            trainer = gluon.Trainer(model.trainable, "sgd", {"learning_rate": opt.lr, "momentum": opt.momentum},
-                                    kvstore=None)
-        else:
-            raise UnsupportedError(f"mxnet: no optimiser {opt.name!r} in dlbench")
+        trainer = make_optimizer(type(self), opt, model.trainable)
         grad = self.gradient(model, batch)
 
         def run():

@@ -48,7 +48,7 @@ from paddle import nn
 from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.builder import LayerBuilder
+from dlbench.frameworks.builder import LayerBuilder, make_optimizer
 from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
@@ -356,17 +356,18 @@ class PaddleBackend(Backend):
             return loss
         return run
 
+    @staticmethod
+    def optimizer_sgd(opt: OptimizerSpec, params: list) -> Any:
+        return paddle.optimizer.Momentum(learning_rate=opt.lr, momentum=opt.momentum, parameters=params)
+
+    @staticmethod
+    def optimizer_adamw(opt: OptimizerSpec, params: list) -> Any:
+        return paddle.optimizer.AdamW(learning_rate=opt.lr, beta1=opt.betas[0], beta2=opt.betas[1], epsilon=opt.eps,
+                                      weight_decay=opt.weight_decay, parameters=params)
+
     def train_step(self, model: PaddleModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
         model.loss.train()
-        if opt.name == "adamw":
-            optimizer = paddle.optimizer.AdamW(learning_rate=opt.lr, beta1=opt.betas[0], beta2=opt.betas[1],
-                                               epsilon=opt.eps, weight_decay=opt.weight_decay,
-                                               parameters=model.trainable)
-        elif opt.name == "sgd":
-            optimizer = paddle.optimizer.Momentum(learning_rate=opt.lr, momentum=opt.momentum,
-                                                  parameters=model.trainable)
-        else:
-            raise UnsupportedError(f"paddle: no optimiser {opt.name!r} in dlbench")
+        optimizer = make_optimizer(type(self), opt, model.trainable)
         loss_fn, x, y, mask = model.loss, batch["x"], batch["y"], batch["mask"]
 
         def run():

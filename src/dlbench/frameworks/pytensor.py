@@ -72,6 +72,7 @@ from pytensor.tensor.random.utils import RandomStream  # noqa: E402
 from dlbench.cell import DEFAULT_DEVICE  # noqa: E402
 from dlbench.data.synthetic import Batch  # noqa: E402
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
+from dlbench.frameworks.builder import make_optimizer  # noqa: E402
 from dlbench.models import layers as L  # noqa: E402
 from dlbench.models.layers import _pool_out  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
@@ -276,20 +277,28 @@ def _loss(spec: ModelSpec, out, target, x, y):
 
 
 def _optimizer_updates(params: list, grads: list, opt: OptimizerSpec) -> tuple[list, list]:
-    """The shared-variable updates of one step of ``opt``, and its state (zero-initialised shared variables)."""
-    def zeros(p, prefix: str):
-        return pytensor.shared(np.zeros(p.get_value(borrow=True).shape, F32), name=f"{prefix}_{p.name}")
+    """The shared-variable updates of one step of ``opt``, and its state (zero-initialised shared
+    variables): the backend's rules (:func:`make_optimizer`)."""
+    return make_optimizer(PyTensorBackend, opt, params, grads)
+
+
+def _zeros(p, prefix: str):
+    return pytensor.shared(np.zeros(p.get_value(borrow=True).shape, F32), name=f"{prefix}_{p.name}")
+
+
+def sgd_updates(opt: OptimizerSpec, params: list, grads: list) -> tuple[list, list]:
     updates, slots = [], []
-    if opt.name == "sgd":
-        lr, m = F32(opt.lr), F32(opt.momentum)
-        for p, gr in zip(params, grads, strict=True):
-            v = zeros(p, "v")
-            v_new = m * v - lr * gr
-            updates += [(v, v_new), (p, p + v_new)]
-            slots.append(v)
-        return updates, slots
-    if opt.name != "adamw":
-        raise UnsupportedError(f"pytensor: no optimiser {opt.name!r} in dlbench")
+    lr, m = F32(opt.lr), F32(opt.momentum)
+    for p, gr in zip(params, grads, strict=True):
+        v = _zeros(p, "v")
+        v_new = m * v - lr * gr
+        updates += [(v, v_new), (p, p + v_new)]
+        slots.append(v)
+    return updates, slots
+
+
+def adamw_updates(opt: OptimizerSpec, params: list, grads: list) -> tuple[list, list]:
+    updates, slots = [], []
     lr, b1, b2, eps, decay = (F32(a) for a in (opt.lr, *opt.betas, opt.eps, opt.lr * opt.weight_decay))
     t = pytensor.shared(F32(0.0), name="adamw_t")
     t_new = t + F32(1.0)
@@ -297,7 +306,7 @@ def _optimizer_updates(params: list, grads: list, opt: OptimizerSpec) -> tuple[l
     updates.append((t, t_new))
     slots.append(t)
     for p, gr in zip(params, grads, strict=True):
-        m, v = zeros(p, "m"), zeros(p, "v")
+        m, v = _zeros(p, "m"), _zeros(p, "v")
         m_new = b1 * m + (F32(1.0) - b1) * gr
         v_new = b2 * v + (F32(1.0) - b2) * gr * gr
         step = (m_new / c1) / (pt.sqrt(v_new / c2) + eps)
@@ -317,6 +326,9 @@ class PyTensorModel:
 
 class PyTensorBackend(Backend):
     name = "pytensor"
+    #: the optimisers, written out as shared-variable updates (PyTensor has none of its own)
+    optimizer_sgd = staticmethod(sgd_updates)
+    optimizer_adamw = staticmethod(adamw_updates)
     variants = ("numba", "c")
     packages = ("pytensor", "numpy", "numba", "scipy")
 

@@ -67,6 +67,7 @@ import tensorflow as tf  # noqa: E402
 from dlbench.data.synthetic import Batch  # noqa: E402
 from dlbench.frameworks import keras_model as km  # noqa: E402
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
+from dlbench.frameworks.builder import make_optimizer  # noqa: E402
 from dlbench.frameworks.tf_util import set_tf_threads, sync_tf, tf_device, tf_info, tf_profile  # noqa: E402
 from dlbench.measure.profile import ProfileTrace  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
@@ -133,38 +134,43 @@ class TFModel:
 
 def fused_update(trainable: list, opt: OptimizerSpec, dev: str) -> tuple[Callable[[list], None], list]:
     """``update(grads)``, applying ``opt`` to ``trainable`` with TF's fused kernels, and its state: fresh
-    (zero) variables (SGD: one momentum buffer per variable; AdamW: both moments, then the step count)."""
+    (zero) variables (SGD: one momentum buffer per variable; AdamW: both moments, then the step count):
+    the backend's rules (:func:`make_optimizer`), made on ``dev``."""
     with tf.device(dev):
-        def zeros() -> list:
-            return [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in trainable]
-        lr = tf.constant(opt.lr, tf.float32)
-        if opt.name == "sgd":
-            accums, momentum = zeros(), tf.constant(opt.momentum, tf.float32)
+        return make_optimizer(TensorFlowBackend, opt, trainable)
 
-            def sgd(grads: list) -> None:
-                for var, accum, grad in zip(trainable, accums, grads, strict=True):  # lr in the variable's type
-                    tf.raw_ops.ResourceApplyMomentum(var=var.handle, accum=accum.handle, lr=tf.cast(lr, var.dtype),
-                                                     grad=tf.convert_to_tensor(grad),
-                                                     momentum=tf.cast(momentum, var.dtype))
-            return sgd, accums
-        if opt.name != "adamw":
-            raise UnsupportedError(f"tensorflow: no optimiser {opt.name!r} in dlbench")
-        ms, vs, t = zeros(), zeros(), tf.Variable(0.0, trainable=False, dtype=tf.float32)
-        b1, b2 = (tf.constant(b, tf.float32) for b in opt.betas)
-        eps, decay = tf.constant(opt.eps, tf.float32), tf.constant(opt.lr * opt.weight_decay, tf.float32)
 
-        def adamw(grads: list) -> None:
-            step = t.assign_add(1.0)
-            b1_power, b2_power = tf.pow(b1, step), tf.pow(b2, step)
-            for var, m, v, grad in zip(trainable, ms, vs, grads, strict=True):
-                dtype = var.dtype
-                if opt.weight_decay:
-                    var.assign_sub(tf.cast(decay, dtype) * var)
-                tf.raw_ops.ResourceApplyAdam(var=var.handle, m=m.handle, v=v.handle,
-                                             beta1_power=tf.cast(b1_power, dtype), beta2_power=tf.cast(b2_power, dtype),
-                                             lr=tf.cast(lr, dtype), beta1=tf.cast(b1, dtype), beta2=tf.cast(b2, dtype),
-                                             epsilon=tf.cast(eps, dtype), grad=tf.convert_to_tensor(grad))
-        return adamw, [*ms, *vs, t]
+def _zeros(trainable: list) -> list:
+    return [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in trainable]
+
+
+def fused_sgd(opt: OptimizerSpec, trainable: list) -> tuple[Callable[[list], None], list]:
+    accums, lr, momentum = _zeros(trainable), tf.constant(opt.lr, tf.float32), tf.constant(opt.momentum, tf.float32)
+
+    def sgd(grads: list) -> None:
+        for var, accum, grad in zip(trainable, accums, grads, strict=True):  # lr in the variable's type
+            tf.raw_ops.ResourceApplyMomentum(var=var.handle, accum=accum.handle, lr=tf.cast(lr, var.dtype),
+                                             grad=tf.convert_to_tensor(grad), momentum=tf.cast(momentum, var.dtype))
+    return sgd, accums
+
+
+def fused_adamw(opt: OptimizerSpec, trainable: list) -> tuple[Callable[[list], None], list]:
+    ms, vs, t = _zeros(trainable), _zeros(trainable), tf.Variable(0.0, trainable=False, dtype=tf.float32)
+    lr, (b1, b2) = tf.constant(opt.lr, tf.float32), (tf.constant(b, tf.float32) for b in opt.betas)
+    eps, decay = tf.constant(opt.eps, tf.float32), tf.constant(opt.lr * opt.weight_decay, tf.float32)
+
+    def adamw(grads: list) -> None:
+        step = t.assign_add(1.0)
+        b1_power, b2_power = tf.pow(b1, step), tf.pow(b2, step)
+        for var, m, v, grad in zip(trainable, ms, vs, grads, strict=True):
+            dtype = var.dtype
+            if opt.weight_decay:
+                var.assign_sub(tf.cast(decay, dtype) * var)
+            tf.raw_ops.ResourceApplyAdam(var=var.handle, m=m.handle, v=v.handle,
+                                         beta1_power=tf.cast(b1_power, dtype), beta2_power=tf.cast(b2_power, dtype),
+                                         lr=tf.cast(lr, dtype), beta1=tf.cast(b1, dtype), beta2=tf.cast(b2, dtype),
+                                         epsilon=tf.cast(eps, dtype), grad=tf.convert_to_tensor(grad))
+    return adamw, [*ms, *vs, t]
 
 
 class TensorFlowBackend(km.PolicyPrecision, Backend):
@@ -172,6 +178,9 @@ class TensorFlowBackend(km.PolicyPrecision, Backend):
     variants = ("function", "xla")
     adamw_eps = "hat"
     devices = ("cpu", "cuda")
+    #: the optimisers, TF's fused kernels (:func:`fused_update`)
+    optimizer_sgd = staticmethod(fused_sgd)
+    optimizer_adamw = staticmethod(fused_adamw)
     packages = ("tensorflow", "tensorflow-cpu", "keras")  # distributions; the one installed is recorded
     builder_class = km.Builder
 

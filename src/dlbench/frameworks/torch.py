@@ -52,7 +52,7 @@ from torch import nn
 from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.builder import LayerBuilder
+from dlbench.frameworks.builder import LayerBuilder, make_optimizer
 from dlbench.frameworks.profilers import torch_profile
 from dlbench.measure.profile import ProfileTrace
 from dlbench.models import layers as L
@@ -474,15 +474,19 @@ class TorchBackend(Backend):
             return loss
         return step
 
+    @classmethod
+    def optimizer(cls, params: list[nn.Parameter], opt: OptimizerSpec) -> torch.optim.Optimizer:
+        """``opt`` as torch's own fused optimiser over ``params`` (:func:`make_optimizer`)."""
+        return make_optimizer(cls, opt, params)
+
     @staticmethod
-    def optimizer(params: list[nn.Parameter], opt: OptimizerSpec) -> torch.optim.Optimizer:
-        """``opt`` as torch's own fused optimiser over ``params``."""
-        if opt.name == "adamw":
-            return torch.optim.AdamW(params, lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay,
-                                     fused=True)
-        if opt.name == "sgd":
-            return torch.optim.SGD(params, lr=opt.lr, momentum=opt.momentum, fused=True)
-        raise UnsupportedError(f"torch: no optimiser {opt.name!r} in dlbench")
+    def optimizer_sgd(opt: OptimizerSpec, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=opt.lr, momentum=opt.momentum, fused=True)
+
+    @staticmethod
+    def optimizer_adamw(opt: OptimizerSpec, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(params, lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay,
+                                 fused=True)
 
     def _trains(self, model: TorchModel) -> None:
         if model.qnet is not None:
