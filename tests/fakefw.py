@@ -4,7 +4,8 @@ It is the torch backend with variants that misbehave on purpose:
 ``ok`` (plain torch), ``crash`` (the process aborts in the timed closure), ``hang`` (the closure
 never returns), ``oom`` (the process is SIGKILLed, as the kernel's OOM killer does),
 ``broken`` (a transposed kernel: fails the equivalence gate), ``slow`` (sleeps 30% of a forward
-on top of it: a planted slowdown for compare), ``lr`` (a learning rate 10x the spec's), ``held``
+on top of it: a planted slowdown for compare), ``lr`` (the convergence trainer's learning rate 10x the
+spec's: only the convergence agreement check sees it; in ``train_step`` the gate's update check would), ``held``
 (the closure waits while the file named by ``$DLBENCH_FAKE_HOLD`` exists and lists the batch size,
 then runs as ``ok``: a test holds a cell mid-measurement for as long as it needs, and releases it),
 ``fp32only`` (accepts any precision and silently builds float32: the gate's precision check must catch it),
@@ -54,7 +55,8 @@ def _backend():
                 self.variants, self.precision = saved, asked
 
         def _wrap(self, fn, batch):
-            """Misbehave from a closure's second call on: the equivalence gate calls each closure once,
+            """Misbehave from a closure's third call on: the equivalence gate calls each closure at most twice
+            (its update check takes two training steps),
             the timer many times, so these fail in measurement, not in verification."""
             mode = self.mode
             calls = [0]
@@ -62,7 +64,7 @@ def _backend():
             def later(action):
                 def run():
                     calls[0] += 1
-                    return action() if calls[0] >= 2 else fn()
+                    return action() if calls[0] >= 3 else fn()
                 return run
 
             if mode == "crash":
@@ -106,9 +108,8 @@ def _backend():
             return self._wrap(super().gradient(model, batch), batch)
 
         def train_step(self, model, batch, opt):
-            if self.mode == "lr":
-                opt = OptimizerSpec(lr=opt.lr * 10, momentum=opt.momentum)
-            return self._wrap(super().train_step(model, batch, opt), batch)
+            step = TorchBackend.trainer(self, model, opt)  # torch's train_step, without the planted ``lr``
+            return self._wrap(lambda: step(batch), batch)
 
     return Fake
 

@@ -35,7 +35,8 @@ SETTINGS = [
     ("--profile", "protocol", "profile_calls", ["-1", "100000"]),
     ("--epochs", "convergence", "epochs", ["0", "10000000000"]),
     ("--target-accuracy", "convergence", "target_accuracy", ["nan", "inf", "0", "1.5"]),
-    ("--lr", "convergence", "lr", ["nan", "inf", "0", "-0.1"]),
+    ("--lr", "optimizer", "lr", ["nan", "inf", "0", "-0.1", "1e8"]),  # the run's optimiser's (every training cell)
+    ("--momentum", "optimizer", "momentum", ["nan", "inf", "-0.1", "1"]),
     ("--seed", None, "seed", ["-1", "4294967296", "99999999999999999999"]),
 ]
 
@@ -70,7 +71,8 @@ def test_a_dry_run_refuses_them_too(capsys, tmp_path, flag, section, key, value)
 
 def test_the_api_refuses_the_same_values():
     for kwargs in ({"serving": {"qps": math.inf}}, {"protocol": {"timeout_s": math.nan}}, {"seed": -1},
-                   {"serving": {"min_queries": 10**20}}, {"convergence": {"lr": math.inf}}):
+                   {"serving": {"min_queries": 10**20}}, {"convergence": {"lr": math.inf}},
+                   {"optimizer": {"lr": math.nan}}, {"optimizer": {"name": "adamw", "eps": math.inf}}):
         with pytest.raises(UsageError):
             api.run(models=["lenet"], frameworks=["gpufw"], scenarios=["forward"], threads=[1], **kwargs)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dlbench.frameworks.base import UnsupportedError
-from dlbench.frameworks.builder import LayerBuilder
+from dlbench.frameworks.base import OPTIMIZERS, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.builder import OPTIMIZER_RULE, LayerBuilder, make_optimizer
 from dlbench.models import layers as L
 
 FRAMEWORKS = Path(__file__).parent.parent / "src" / "dlbench" / "frameworks"
@@ -66,6 +66,37 @@ def test_each_builder_writes_only_its_layers(module):
     if "sequence" in methods:  # only to wrap the walk's result (Flax's Seq)
         assert "super().sequence" in ast.unparse(builder)
     assert {m.removeprefix("make_") for m in methods if m.startswith("make_")} >= {"conv2d", "dense", "residual"}
+
+
+# --- the optimisers, in the same pattern -----------------------------------------------------------------
+#: the backends that train, by module (keras_model's builder trains through keras.py's backend)
+TRAINERS = ("torch", "jax", "keras", "tensorflow", "mxnet", "paddle", "chainer", "pytensor")
+
+
+def test_an_optimizer_is_one_rule_and_a_missing_one_is_named():
+    class Owner:
+        name = "owner"
+
+        @staticmethod
+        def optimizer_sgd(opt, params):
+            return ("sgd", opt.lr, params)
+
+    assert make_optimizer(Owner, OptimizerSpec(lr=0.5), ["p"]) == ("sgd", 0.5, ["p"])
+    with pytest.raises(UnsupportedError, match=r"owner has no optimiser 'adamw' in dlbench \(it has sgd\)"):
+        make_optimizer(Owner, OptimizerSpec(name="adamw"))
+
+
+@pytest.mark.parametrize("module", TRAINERS)
+def test_each_training_backend_writes_a_rule_per_optimizer_and_no_dispatch(module):
+    """Read without importing: the backend class names ``optimizer_<name>`` for every optimiser, and no
+    module compares ``opt.name`` itself (the dispatch and its error are make_optimizer's)."""
+    source = (FRAMEWORKS / f"{module}.py").read_text()
+    tree = ast.parse(source)
+    backend = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name.endswith("Backend"))
+    names = {t.id for n in backend.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    names |= {n.name for n in backend.body if isinstance(n, ast.FunctionDef)}
+    assert {OPTIMIZER_RULE + o for o in OPTIMIZERS} <= names
+    assert "opt.name ==" not in source and "opt.name !=" not in source
 
 
 # --- FrameworkInfo from the backend's own declarations ---------------------------------------------------

@@ -24,7 +24,7 @@ def test_a_cell_job_round_trips_through_its_json():
     assert data["version"] == JOB_VERSION and data["kind"] == "scenario"
     assert decode(data) == job
     verify = VerifyJob(threads=None, framework="jax", models=["lenet"], variants=["jit"], device="cpu",
-                       precision="fp32")
+                       precision="fp32", optimizers=["sgd", "adamw"])
     assert decode(json.loads(json.dumps(encode(verify)))) == verify
     assert decode(encode(PeakJob(threads=1))) == PeakJob(threads=1)
 
@@ -38,6 +38,9 @@ def test_only_the_scenarios_own_settings_travel_in_its_job():
     assert latency.settings["latency_calls"] == 9 and "epochs" not in latency.settings
     assert convergence.settings["epochs"] == 2 and "latency_calls" not in convergence.settings
     assert forward.settings == {}
+    # the run's optimiser travels with the scenarios that update parameters, and only with them
+    assert convergence.optimizer == suite.optimizer.model_dump(mode="json") and forward.optimizer is None
+    assert latency.optimizer is None
 
 
 def test_a_job_of_another_version_is_refused_in_one_line(tmp_path):

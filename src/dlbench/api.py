@@ -23,12 +23,14 @@ from dlbench.storage.store import DEFAULT_DB
 
 def verify(models: list[str] | None = None, frameworks: list[str] | None = None, variants: list[str] | None = None,
            device: str = DEFAULT_DEVICE, threads: int | str | None = None, timeout_s: float = 1800.0,
-           precisions: list[str] | None = None, progress: Callable[[str], None] = lambda s: None) -> list[VerifyResult]:
+           precisions: list[str] | None = None, progress: Callable[[str], None] = lambda s: None,
+           optimizers: list[str] | None = None) -> list[VerifyResult]:
     """Run the equivalence gate, one fresh process per (framework, variant, precision), in the
     framework's environment's interpreter when it has one (``dlbench envs``). Input is resolved as
     :func:`run` resolves it (:mod:`dlbench.planning.resolve`); ``threads`` is one count, ``all`` or ``half``;
     ``precisions`` default to float32 (dlbench.core.precision). A pinned version (``jax==0.4.38``) without
-    an environment gets one built first; one that cannot be built is ``unsupported`` with pip's reason."""
+    an environment gets one built first; one that cannot be built is ``unsupported`` with pip's reason.
+    ``optimizers``: those whose update check (f) runs (default both, sgd and adamw)."""
     models = resolve.models(models)
     frameworks = resolve.frameworks(frameworks)
     chosen = resolve.variant_map(frameworks, variants) if variants is not None else {}
@@ -36,6 +38,7 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
     threads = resolve.thread_count(threads)
     timeout_s = resolve.timeout(timeout_s)
     precisions = resolve.precisions(precisions)
+    optimizers = resolve.optimizers(optimizers)
     results: list[VerifyResult] = []
     failed = ondemand.ensure_envs(frameworks, progress)
     for fw, precision in product(frameworks, precisions):
@@ -45,7 +48,7 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
                                          reason=failed[fw], precision=precision) for m in models]
                 continue
             job = VerifyJob(threads=threads, framework=fw, models=models, variants=[variant], device=device,
-                            precision=precision)
+                            precision=precision, optimizers=optimizers)
             outcome = run_job(job, timeout_s=timeout_s, threads=threads, python=envs.python_for(fw),
                               extra_env=framework_info(fw).variant_env.get(variant))
             if outcome.status == "ok":
@@ -62,13 +65,15 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
         threads: list[int | str] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
         seed: int | None = None, data: str | None = None, data_dir: str | None = None,
         db: str | Path = DEFAULT_DB, resume: str | None = None, progress=None, argv: list[str] | None = None,
-        precisions: list[str] | None = None, **settings: dict | None) -> RunResults:
+        precisions: list[str] | None = None, optimizer: dict | None = None, **settings: dict | None) -> RunResults:
     """Run a suite (the built-in ``quick`` by default) and return its analysed results.
 
     Mirrors ``dlbench run``: ``suite`` is a name, a YAML file or a :class:`~dlbench.planning.plan.Suite`; flags
     override the suite's axes; ``resume`` finishes a stored run; ``precisions`` the numeric precisions
-    (dlbench.core.precision). Every other keyword is a scenario's settings section, as in a suite file:
-    ``convergence`` (epochs, lr...), ``distributed`` (the scaling scenario's workers, scaling, exchange,
+    (dlbench.core.precision); ``optimizer`` the update of every cell that trains
+    (:class:`~dlbench.planning.plan.OptimizerModel`: name sgd or adamw, lr, momentum, betas, eps, weight_decay).
+    Every other keyword is a scenario's settings section, as in a suite file: ``convergence`` (epochs,
+    lr...), ``distributed`` (the scaling scenario's workers, scaling, exchange,
     launcher, cluster), ``serving`` (latency and LoadGen), a plug-in's own
     (:func:`dlbench.scenarios.registry.sections`). A resumed run is measured as it was stored: any other
     setting given with ``resume`` is refused."""
@@ -77,7 +82,7 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
         settings = {"suite": suite, "models": models, "frameworks": frameworks, "variants": variants,
                     "scenarios": scenarios, "batches": batches, "threads": threads, "devices": devices,
                     "protocol": protocol, "seed": seed, "data": data, "data_dir": data_dir,
-                    "precisions": precisions, **settings}
+                    "precisions": precisions, "optimizer": optimizer, **settings}
         given = [name for name, value in settings.items() if value is not None]
         if given:
             raise UsageError(f"resume measures run {resume} as it was stored; it takes no {', '.join(given)}")
@@ -85,7 +90,7 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
     else:
         s = flags.build_suite(suite, models=models, frameworks=frameworks, variants=variants, scenarios=scenarios,
                                batches=batches, threads=threads, devices=devices, protocol=protocol, seed=seed,
-                               data=data, data_dir=data_dir, precisions=precisions, **settings)
+                               data=data, data_dir=data_dir, precisions=precisions, optimizer=optimizer, **settings)
         handle = runner.start(s, db, argv, **kwargs)
     return results(handle.run_id, db)
 

@@ -41,7 +41,8 @@ def run_verify(job: VerifyJob) -> dict[str, Any]:
     results = []
     for model in job.models:
         for variant in job.variants:
-            results.append(verify_model(backend, model, variant, job.device, precision=job.precision).to_dict())
+            results.append(verify_model(backend, model, variant, job.device, precision=job.precision,
+                                        optimizers=tuple(job.optimizers)).to_dict())
     return {"results": results, "info": backend.info()}
 
 

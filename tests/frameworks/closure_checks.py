@@ -93,6 +93,27 @@ def repeated_calls_agree(backend, variant: str) -> None:
         assert len(set(steps)) > 1 and all(np.isfinite(steps)), f"{ref}: train steps {steps}"
 
 
+def repeated_gradients_agree(backend, variant: str) -> None:
+    """The gradient closure returns the same gradients call after call, from a freshly built model:
+    keras-torch's ``net.zero_grad()`` cleared nothing before the model's first ``train_on_batch``, so
+    the second call returned twice the gradient (the gate's update check found it)."""
+    _, _, model, batch = _setup(backend, "lenet", variant, small=True)
+    _, first = backend.loss_and_grads(model, batch)
+    first = {k: np.array(g) for k, g in first.items()}
+    _, second = backend.loss_and_grads(model, batch)
+    for k, g in first.items():
+        np.testing.assert_allclose(second[k], g, rtol=1e-5, atol=1e-7, err_msg=f"{k}: the second call's gradient")
+
+
+def optimizer_steps_agree_with_the_reference(backend, variant: str) -> None:
+    """Two steps of each optimiser against the float64 reference (the gate's check (f)) on LeNet."""
+    from dlbench.gate.verify import verify_model
+
+    result = verify_model(backend, "lenet", variant)
+    assert result.checks.get("update") is True, result.reason
+    assert set(result.update) == {"sgd", "adamw"}, result.update
+
+
 def train_step_runs_in_training_mode(backend, variant: str) -> None:
     """The first train step's loss (computed before its update) is the reference training loss,
     batch norm on batch statistics: BN must not run in inference mode while training."""
@@ -187,7 +208,9 @@ def profile_writes_a_chrome_trace(backend, variant: str) -> None:
 
 
 CHECKS = {f.__name__: f for f in (train_step_updates_and_gradient_does_not, frozen_encoders_stay_frozen,
-                                  repeated_calls_agree, train_step_runs_in_training_mode, get_params_round_trips,
+                                  repeated_calls_agree, repeated_gradients_agree,
+                                  optimizer_steps_agree_with_the_reference, train_step_runs_in_training_mode,
+                                  get_params_round_trips,
                                   trainer_and_predictor, part_gradient_differentiates_its_input,
                                   profile_writes_a_chrome_trace)}
 

@@ -83,13 +83,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     results = verify(models=names(args.model, "--model"), frameworks=names(args.framework, "--framework"),
                      variants=names(args.variant, "--variant"), device=args.device,
                      threads=None if threads is None else threads[0], timeout_s=args.timeout,
-                     precisions=names(args.precision, "--precision"), progress=lambda s: print(s, file=sys.stderr))
+                     precisions=names(args.precision, "--precision"), progress=lambda s: print(s, file=sys.stderr),
+                     optimizers=names(args.optimizer, "--optimizer"))
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:
         table = Table(title="equivalence gate")
         for col in ("model", "framework", "variant", "precision", "params (spec / framework)", "forward err",
-                    "gradient err", "verdict"):
+                    "gradient err", "update err", "verdict"):
             table.add_column(col)
         for r in results:
             fw = "-" if r.framework_params is None else f"{r.framework_params:,}"
@@ -97,7 +98,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             verdict = {"pass": Text("pass", "green"), "unsupported": Text("unsupported", "yellow")}.get(
                 r.verdict, Text("FAIL", "red"))
             table.add_row(*texts(r.model, r.framework, r.variant, r.precision, f"{r.spec_params:,} / {fw}{extra}",
-                                 _fmt_err(r.forward_error), _fmt_err(r.gradient_error), verdict))
+                                 _fmt_err(r.forward_error), _fmt_err(r.gradient_error), _fmt_err(r.update_error),
+                                 verdict))
         console.print(table)
         for r in results:
             if r.reason:
@@ -129,6 +131,7 @@ def build_parser() -> Parser:
     p.add_argument("--threads", help="one thread count, 'all' or 'half' of the cores (default: the framework's)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per framework")
     p.add_argument("--precision", help="comma-separated precisions (default fp32; docs/precision.md)")
+    p.add_argument("--optimizer", help="optimisers whose update the gate checks: sgd,adamw (default both)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)
 

@@ -27,7 +27,7 @@ from dlbench.planning.plan import Cell, Suite, suite_from_dict
 from dlbench.report import cost
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
 from dlbench.report.results import RunResults
-from dlbench.report.summary import summary_dict, summary_rows, summary_scenarios
+from dlbench.report.summary import optimizer_text, summary_dict, summary_rows, summary_scenarios
 from dlbench.report.tables import DASH, fmt_num
 from dlbench.report.tables import Table as ReportTable
 from dlbench.scenarios import registry
@@ -158,6 +158,21 @@ def _fit(text: str) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _optimizer(args: argparse.Namespace) -> dict:
+    """The optimiser's flags (checked by the suite model, ``OptimizerModel``: a bad value is exit 2)."""
+    out: dict = {key: value for key, value in (
+        ("name", args.optimizer), ("lr", args.lr), ("momentum", args.momentum), ("eps", args.eps),
+        ("weight_decay", args.weight_decay)) if value is not None}
+    if args.betas is not None:
+        try:
+            out["betas"] = tuple(float(b) for b in args.betas.split(","))
+        except ValueError:
+            raise UsageError(f"--betas takes two numbers, B1,B2 (e.g. 0.9,0.999), got {args.betas!r}") from None
+        if len(out["betas"]) != 2:
+            raise UsageError(f"--betas takes two numbers, B1,B2 (e.g. 0.9,0.999), got {args.betas!r}")
+    return out
+
+
 def add_protocol_flags(p: argparse.ArgumentParser) -> None:
     """The timing protocol's flags (``dlbench run`` and ``dlbench reproduce``; read by :func:`_protocol`)."""
     p.add_argument("--warmup", type=int)
@@ -258,7 +273,7 @@ def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
                                    batches=counts(args.batch, "--batch"), threads=counts(args.threads, "--threads"),
                                    devices=names(args.device, "--device"), protocol=_protocol(args) or None,
                                    seed=args.seed, data=args.data, data_dir=args.data_dir,
-                                   precisions=names(args.precision, "--precision"),
+                                   precisions=names(args.precision, "--precision"), optimizer=_optimizer(args) or None,
                                    **registry.settings_from_flags(args))
         done = set()
     _, cells = runner.plan_cells(suite)
@@ -349,7 +364,8 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
     fixed = [f"{a} {getattr(every[0], a)}" for a in axes if a not in shown] if every else []
     for model, rows in tables.items():
         scenarios = summary_scenarios(rows)
-        title = model + (f"  ({', '.join(fixed)})" if fixed else "")
+        about = fixed + [t for t in (optimizer_text(rows),) if t]
+        title = model + (f"  ({', '.join(about)})" if about else "")
         table = Table(title=escape(title), title_justify="left")
         for col in shown:
             table.add_column(col)
@@ -468,6 +484,15 @@ def register(sub) -> None:
                                        "int8 (inference), tf32 (GPU); see docs/precision.md")
     add_protocol_flags(p)
     p.add_argument("--seed", type=int)
+    p.add_argument("--optimizer", help="the update of train_step, compile and convergence: sgd (with momentum, "
+                                       "default) or adamw (docs/scenarios.md)")
+    p.add_argument("--lr", type=float, help="learning rate of every cell that trains (default: sgd the paper's for "
+                                            "the model, adamw 5e-5 as transformers)")
+    p.add_argument("--momentum", type=float, help="sgd: momentum (default 0.9)")
+    p.add_argument("--betas", help="adamw: B1,B2 (default 0.9,0.999)")
+    p.add_argument("--eps", type=float, help="adamw: epsilon (default 1e-8)")
+    p.add_argument("--weight-decay", type=float, dest="weight_decay",
+                   help="adamw: decoupled weight decay (default 0, as transformers)")
     p.add_argument("--data", "--dataset", dest="data",
                    help="fill batches from a real data set (digits, mnist, cifar10, imdb, ptb) "
                                   "instead of synthetic samples")

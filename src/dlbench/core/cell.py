@@ -16,6 +16,8 @@ from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 DEFAULT_DEVICE = "cpu"
 #: the seed of a suite that names none (canonical weights, synthetic batches, shuffles)
 DEFAULT_SEED = 0
+#: the optimiser of a training cell (and a suite) that names none: SGD with momentum, the papers'
+DEFAULT_OPTIMIZER = "sgd"
 
 
 @dataclass(frozen=True, order=True)
@@ -35,12 +37,17 @@ class Cell:
     launcher: str = "subprocess"  # subprocess (one node), torchrun (nodes joined by --rdzv-endpoint), ray
     cluster: str = ""  # "" (loopback) or "netns" (one worker per network namespace)
     precision: str = DEFAULT_PRECISION  # dlbench.core.precision: fp32, bf16, fp16, amp-bf16, amp-fp16, int8, tf32
+    #: the optimiser of a cell whose scenario updates parameters (``Scenario.updates``): sgd or adamw;
+    #: other cells keep the default
+    optimizer: str = DEFAULT_OPTIMIZER
 
     @property
     def key(self) -> str:
         key = f"{self.framework}/{self.variant}/{self.model}/{self.scenario}/b{self.batch}/t{self.threads}/{self.device}"
         if self.precision != DEFAULT_PRECISION:  # float32 cells keep the keys they had before precision was an axis
             key += f"/{self.precision}"
+        if self.optimizer != DEFAULT_OPTIMIZER:  # SGD cells keep the keys they had before the optimiser was a setting
+            key += f"/{self.optimizer}"
         if self.data != "synthetic":
             key += f"/{self.data}"
         if self.scaling or self.workers != 1:  # a data-parallel cell (scaling scenario)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from dlbench.core.cell import DEFAULT_DEVICE, Cell
 
 #: the version of the job's JSON; a change of fields or of their meaning raises it
-JOB_VERSION = 1
+JOB_VERSION = 2  # 2: CellJob.optimizer, VerifyJob.optimizers
 
 
 class JobVersionError(ValueError):
@@ -57,6 +57,9 @@ class CellJob(Job):
     #: what this one process of the cell does differently, by the scenario's own keys (``compile``:
     #: its closures; ``forward``: the profile of the first process)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the run's optimiser (:class:`dlbench.planning.suite.OptimizerModel`, as data: every field) for a cell whose
+    #: scenario updates parameters (``Scenario.updates``); None for one that does not
+    optimizer: dict[str, Any] | None = None
     #: exactly this many timed calls in this process, whatever the protocol's ``min_iters`` and
     #: ``min_time_s`` or the scenario's own count say (the second stage of ``--target-ci``,
     #: :func:`dlbench.scenarios.processes.run_processes`); None: the protocol's and the settings' own
@@ -79,6 +82,9 @@ class VerifyJob(Job):
     variants: list[str]
     device: str
     precision: str
+    #: the optimisers whose update the gate's check (f) verifies (a run: its own; ``dlbench verify``:
+    #: those asked, by default every one)
+    optimizers: list[str]
 
     def on_device(self) -> str:
         return self.device

@@ -8,15 +8,15 @@ resumed run accept and refuse the same ones); :func:`dlbench.frameworks.framewor
 pinned name the base framework's entry with the version set, and
 :func:`dlbench.envs.ondemand.ensure_envs` builds the environments a run needs (with the companion pins
 of :mod:`dlbench.envs.companions`).
-Nothing here imports a framework.
+Nothing here imports a framework, and :mod:`packaging` is imported where a version is read: a
+measuring process in a framework's own environment (which has no ``packaging``) imports this module
+through :mod:`dlbench.frameworks` and, for a bare name, never reads a version.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-
-from packaging.version import InvalidVersion, Version
 
 import dlbench.envs.companions as companions  # the module alone: dlbench.envs itself imports this one
 
@@ -55,6 +55,8 @@ def normal_version(text: str) -> str:
     the store): PEP 440's reading (:mod:`packaging.version`; leading zeros dropped), the release padded
     to three parts and trailing zero parts past the third dropped (``2.13`` and ``2.13.0.0`` are
     ``2.13.0``, as pip holds them equal). ASCII digits only; no epoch, no local tag. ValueError otherwise."""
+    from packaging.version import InvalidVersion, Version  # here: a framework's environment has no packaging
+
     if not text.isascii():
         raise ValueError(f"{text!r} is not a release number (ASCII digits, like 0.4.38)")
     try:
@@ -84,6 +86,8 @@ def normal_name(name: str) -> str:
 
 def same_release(a: str, b: str) -> bool:
     """Whether two version strings name one release (a local build tag, ``+cpu``, aside)."""
+    from packaging.version import InvalidVersion, Version  # here: a framework's environment has no packaging
+
     try:
         return Version(a.split("+", 1)[0]) == Version(b.split("+", 1)[0])
     except InvalidVersion:

@@ -6,7 +6,7 @@ device, so a timer around a closure measures compute, not data movement. The clo
 
 * ``forward``: a batch to the network's output, inference mode (no autograd, eval-mode BN).
 * ``gradient``: forward + loss + backward, every parameter's gradient, no update.
-* ``train_step``: gradient + SGD with momentum.
+* ``train_step``: gradient + the optimiser's update (:class:`OptimizerSpec`: SGD with momentum, or AdamW).
 
 The mode (train/eval) a closure needs is set when the closure is made.
 
@@ -43,12 +43,46 @@ class UnsupportedError(Exception):
     """The framework cannot express this model or scenario; the message says exactly why."""
 
 
+#: the optimisers a training closure applies (dlbench.gate.reference_optim holds their float64 definitions)
+OPTIMIZERS = ("sgd", "adamw")
+#: AdamW's learning rate when none is given: transformers' ``TrainingArguments`` default (with betas
+#: (0.9, 0.999), eps 1e-8 and weight decay 0, the defaults here too)
+ADAMW_LR = 5e-5
+
+
 @dataclass(frozen=True)
 class OptimizerSpec:
-    """SGD with momentum, the optimiser of every paper's training runs."""
+    """The update of a training step. ``sgd``: SGD with momentum in PyTorch's form (``buf = momentum *
+    buf + g; p -= lr * buf``), the optimiser of every paper's training runs. ``adamw``: Adam with
+    bias correction and decoupled weight decay (Loshchilov & Hutter; ``p -= lr * wd * p`` beside the
+    Adam step, as ``torch.optim.AdamW``, ``optax.adamw`` and ``keras.optimizers.AdamW`` apply it), the
+    optimiser transformers are trained with; ``betas``, ``eps`` and ``weight_decay`` are its alone."""
 
     lr: float = 0.01
     momentum: float = 0.9
+    name: str = "sgd"
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any], model_lr: float, lr: float | None = None) -> OptimizerSpec:
+        """The optimiser a job's settings name (every field of ``dlbench.planning.suite.OptimizerModel``, validated
+        where the suite was made), for a model whose paper trains at ``model_lr``; ``lr`` (a scenario's
+        own, such as convergence's) wins over the settings'. An unset rate is SGD's ``model_lr`` or
+        AdamW's :data:`ADAMW_LR`."""
+        name = settings["name"]
+        rate = lr or settings["lr"] or (ADAMW_LR if name == "adamw" else model_lr)
+        return cls(lr=float(rate), momentum=float(settings["momentum"]), name=name,
+                   betas=(float(settings["betas"][0]), float(settings["betas"][1])), eps=float(settings["eps"]),
+                   weight_decay=float(settings["weight_decay"]))
+
+    def describe(self) -> dict[str, Any]:
+        """What a cell records of its optimiser: the settings that apply to it."""
+        if self.name == "sgd":
+            return {"name": "sgd", "lr": self.lr, "momentum": self.momentum}
+        return {"name": self.name, "lr": self.lr, "betas": list(self.betas), "eps": self.eps,
+                "weight_decay": self.weight_decay}
 
 
 class Backend(ABC):
@@ -67,6 +101,11 @@ class Backend(ABC):
     forward_only_reason: str | None = None
     #: the precisions (dlbench.core.precision) the backend can build at; the cell's is set before ``build``
     precisions: tuple[str, ...] = (DEFAULT_PRECISION,)
+    #: where the framework's AdamW puts epsilon (dlbench.gate.reference_optim.EPS_FORMS): ``corrected``,
+    #: ``m_hat / (sqrt(v_hat) + eps)`` (PyTorch, Optax, Paddle), or ``hat``, Kingma & Ba's efficient form
+    #: ``lr_t * m / (sqrt(v) + eps)`` with the bias corrections folded into ``lr_t`` (Keras, TensorFlow's
+    #: fused op, MXNet, Chainer); the gate's update check holds it to the one it declares
+    adamw_eps: str = "corrected"
 
     # --- set-up -----------------------------------------------------------------
     @abstractmethod
@@ -101,7 +140,9 @@ class Backend(ABC):
     def gradient(self, model: Any, batch: Any) -> Callable[[], Any]: ...
 
     @abstractmethod
-    def train_step(self, model: Any, batch: Any, opt: OptimizerSpec) -> Callable[[], Any]: ...
+    def train_step(self, model: Any, batch: Any, opt: OptimizerSpec) -> Callable[[], Any]:
+        """One step of ``opt`` per call; making a closure starts a fresh optimiser state (zero momentum
+        or moments, step count 0). A backend without ``opt.name`` raises :class:`UnsupportedError`."""
 
     # --- whole-data-set scenarios (frameworks that cannot time one batch; see dlbench.scenarios) ---
     def epoch(self, model: Any, batch: Any, opt: OptimizerSpec) -> Callable[[], Any]:
@@ -155,7 +196,7 @@ class Backend(ABC):
 
     # --- training over a data set (the convergence scenario) ---------------------------------
     def trainer(self, model: Any, opt: OptimizerSpec) -> Callable[[Any], Any]:
-        """``step(placed_batch) -> loss``: one SGD-momentum step on a new batch each call, the
+        """``step(placed_batch) -> loss``: one step of ``opt`` on a new batch each call, the
         optimiser state carried from call to call (the timed closures are over one fixed batch)."""
         raise UnsupportedError(f"{self.name} has no trainer for the convergence scenario yet")
 

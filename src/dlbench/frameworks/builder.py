@@ -9,6 +9,9 @@ the class is made (:attr:`LayerBuilder.rules`), so what a backend can build is k
 (:meth:`LayerBuilder.kinds`). Tests subclass a backend's builder to plant bugs (a transposed
 kernel, a dropped bias): an overriding ``make_<kind>`` replaces the rule.
 
+A backend's optimisers follow the same pattern (:func:`make_optimizer`): one ``optimizer_<name>``
+rule each, the dispatch and its error here.
+
 The standard library and :mod:`dlbench.frameworks.base` only: the environment frameworks (mxnet,
 chainer, paddle) build through it in their own interpreters.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from dlbench.frameworks.base import UnsupportedError
+from dlbench.frameworks.base import OptimizerSpec, UnsupportedError
 
 #: the prefix of a builder's rules: ``make_conv2d`` builds ``Conv2d`` layers
 RULE = "make_"
@@ -63,3 +66,19 @@ class LayerBuilder:
         """What the builder notes once a layer is made (default: nothing; Keras and Flax forget a
         pending Flatten at a layer that does not carry it forward)."""
         return None
+
+
+#: the prefix of a backend's optimiser rules: ``optimizer_adamw`` makes AdamW (one per name in
+#: :data:`dlbench.frameworks.base.OPTIMIZERS`)
+OPTIMIZER_RULE = "optimizer_"
+
+
+def make_optimizer(owner: Any, opt: OptimizerSpec, *args: Any) -> Any:
+    """``opt`` as the framework makes it: the rule ``owner.optimizer_<name>(opt, *args)`` (``owner`` a
+    backend class, whose ``name`` the error gives), dispatched as :meth:`LayerBuilder.layer` dispatches a
+    layer, so a backend writes only its optimisers and one place says which it lacks."""
+    rule = getattr(owner, OPTIMIZER_RULE + opt.name, None)
+    if rule is None:
+        has = sorted(n.removeprefix(OPTIMIZER_RULE) for n in dir(owner) if n.startswith(OPTIMIZER_RULE))
+        raise UnsupportedError(f"{owner.name} has no optimiser {opt.name!r} in dlbench (it has {', '.join(has)})")
+    return rule(opt, *args)

@@ -17,7 +17,10 @@ Fast path and fairness settings:
 * gradient: ``cleargrads()`` then ``loss.backward()``. Frozen layers (SAE pre-training) are applied
   with their arrays, not their Parameters, so no gradient is computed for them.
 * optimiser: ``chainer.optimizers.MomentumSGD(lr, momentum=0.9)`` (``v = m v - lr g; w += v``,
-  the same update as torch's for a constant learning rate).
+  the same update as torch's for a constant learning rate), or ``chainer.optimizers.AdamW(alpha=lr,
+  weight_decay_rate=lr * wd)`` (Kingma & Ba's efficient form, the gate's ``hat`` epsilon; Chainer's
+  decay ``w -= eta * weight_decay_rate * w`` is not scaled by the learning rate, so the rate passed
+  is ``lr * wd``, torch's decay).
 * threads: NumPy's BLAS threads, set by the launcher's ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``
   before the import and again by ``threadpoolctl`` (in the environment) in ``set_threads``, which
   reads the count back.
@@ -55,7 +58,7 @@ import numpy as np
 from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.builder import LayerBuilder
+from dlbench.frameworks.builder import LayerBuilder, make_optimizer
 from dlbench.measure.profile import ProfileTrace, write_trace
 from dlbench.models import layers as L
 from dlbench.models.layers import _pool_out
@@ -332,6 +335,7 @@ class ChainerBackend(Backend):
     name = "chainer"
     variants = ("default",)
     packages = ("chainer", "numpy")
+    adamw_eps = "hat"
 
     def __init__(self) -> None:
         self.threads: int | None = None
@@ -406,10 +410,23 @@ class ChainerBackend(Backend):
         return ProfileTrace(path, hook.events,  # every event is a function's, complete
                             f"dlbench's FunctionHook trace (chainer {chainer.__version__})")
 
+    @staticmethod
+    def optimizer_sgd(opt: OptimizerSpec) -> Any:
+        return chainer.optimizers.MomentumSGD(lr=opt.lr, momentum=opt.momentum)
+
+    @staticmethod
+    def optimizer_adamw(opt: OptimizerSpec) -> Any:
+        return chainer.optimizers.AdamW(alpha=opt.lr, beta1=opt.betas[0], beta2=opt.betas[1], eps=opt.eps,
+                                        weight_decay_rate=opt.lr * opt.weight_decay)
+
     def train_step(self, model: ChainerModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
-        optimizer = chainer.optimizers.MomentumSGD(lr=opt.lr, momentum=opt.momentum)
+        optimizer = make_optimizer(type(self), opt)
         optimizer.setup(model.net)
-        for p in model.extra:
+        # frozen layers (SAE pre-training) get no gradient, but Chainer's update gives every parameter a
+        # zero one first (``reallocate_cleared_grads``), and AdamW's decay would then move them
+        trainable = set(model.spec.trainable_names())
+        frozen = [p for name, (params, _, _) in model.bindings.items() if name not in trainable for p in params]
+        for p in [*model.extra, *frozen]:
             p.update_rule.enabled = False
         grad = self.gradient(model, batch)
 

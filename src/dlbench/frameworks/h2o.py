@@ -336,6 +336,8 @@ class H2OBackend(Backend):
         return self.predict(model, batch)
 
     def epoch(self, model: H2OModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
+        if opt.name != "sgd":
+            raise UnsupportedError(f"h2o's deep learning trains with SGD and momentum or ADADELTA; it has no {opt.name}")
         if not batch["all_classes"]:
             raise UnsupportedError(f"h2o sizes its softmax layer by the classes present in the training frame; this data "
                                    f"set of {batch['size']} samples lacks {batch['missing']} of {model.spec.name}'s "

@@ -19,7 +19,8 @@ Fast path and fairness settings:
 * jit scope: Flax's functional pattern (``nnx.split`` once at build, ``nnx.merge`` inside the
   traced function, as Flax's performance guide recommends over ``nnx.jit``): ``forward``,
   ``gradient`` (``jax.value_and_grad`` of the training loss wrt the trainable parameters) and
-  ``train_step`` (gradient + ``optax.sgd(lr, momentum=0.9)`` + the BN running-statistics update)
+  ``train_step`` (gradient + ``optax.sgd(lr, momentum=0.9)`` or ``optax.adamw`` + the BN
+  running-statistics update)
   are each ONE ``jax.jit`` function taking the parameter pytrees as arguments (never baked in as
   constants).
 * convergence: ``trainer`` calls ``train_step``'s jitted function and ``predictor`` ``forward``'s,
@@ -80,7 +81,7 @@ from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import get_precision
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.builder import LayerBuilder
+from dlbench.frameworks.builder import LayerBuilder, make_optimizer
 from dlbench.frameworks.profilers import jax_profile
 from dlbench.measure.profile import ProfileTrace
 from dlbench.models import layers as L
@@ -581,8 +582,10 @@ def _make_functions(spec: ModelSpec, graphdef: nnx.GraphDef, loss_scale: float |
 
 
 def optimizer(opt: OptimizerSpec) -> optax.GradientTransformation:
-    """The optax transformation of ``opt``: SGD with (PyTorch-form) momentum."""
-    return optax.sgd(opt.lr, momentum=opt.momentum)
+    """The optax transformation of ``opt``: SGD with (PyTorch-form) momentum, or ``optax.adamw``
+    (epsilon after the bias correction, as torch's; decoupled decay ``lr * wd * p``): the backend's
+    rules (:func:`make_optimizer`)."""
+    return make_optimizer(JaxBackend, opt)
 
 
 def train_update(spec: ModelSpec, graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
@@ -749,9 +752,17 @@ class JaxBackend(Backend):
             return loss, grads
         return run
 
+    @staticmethod
+    def optimizer_sgd(opt: OptimizerSpec) -> optax.GradientTransformation:
+        return optax.sgd(opt.lr, momentum=opt.momentum)
+
+    @staticmethod
+    def optimizer_adamw(opt: OptimizerSpec) -> optax.GradientTransformation:
+        return optax.adamw(opt.lr, b1=opt.betas[0], b2=opt.betas[1], eps=opt.eps, weight_decay=opt.weight_decay)
+
     def _train_fn(self, model: JaxModel, opt: OptimizerSpec) -> Callable:
-        """The model's one jitted SGD-momentum step for ``opt`` (made once, shared by ``train_step``
-        and ``trainer``), with a fresh momentum buffer put on the model."""
+        """The model's one jitted training step for ``opt`` (made once, shared by ``train_step`` and
+        ``trainer``), with a fresh optimiser state put on the model."""
         tx = optimizer(opt)
         if opt not in model.train_fns:
             model.train_fns[opt] = _make_train_fn(model.spec, model.graphdef, tx, model.loss_scale)
@@ -764,8 +775,8 @@ class JaxBackend(Backend):
         return loss
 
     def train_step(self, model: JaxModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
-        """A closure doing one SGD-with-momentum step on the model's state. Making a closure
-        starts a fresh momentum buffer (held on the model, so it is shared with earlier closures)."""
+        """A closure doing one step of ``opt`` on the model's state. Making a closure starts a fresh
+        optimiser state (held on the model, so it is shared with earlier closures)."""
         fn = self._train_fn(model, opt)
         x, y, mask = batch["x"], batch["y"], batch["mask"]
 

@@ -6,7 +6,9 @@ import, from ``KERAS_BACKEND``, so each variant runs in its own process with tha
 
 Fast path = what a Keras user gets:
 
-* ``model.compile(optimizer=keras.optimizers.SGD(lr, momentum=0.9), loss=..., jit_compile=JIT)``
+* ``model.compile(optimizer=keras.optimizers.SGD(lr, momentum=0.9), loss=..., jit_compile=JIT)``, or
+  ``keras.optimizers.AdamW(lr, weight_decay, beta_1, beta_2, epsilon)`` (Kingma & Ba's efficient form,
+  epsilon not bias-corrected: the gate's ``hat``; decay ``var -= var * wd * lr`` before the step)
   with the loss Keras's ``SparseCategoricalCrossentropy(from_logits=True)`` over a copy of the output
   (``keras_model.LogitsCrossentropy``: on TF a sigmoid output would lend the loss its input), or ``None`` for the
   autoencoders (their MSE against the Mark'd activation is the model's ``compute_loss``).
@@ -61,6 +63,7 @@ import numpy as np  # noqa: E402
 from dlbench.data.synthetic import Batch  # noqa: E402
 from dlbench.frameworks import keras_model as km  # noqa: E402
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
+from dlbench.frameworks.builder import make_optimizer  # noqa: E402
 from dlbench.frameworks.profilers import jax_profile, torch_profile  # noqa: E402
 from dlbench.measure.profile import ProfileTrace  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
@@ -149,6 +152,7 @@ class KerasBackend(km.PolicyPrecision, Backend):
     devices = ("cpu", "cuda")
     packages = ("keras", *({"tensorflow": ("tensorflow", "tensorflow-cpu")}.get(BACKEND, (BACKEND,))))
     builder_class = km.Builder
+    adamw_eps = "hat"  # keras.optimizers.AdamW on every backend (the torch one through its foreach kernels)
 
     def set_threads(self, n: int) -> dict[str, Any]:
         if BACKEND == "tensorflow":
@@ -181,11 +185,20 @@ class KerasBackend(km.PolicyPrecision, Backend):
         return KerasModel(build, dev, variant)
 
     @staticmethod
-    def _compile(build: km.KerasBuild, opt: OptimizerSpec) -> None:
-        sgd = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum)
+    def optimizer_sgd(opt: OptimizerSpec) -> keras.optimizers.Optimizer:
+        return keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum)
+
+    @staticmethod
+    def optimizer_adamw(opt: OptimizerSpec) -> keras.optimizers.Optimizer:
+        return keras.optimizers.AdamW(learning_rate=opt.lr, weight_decay=opt.weight_decay, beta_1=opt.betas[0],
+                                      beta_2=opt.betas[1], epsilon=opt.eps)
+
+    @classmethod
+    def _compile(cls, build: km.KerasBuild, opt: OptimizerSpec) -> None:
+        optimizer = make_optimizer(cls, opt)
         if build.precision == "amp-fp16":
-            sgd = keras.optimizers.LossScaleOptimizer(sgd)
-        build.model.compile(optimizer=sgd, loss=km.keras_loss(build.spec), jit_compile=JIT_COMPILE[BACKEND])
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        build.model.compile(optimizer=optimizer, loss=km.keras_loss(build.spec), jit_compile=JIT_COMPILE[BACKEND])
 
     def place(self, batch: Batch, model: KerasModel) -> dict[str, Any]:
         inputs = km.keras_inputs(model.spec, batch.x, batch.mask)
@@ -249,7 +262,10 @@ class KerasBackend(km.PolicyPrecision, Backend):
             inputs.requires_grad_(True)
 
         def run_torch():
-            net.zero_grad()
+            # each variable's gradient cleared: until the model's first train_on_batch, ``net.zero_grad()``
+            # finds no torch parameters to clear, and each call added its gradient to the last one's
+            for v in weights:
+                v.value.grad = None
             if with_input:
                 inputs.grad = None
             loss = net.compute_loss(x=inputs, y=y, y_pred=net(inputs, training=True))
@@ -258,12 +274,12 @@ class KerasBackend(km.PolicyPrecision, Backend):
         return run_torch
 
     def train_step(self, model: KerasModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
-        self._compile(model.build, opt)  # a fresh SGD: its momentum starts at zero
+        self._compile(model.build, opt)  # a fresh optimiser: its momentum (or moments) start at zero
         train, inputs, y = model.net.train_on_batch, batch["inputs"], batch["y"]
         return lambda: train(inputs, y)
 
     def trainer(self, model: KerasModel, opt: OptimizerSpec) -> Callable[[Any], Any]:
-        """``model.train_on_batch`` on each new batch (Keras's compiled train step, a fresh SGD)."""
+        """``model.train_on_batch`` on each new batch (Keras's compiled train step, a fresh optimiser)."""
         self._compile(model.build, opt)
         train = model.net.train_on_batch
         return lambda batch: train(batch["inputs"], batch["y"])

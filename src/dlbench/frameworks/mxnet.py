@@ -19,6 +19,10 @@ Fast path and fairness settings:
 * optimiser: ``gluon.Trainer(..., "sgd", momentum=0.9)`` with no kvstore (one device);
   ``trainer.step(1)`` because the loss is already a batch mean. MXNet's SGD keeps
   ``mom = m * mom - lr * g; w += mom``, the same update as torch's for a constant learning rate.
+  AdamW: MXNet 1.9 has the fused kernel (``mx.nd.contrib.adamw_update``) but no optimiser class, so
+  :class:`AdamW` is written out around it for the same ``gluon.Trainer``, as GluonNLP drove that kernel,
+  with the bias corrections folded into the kernel's learning rate as MXNet's own ``Adam`` does
+  (Kingma & Ba's efficient form: the gate's ``hat`` epsilon) and decay ``w -= lr wd w``.
 * LSTM: ``gluon.rnn.LSTM`` (fused RNN operator, layout NTC, gate order i, f, c, o) has two biases
   per gate; the canonical bias goes into ``i2h_bias`` and ``h2h_bias`` is held at zero with
   ``grad_req="null"`` (4 x units extra parameters in MXNet's own count, reported by the gate).
@@ -42,7 +46,7 @@ from mxnet.gluon import nn, rnn
 from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.builder import LayerBuilder
+from dlbench.frameworks.builder import LayerBuilder, make_optimizer
 from dlbench.measure.profile import ProfileTrace, paired_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
@@ -284,10 +288,35 @@ class MxModel:
         self.all_params = list(unique.values())
 
 
+class AdamW(mx.optimizer.Optimizer):
+    """Adam with bias correction and decoupled weight decay over ``mx.nd.contrib.adamw_update``, which
+    computes ``w -= eta * (lr * m / (sqrt(v) + eps) + wd * w)``: with ``eta`` the learning rate and
+    ``lr = sqrt(1 - b2^t) / (1 - b1^t)`` that is AdamW (the kernel itself has no bias correction)."""
+
+    def __init__(self, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+
+    def create_state(self, index, weight):
+        return (mx.nd.zeros(weight.shape, weight.context, dtype=weight.dtype),
+                mx.nd.zeros(weight.shape, weight.context, dtype=weight.dtype))
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        t = self._index_update_count[index]
+        correction = (1.0 - self.beta2 ** t) ** 0.5 / (1.0 - self.beta1 ** t)
+        mean, var = state
+        rescale = mx.nd.full((1,), self.rescale_grad, ctx=weight.context)
+        mx.nd.contrib.adamw_update(weight, grad, mean, var, rescale, lr=correction, eta=self._get_lr(index),
+                                   wd=self._get_wd(index), beta1=self.beta1, beta2=self.beta2,
+                                   epsilon=self.epsilon, out=weight)
+
+
 class MxnetBackend(Backend):
     name = "mxnet"
     variants = ("imperative", "hybridize")
     packages = ("mxnet", "numpy")
+    adamw_eps = "hat"
 
     def __init__(self) -> None:
         self.threads: int | None = None
@@ -352,9 +381,17 @@ class MxnetBackend(Backend):
             return loss
         return run
 
+    @staticmethod
+    def optimizer_sgd(opt: OptimizerSpec, params: Any) -> gluon.Trainer:
+        return gluon.Trainer(params, "sgd", {"learning_rate": opt.lr, "momentum": opt.momentum}, kvstore=None)
+
+    @staticmethod
+    def optimizer_adamw(opt: OptimizerSpec, params: Any) -> gluon.Trainer:
+        return gluon.Trainer(params, AdamW(beta1=opt.betas[0], beta2=opt.betas[1], epsilon=opt.eps, learning_rate=opt.lr,
+                                           wd=opt.weight_decay), kvstore=None)
+
     def train_step(self, model: MxModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
-        trainer = gluon.Trainer(model.trainable, "sgd", {"learning_rate": opt.lr, "momentum": opt.momentum},
-                                kvstore=None)
+        trainer = make_optimizer(type(self), opt, model.trainable)
         grad = self.gradient(model, batch)
 
         def run():

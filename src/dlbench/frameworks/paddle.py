@@ -16,7 +16,9 @@ Fast path and fairness settings:
   ``OMP_NUM_THREADS`` says, so ``set_threads`` calls ``paddle.base.core.set_num_threads(n)`` and sets
   the flag; it reads the flag back.
 * optimiser: ``paddle.optimizer.Momentum(lr, momentum=0.9)`` over the trainable parameters
-  (``v = m v + g; w -= lr v``, torch's update). ``clear_grad`` before each backward.
+  (``v = m v + g; w -= lr v``, torch's update), or ``paddle.optimizer.AdamW`` (its fused ``adamw``
+  kernel: decay ``w -= lr wd w``, epsilon after the bias correction as torch's). ``clear_grad`` before
+  each backward.
 * LSTM: ``paddle.nn.LSTM`` (batch first, gate order i, f, g, o) has two biases per gate; the canonical
   bias goes into ``bias_ih_l0`` and ``bias_hh_l0`` is held at zero: it is left out of the optimiser
   but keeps ``stop_gradient=False``, because the dygraph backward of Paddle's fused ``rnn`` kernel
@@ -46,7 +48,7 @@ from paddle import nn
 from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.builder import LayerBuilder
+from dlbench.frameworks.builder import LayerBuilder, make_optimizer
 from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
@@ -354,9 +356,18 @@ class PaddleBackend(Backend):
             return loss
         return run
 
+    @staticmethod
+    def optimizer_sgd(opt: OptimizerSpec, params: list) -> Any:
+        return paddle.optimizer.Momentum(learning_rate=opt.lr, momentum=opt.momentum, parameters=params)
+
+    @staticmethod
+    def optimizer_adamw(opt: OptimizerSpec, params: list) -> Any:
+        return paddle.optimizer.AdamW(learning_rate=opt.lr, beta1=opt.betas[0], beta2=opt.betas[1], epsilon=opt.eps,
+                                      weight_decay=opt.weight_decay, parameters=params)
+
     def train_step(self, model: PaddleModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
         model.loss.train()
-        optimizer = paddle.optimizer.Momentum(learning_rate=opt.lr, momentum=opt.momentum, parameters=model.trainable)
+        optimizer = make_optimizer(type(self), opt, model.trainable)
         loss_fn, x, y, mask = model.loss, batch["x"], batch["y"], batch["mask"]
 
         def run():

@@ -37,7 +37,9 @@ Fast path and fairness settings:
   (the Theano idiom for benchmarks); each compiled function takes no inputs.
 * forward: the eval graph (running BN statistics, no dropout); gradient: ``pytensor.grad`` of the
   training loss, the gradients returned as outputs; train_step: SGD with momentum as shared
-  ``updates`` (``v = m v - lr g; w += v``, torch's update for a constant learning rate).
+  ``updates`` (``v = m v - lr g; w += v``, torch's update for a constant learning rate), or AdamW
+  written out the same way (PyTensor has no optimisers): moments and step count in shared variables,
+  epsilon after the bias correction and decay ``w -= lr wd w``, as ``torch.optim.AdamW``.
 * functions are compiled lazily on their first call, so the first call holds the compile time (as
   for ``torch.compile`` and ``jax.jit``) and the timer's warm-up absorbs it.
 * threads: BLAS threads through ``threadpoolctl`` (in the environment) and the launcher's
@@ -70,6 +72,7 @@ from pytensor.tensor.random.utils import RandomStream  # noqa: E402
 from dlbench.core.cell import DEFAULT_DEVICE  # noqa: E402
 from dlbench.data.synthetic import Batch  # noqa: E402
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
+from dlbench.frameworks.builder import make_optimizer  # noqa: E402
 from dlbench.models import layers as L  # noqa: E402
 from dlbench.models.layers import _pool_out  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
@@ -273,15 +276,59 @@ def _loss(spec: ModelSpec, out, target, x, y):
     return -pt.mean(logp[pt.arange(labels.shape[0]), labels])
 
 
+def _optimizer_updates(params: list, grads: list, opt: OptimizerSpec) -> tuple[list, list]:
+    """The shared-variable updates of one step of ``opt``, and its state (zero-initialised shared
+    variables): the backend's rules (:func:`make_optimizer`)."""
+    return make_optimizer(PyTensorBackend, opt, params, grads)
+
+
+def _zeros(p, prefix: str):
+    return pytensor.shared(np.zeros(p.get_value(borrow=True).shape, F32), name=f"{prefix}_{p.name}")
+
+
+def sgd_updates(opt: OptimizerSpec, params: list, grads: list) -> tuple[list, list]:
+    updates, slots = [], []
+    lr, m = F32(opt.lr), F32(opt.momentum)
+    for p, gr in zip(params, grads, strict=True):
+        v = _zeros(p, "v")
+        v_new = m * v - lr * gr
+        updates += [(v, v_new), (p, p + v_new)]
+        slots.append(v)
+    return updates, slots
+
+
+def adamw_updates(opt: OptimizerSpec, params: list, grads: list) -> tuple[list, list]:
+    updates, slots = [], []
+    lr, b1, b2, eps, decay = (F32(a) for a in (opt.lr, *opt.betas, opt.eps, opt.lr * opt.weight_decay))
+    t = pytensor.shared(F32(0.0), name="adamw_t")
+    t_new = t + F32(1.0)
+    c1, c2 = F32(1.0) - b1 ** t_new, F32(1.0) - b2 ** t_new
+    updates.append((t, t_new))
+    slots.append(t)
+    for p, gr in zip(params, grads, strict=True):
+        m, v = _zeros(p, "m"), _zeros(p, "v")
+        m_new = b1 * m + (F32(1.0) - b1) * gr
+        v_new = b2 * v + (F32(1.0) - b2) * gr * gr
+        step = (m_new / c1) / (pt.sqrt(v_new / c2) + eps)
+        updates += [(m, m_new), (v, v_new), (p, p - decay * p - lr * step)]
+        slots += [m, v]
+    return updates, slots
+
+
 class PyTensorModel:
     def __init__(self, spec: ModelSpec, graph: Graph, mode: Mode, variant: str):
         self.spec, self.graph, self.mode, self.variant = spec, graph, mode, variant
         self.trainable = [graph.params[n] for n in spec.trainable_names()]
-        self.functions: dict[str, Any] = {}  # compiled lazily, per placed batch
+        self.functions: dict[tuple, Any] = {}  # compiled lazily, per placed batch (and optimiser)
+        #: each training function's optimiser state (shared variables), zeroed when a closure is made
+        self.slots: dict[tuple, list] = {}
 
 
 class PyTensorBackend(Backend):
     name = "pytensor"
+    #: the optimisers, written out as shared-variable updates (PyTensor has none of its own)
+    optimizer_sgd = staticmethod(sgd_updates)
+    optimizer_adamw = staticmethod(adamw_updates)
     variants = ("numba", "c")
     packages = ("pytensor", "numpy", "numba", "scipy")
 
@@ -322,7 +369,7 @@ class PyTensorBackend(Backend):
         return placed
 
     def _function(self, model: PyTensorModel, batch: dict, kind: str, opt: OptimizerSpec | None = None):
-        key = (kind, id(batch["x"]))
+        key = (kind, id(batch["x"]), opt)
         if key in model.functions:
             return model.functions[key]
         g = model.graph
@@ -338,13 +385,9 @@ class PyTensorBackend(Backend):
                 wrt = [*model.trainable, *([x] if differentiates_input(model.spec) else [])]
                 fn = pytensor.function([], [loss, *pytensor.grad(loss, wrt)], mode=model.mode, updates=g.bn_updates)
             else:
-                lr, m = F32(opt.lr), F32(opt.momentum)
-                updates = list(g.bn_updates)
-                for p, gr in zip(model.trainable, pytensor.grad(loss, model.trainable), strict=True):
-                    v = pytensor.shared(np.zeros(p.get_value(borrow=True).shape, F32), name=f"v_{p.name}")
-                    v_new = m * v - lr * gr
-                    updates += [(v, v_new), (p, p + v_new)]
-                fn = pytensor.function([], loss, mode=model.mode, updates=updates)
+                updates, model.slots[key] = _optimizer_updates(model.trainable, pytensor.grad(loss, model.trainable),
+                                                               opt)
+                fn = pytensor.function([], loss, mode=model.mode, updates=list(g.bn_updates) + updates)
         model.functions[key] = fn
         return fn
 
@@ -355,6 +398,8 @@ class PyTensorBackend(Backend):
         return self._lazy(model, batch, "gradient")
 
     def train_step(self, model: PyTensorModel, batch, opt: OptimizerSpec) -> Callable[[], Any]:
+        for slot in model.slots.get(("train_step", id(batch["x"]), opt), []):  # a fresh optimiser state
+            slot.set_value(np.zeros_like(slot.get_value(borrow=True)))
         return self._lazy(model, batch, "train_step", opt)
 
     def _lazy(self, model: PyTensorModel, batch: dict, kind: str, opt: OptimizerSpec | None = None) -> Callable[[], Any]:

@@ -20,7 +20,10 @@ Fast path and fairness settings:
   Chosen over ``keras.optimizers.SGD`` because Keras's optimizer is backend-neutral Python that
   emits several element-wise ops and assignments per variable plus an iteration counter, which
   graph mode without XLA runs unfused. Sparse embedding gradients are densified first, so the
-  momentum of untouched rows decays as in PyTorch.
+  momentum of untouched rows decays as in PyTorch. AdamW the same way: ``tf.raw_ops.ResourceApplyAdam``
+  (TF's fused Adam kernel, Kingma & Ba's efficient form ``lr_t = lr sqrt(1 - b2^t) / (1 - b1^t)``,
+  ``var -= lr_t m / (sqrt(v) + eps)``: the gate's ``hat`` epsilon) after the decoupled weight decay
+  ``var -= lr * wd * var`` (TF has no fused AdamW kernel; Keras's ``AdamW`` decays the same way).
 * threads: ``tf.config.threading.set_intra_op_parallelism_threads(n)`` and
   ``set_inter_op_parallelism_threads(n)`` before the first op (the harness also pins affinity).
 * sync: ``tf.test.experimental.sync_devices()``, TF's documented benchmark barrier (GPU kernels
@@ -64,6 +67,7 @@ import tensorflow as tf  # noqa: E402
 from dlbench.data.synthetic import Batch  # noqa: E402
 from dlbench.frameworks import keras_model as km  # noqa: E402
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
+from dlbench.frameworks.builder import make_optimizer  # noqa: E402
 from dlbench.frameworks.tf_util import set_tf_threads, sync_tf, tf_device, tf_info, tf_profile  # noqa: E402
 from dlbench.measure.profile import ProfileTrace  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
@@ -128,10 +132,55 @@ class TFModel:
         self.grad_fn = tf.function(loss_and_grads, jit_compile=self.jit, autograph=False)
 
 
+def fused_update(trainable: list, opt: OptimizerSpec, dev: str) -> tuple[Callable[[list], None], list]:
+    """``update(grads)``, applying ``opt`` to ``trainable`` with TF's fused kernels, and its state: fresh
+    (zero) variables (SGD: one momentum buffer per variable; AdamW: both moments, then the step count):
+    the backend's rules (:func:`make_optimizer`), made on ``dev``."""
+    with tf.device(dev):
+        return make_optimizer(TensorFlowBackend, opt, trainable)
+
+
+def _zeros(trainable: list) -> list:
+    return [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in trainable]
+
+
+def fused_sgd(opt: OptimizerSpec, trainable: list) -> tuple[Callable[[list], None], list]:
+    accums, lr, momentum = _zeros(trainable), tf.constant(opt.lr, tf.float32), tf.constant(opt.momentum, tf.float32)
+
+    def sgd(grads: list) -> None:
+        for var, accum, grad in zip(trainable, accums, grads, strict=True):  # lr in the variable's type
+            tf.raw_ops.ResourceApplyMomentum(var=var.handle, accum=accum.handle, lr=tf.cast(lr, var.dtype),
+                                             grad=tf.convert_to_tensor(grad), momentum=tf.cast(momentum, var.dtype))
+    return sgd, accums
+
+
+def fused_adamw(opt: OptimizerSpec, trainable: list) -> tuple[Callable[[list], None], list]:
+    ms, vs, t = _zeros(trainable), _zeros(trainable), tf.Variable(0.0, trainable=False, dtype=tf.float32)
+    lr, (b1, b2) = tf.constant(opt.lr, tf.float32), (tf.constant(b, tf.float32) for b in opt.betas)
+    eps, decay = tf.constant(opt.eps, tf.float32), tf.constant(opt.lr * opt.weight_decay, tf.float32)
+
+    def adamw(grads: list) -> None:
+        step = t.assign_add(1.0)
+        b1_power, b2_power = tf.pow(b1, step), tf.pow(b2, step)
+        for var, m, v, grad in zip(trainable, ms, vs, grads, strict=True):
+            dtype = var.dtype
+            if opt.weight_decay:
+                var.assign_sub(tf.cast(decay, dtype) * var)
+            tf.raw_ops.ResourceApplyAdam(var=var.handle, m=m.handle, v=v.handle,
+                                         beta1_power=tf.cast(b1_power, dtype), beta2_power=tf.cast(b2_power, dtype),
+                                         lr=tf.cast(lr, dtype), beta1=tf.cast(b1, dtype), beta2=tf.cast(b2, dtype),
+                                         epsilon=tf.cast(eps, dtype), grad=tf.convert_to_tensor(grad))
+    return adamw, [*ms, *vs, t]
+
+
 class TensorFlowBackend(km.PolicyPrecision, Backend):
     name = "tensorflow"
     variants = ("function", "xla")
+    adamw_eps = "hat"
     devices = ("cpu", "cuda")
+    #: the optimisers, TF's fused kernels (:func:`fused_update`)
+    optimizer_sgd = staticmethod(fused_sgd)
+    optimizer_adamw = staticmethod(fused_adamw)
     packages = ("tensorflow", "tensorflow-cpu", "keras")  # distributions; the one installed is recorded
     builder_class = km.Builder
 
@@ -173,33 +222,28 @@ class TensorFlowBackend(km.PolicyPrecision, Backend):
     def step_body(model: TFModel, opt: OptimizerSpec,
                   reduce_grads: Callable[[list], list] | None = None) -> tuple[Callable[[Any, Any], Any], list]:
         """The training step as a plain function ``(inputs, y) -> loss`` (GradientTape gradient +
-        fused SGD momentum), and its momentum buffers: fresh (zero) variables, one per trainable
-        variable. ``train_step`` and ``trainer`` wrap it in one ``tf.function``. The TensorFlow
-        data-parallel worker (:mod:`dlbench.distributed.tf_dp`) makes model and body under its
-        strategy's scope (so variables and buffers are mirrored), passes ``reduce_grads`` (the
-        replica context's all-reduce mean, applied between the gradient and the update) and runs
-        the body with ``strategy.run``: its model is this backend's, not a second one."""
-        trainable, scaled_grads, dev = model.trainable, model.scaled_grads, model.device
-        with tf.device(dev):
-            accums = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in trainable]
-        lr, momentum = tf.constant(opt.lr, tf.float32), tf.constant(opt.momentum, tf.float32)
+        :func:`fused_update`), and the optimiser's state variables (fresh: zero). ``train_step`` and
+        ``trainer`` wrap it in one ``tf.function``. The TensorFlow data-parallel worker
+        (:mod:`dlbench.distributed.tf_dp`) makes model and body under its strategy's scope (so
+        variables and buffers are mirrored), passes ``reduce_grads`` (the replica context's all-reduce
+        mean, applied between the gradient and the update) and runs the body with ``strategy.run``:
+        its model is this backend's, not a second one."""
+        scaled_grads, dev = model.scaled_grads, model.device
+        update, slots = fused_update(model.trainable, opt, dev)
 
         def step(inputs, y):
             with tf.device(dev):
                 loss, grads = scaled_grads(inputs, y)
                 if reduce_grads is not None:
                     grads = reduce_grads(grads)
-                for var, accum, grad in zip(trainable, accums, grads, strict=True):  # lr in the variable's type
-                    tf.raw_ops.ResourceApplyMomentum(var=var.handle, accum=accum.handle, lr=tf.cast(lr, var.dtype),
-                                                     grad=tf.convert_to_tensor(grad),
-                                                     momentum=tf.cast(momentum, var.dtype))
+                update(grads)
                 return loss
 
-        return step, accums
+        return step, slots
 
     @classmethod
     def _step_fn(cls, model: TFModel, opt: OptimizerSpec, reduce_retracing: bool = False):
-        """:meth:`step_body` as one ``tf.function``; the momentum buffers are owned by it."""
+        """:meth:`step_body` as one ``tf.function``; the optimiser's state is owned by it."""
         step, _ = cls.step_body(model, opt)
         return tf.function(step, jit_compile=model.jit, autograph=False, reduce_retracing=reduce_retracing)
 

@@ -23,11 +23,16 @@ as ONNX Runtime, or H2O, which exposes no gradients) gets (a) and (b); it passes
 whose API returns class probabilities only (``output = "probabilities"``, H2O's predict) is compared
 with the softmax of the reference's output.
 
+(f) update: two training steps of SGD with momentum and two of AdamW, each step's parameters vs the
+    float64 reference step applied to the framework's own (verified) gradient, within the gradient
+    check's tolerance (:mod:`dlbench.gate.verify_update`, which says how the learning rates and the
+    tolerance are chosen); a framework without AdamW records why and is held to SGD alone.
+
 At a reduced precision (dlbench.core.precision) the same checks run against the same float64 reference,
 with the tolerances of :data:`TOLERANCES` (each with why), and one more: (e) the types the framework
 reports for the built model (``Backend.precision_info``) are the precision's, so a backend that
 silently runs float32 when asked for bf16 fails with what it holds. int8 is inference only: (a), (b)
-and (e).
+and (e); bf16 and fp16 hold their parameters in the low type and skip (f).
 
 The weights are drawn in ``verify`` mode (random biases and BN statistics) so a dropped bias or
 ignored running statistic cannot hide behind zeros and ones.
@@ -46,8 +51,9 @@ from dlbench.core.cell import DEFAULT_DEVICE, DEFAULT_SEED
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import expected_dtypes, get_precision
 from dlbench.data.synthetic import Batch, make_batch
-from dlbench.frameworks.base import Backend, UnsupportedError
+from dlbench.frameworks.base import OPTIMIZERS, Backend, UnsupportedError
 from dlbench.gate import reference
+from dlbench.gate.verify_update import check_update, not_applied, update_tolerance
 from dlbench.models import ModelSpec, verify_spec
 from dlbench.models.weights import Weights, directions, init_weights
 
@@ -114,6 +120,10 @@ class VerifyResult:
     kinked_directions: int = 0
     loss: float | None = None
     reference_loss: float | None = None
+    #: the worst step's update error of check (f), and per optimiser its errors and learning rate (or
+    #: why the framework has no such optimiser, or why the check did not apply at this precision)
+    update_error: float | None = None
+    update: dict = field(default_factory=dict)
     seconds: float = 0.0
     checks: dict = field(default_factory=dict)
     #: facts of the framework's build of this model (e.g. the ONNX exporter and opset), if it records any
@@ -148,8 +158,10 @@ def _central_difference(spec: ModelSpec, weights: Weights, v: dict[str, np.ndarr
 
 
 def verify_model(backend: Backend, model_ref: str, variant: str | None = None, device: str = DEFAULT_DEVICE,
-                 seed: int = DEFAULT_SEED, precision: str = DEFAULT_PRECISION) -> VerifyResult:
-    """Run checks (a)-(e); never raises: a crash is a failed verdict with its reason."""
+                 seed: int = DEFAULT_SEED, precision: str = DEFAULT_PRECISION,
+                 optimizers: tuple[str, ...] = OPTIMIZERS) -> VerifyResult:
+    """Run checks (a)-(f), (f) for ``optimizers`` (a run checks its own; ``dlbench verify`` those asked,
+    by default every one); never raises: a crash is a failed verdict with its reason."""
     variant = variant or backend.variants[0]
     started = time.perf_counter()
     spec = verify_spec(model_ref).without_dropout()
@@ -200,6 +212,14 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
         forward_only = "gradient" not in backend.scenarios or inference_only
         if not forward_only:
             _check_gradients(backend, model, placed, spec, weights, batch, seed, res, failures, tol)
+            update_tol = update_tolerance(precision, tol.gradient)
+            if update_tol is None:
+                res.update = {"not_applied": not_applied(precision)}
+            else:  # last: the steps move the model's parameters
+                res.update_error, res.update, update_failures = check_update(backend, model, placed, update_tol,
+                                                                             optimizers)
+                res.checks["update"] = not update_failures
+                failures += update_failures
         res.verdict = "fail" if failures else "pass"
         only = (f"{precision} is inference only: gradient and loss checks do not apply" if inference_only
                 else backend.forward_only_reason or FORWARD_ONLY)

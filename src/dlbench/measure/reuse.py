@@ -110,8 +110,10 @@ def fingerprint(framework: str, variant: str, version: str | None, python: str |
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def gate_key(framework: str, variant: str, model: str, device: str, precision: str, fp: str) -> str:
-    return "/".join((framework, variant, model, device, precision, fp))
+def gate_key(framework: str, variant: str, model: str, device: str, precision: str, optimizer: str, fp: str) -> str:
+    """A verdict's key: its ``optimizer`` is the one whose update the gate checked (a pass for SGD says
+    nothing of AdamW)."""
+    return "/".join((framework, variant, model, device, precision, optimizer, fp))
 
 
 class GateCache:

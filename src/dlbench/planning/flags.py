@@ -19,7 +19,7 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
                 scenarios: list[str] | None = None, batches: list[int | str] | None = None,
                 threads: list[int | str] | None = None, devices: list[str] | None = None,
                 protocol: dict | None = None, seed: int | None = None, data: str | None = None,
-                data_dir: str | None = None, precisions: list[str] | None = None,
+                data_dir: str | None = None, precisions: list[str] | None = None, optimizer: dict | None = None,
                 **settings: dict | None) -> Suite:
     """A suite from a name, a file or a built :class:`Suite`, and flag overrides (flags alone build one
     on the spot). None leaves an axis as the suite has it; an empty list is refused. ``settings``: a
@@ -27,6 +27,7 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
     Settings are checked by the validator a suite file meets (:func:`dlbench.planning.resolve.check_settings`),
     each refusal naming its flag."""
     resolve.check_settings("protocol", protocol)
+    resolve.check_settings("optimizer", optimizer)
     for section, values in settings.items():
         resolve.check_settings(section, values)
     if seed is not None:
@@ -82,6 +83,10 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
     if base.get("data_dir") and all(d == "synthetic" for d in base.get("data", {}).values()):
         raise UsageError("a data directory (--data-dir, data_dir) is given but no data set reads from it "
                          "(--data NAME, data:)")
+    if optimizer:
+        stored = base.get("optimizer") or {}
+        same = optimizer.get("name", stored.get("name")) == stored.get("name")
+        base["optimizer"] = {**(stored if same else {}), **optimizer}  # another optimiser starts from its defaults
     for section, values in settings.items():
         if values:
             base[section] = {**(base.get(section) or {}), **values}

@@ -16,13 +16,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from dlbench.core.cell import Cell
+from dlbench.core.cell import DEFAULT_OPTIMIZER, Cell
 from dlbench.core.errors import UsageError
-from dlbench.planning.suite import ProtocolModel, Suite, check_batches, check_threads
+from dlbench.planning.suite import OptimizerModel, ProtocolModel, Suite, check_batches, check_threads
 from dlbench.scenarios import registry
 
-__all__ = ["BUILTIN", "Cell", "ProtocolModel", "Suite", "check_batches", "check_threads", "expand", "load_suite",
-           "resolve_threads", "suite_from_dict"]
+__all__ = ["BUILTIN", "Cell", "OptimizerModel", "ProtocolModel", "Suite", "check_batches", "check_threads", "expand",
+           "load_suite", "resolve_threads", "suite_from_dict"]
 
 
 BUILTIN = ("quick", "bahrampour2016", "shi2016", "liu2018")
@@ -109,6 +109,7 @@ def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, c
                     if isinstance(suite.batch_sizes, dict) else suite.batch_sizes
                 data = suite.data.get(model, suite.data.get("default", "synthetic"))
                 for scenario in (scenarios_of(fw, suite.scenarios) if scenarios_of else suite.scenarios):
+                    optimizer = suite.optimizer.name if registry.of_stored(scenario).updates else DEFAULT_OPTIMIZER
                     batches: list[int] = []
                     for b in raw:
                         size = default_batch_of(model, scenario, data) if b == "default" else int(b)
@@ -116,7 +117,8 @@ def expand(suite: Suite, frameworks: list[str], variants_of, default_batch_of, c
                             batches.append(size)
                     for batch in batches:
                         for t, device, precision in product(threads, suite.devices, suite.precisions):
-                            base = Cell(fw, variant, model, scenario, batch, t, device, data, precision=precision)
+                            base = Cell(fw, variant, model, scenario, batch, t, device, data, precision=precision,
+                                        optimizer=optimizer)
                             for cell in (cells_of(base) if cells_of else [base]):
                                 if not _excluded(cell, suite.exclude) and cell.key not in seen:
                                     seen.add(cell.key)

@@ -19,6 +19,7 @@ from dlbench.core.errors import UsageError
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import get_precision
 from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, framework_info, installed_version
+from dlbench.frameworks.base import OPTIMIZERS
 from dlbench.models import UnknownModelError, list_models, parse_model_ref
 from dlbench.planning.plan import Suite, check_batches, check_threads, resolve_threads
 from dlbench.scenarios import registry
@@ -135,6 +136,17 @@ def precisions(names: list[str] | None) -> list[str]:
     return list(dict.fromkeys(get_precision(n).name for n in names))
 
 
+def optimizers(names: list[str] | None) -> list[str]:
+    """Optimiser names (dlbench.frameworks.base.OPTIMIZERS); None: all of them; unknown or none: a usage error."""
+    if names is None:
+        return list(OPTIMIZERS)
+    not_empty(names, "optimizers")
+    bad = [n for n in names if n not in OPTIMIZERS]
+    if bad:
+        raise UsageError(f"unknown optimizer(s) {', '.join(bad)}; known: {', '.join(OPTIMIZERS)}")
+    return list(dict.fromkeys(names))
+
+
 def threads(values: list[int | str]) -> list[int | str]:
     """Thread counts as a suite holds them (integers, ``all``, ``half``), checked by the suite's rule."""
     try:
@@ -174,6 +186,8 @@ FLAG_OF = {
     ("protocol", "warmup"): "--warmup", ("protocol", "min_iters"): "--min-iters", ("protocol", "min_time_s"): "--min-time",
     ("protocol", "repeats"): "--repeats", ("protocol", "timeout_s"): "--timeout", ("protocol", "profile_calls"): "--profile",
     ("protocol", "target_ci"): "--target-ci", ("protocol", "max_cell_s"): "--max-time", ("seed",): "--seed",
+    ("optimizer", "name"): "--optimizer", ("optimizer", "lr"): "--lr", ("optimizer", "momentum"): "--momentum",
+    ("optimizer", "betas"): "--betas", ("optimizer", "eps"): "--eps", ("optimizer", "weight_decay"): "--weight-decay",
 }
 
 

@@ -9,11 +9,11 @@ checked against the registry where a suite is made (:func:`dlbench.planning.plan
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dlbench.core.cell import DEFAULT_DEVICE, DEFAULT_SEED
+from dlbench.core.cell import DEFAULT_DEVICE, DEFAULT_OPTIMIZER, DEFAULT_SEED
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import PRECISIONS
 from dlbench.measure.timer import Protocol
@@ -54,6 +54,51 @@ class ProtocolModel(BaseModel):
                         repeats=self.repeats, max_time_s=self.max_time_s, find_warmup=self.find_warmup)
 
 
+#: the largest learning rate, epsilon or weight decay a suite or a flag may name (each far past any
+#: training run's; a bound so that a typo such as 1e8 is refused rather than measured as a diverging step)
+MAX_LR = 1000.0
+MAX_EPS = 1.0
+MAX_WEIGHT_DECAY = 1000.0
+
+
+class OptimizerModel(BaseModel):
+    """The optimiser of every cell that updates parameters (the scenarios with ``Scenario.updates``:
+    ``train_step``, ``compile``'s train step, ``convergence``; dlbench.frameworks.base.OptimizerSpec):
+    a suite-level setting, so one validated model, refused the same way from a suite file, a flag and
+    the Python API. Defaults: SGD with momentum 0.9 at the model's paper's learning rate; AdamW as
+    transformers' ``TrainingArguments`` has it (lr 5e-5, betas (0.9, 0.999), eps 1e-8, weight decay 0)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["sgd", "adamw"] = DEFAULT_OPTIMIZER
+    #: None: SGD the model's paper's rate (``ModelSpec.learning_rate``), AdamW 5e-5
+    lr: float | None = Field(None, gt=0, le=MAX_LR, allow_inf_nan=False)
+    momentum: float = Field(0.9, ge=0, lt=1, allow_inf_nan=False)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0, le=MAX_EPS, allow_inf_nan=False)
+    weight_decay: float = Field(0.0, ge=0, le=MAX_WEIGHT_DECAY, allow_inf_nan=False)
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in v):  # NaN fails the comparison too
+            raise ValueError(f"each beta must be in [0, 1), got {list(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _settings_of_its_optimizer(self) -> OptimizerModel:
+        """A setting of the other optimiser (each named with its ``dlbench run`` flag) is refused, not ignored."""
+        defaults = type(self).model_fields
+        own = {"sgd": ("momentum",), "adamw": ("betas", "eps", "weight_decay")}[self.name]
+        foreign = [k for k in ("momentum", "betas", "eps", "weight_decay")
+                   if k not in own and getattr(self, k) != defaults[k].default]
+        if foreign:
+            flags = ", ".join(f"--{k.replace('_', '-')}" for k in foreign)
+            other = "adamw" if self.name == "sgd" else "sgd"
+            raise ValueError(f"{', '.join(foreign)} ({flags}) {'is a setting' if len(foreign) == 1 else 'are settings'} "
+                             f"of optimizer {other}, not {self.name}")
+        return self
+
+
 class Suite(BaseModel):
     """A suite file. ``data`` maps a model (or ``default``) to a real data set whose samples fill the
     batches instead of synthetic ones (``data_dir`` says where its files are).
@@ -84,6 +129,8 @@ class Suite(BaseModel):
     data_dir: str | None = None
     protocol: ProtocolModel = Field(default_factory=ProtocolModel)
     seed: int = Field(DEFAULT_SEED, ge=0, le=MAX_SEED)
+    #: the update of every cell that trains (a suite-level setting: it applies to each updating scenario)
+    optimizer: OptimizerModel = Field(default_factory=OptimizerModel)
 
     @model_validator(mode="after")
     def _settings(self) -> Suite:

@@ -118,3 +118,21 @@ def summary_dict(results: RunResults) -> dict[str, Any]:
                      if c.cell.warnings or c.rate_warnings],
         "agreement": agreement(results.cells),
     }
+
+
+def optimizer_text(rows: list[SummaryRow]) -> str:
+    """The optimiser of the rows' training cells, as each cell recorded it, where it is not SGD with
+    momentum (every paper's, the default): ``optimizer adamw (lr 5e-05, betas 0.9/0.999, ...)``; empty
+    otherwise."""
+    seen = {}
+    for r in rows:
+        for c in r.cells.values():
+            opt = c.cell.metrics.get("optimizer")
+            if opt and opt.get("name") != "sgd":
+                seen[repr(opt)] = opt
+    texts = []
+    for opt in seen.values():
+        betas = "/".join(f"{b:g}" for b in opt.get("betas", []))
+        texts.append(f"optimizer {opt['name']} (lr {opt['lr']:g}, betas {betas}, eps {opt['eps']:g}, "
+                     f"weight decay {opt['weight_decay']:g})")
+    return "; ".join(texts)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import envs
+from dlbench.core.cell import DEFAULT_OPTIMIZER
 from dlbench.core.errors import UsageError
 from dlbench.core.interrupt import Interrupted, signals_interrupt
 from dlbench.core.job import PeakJob, VerifyJob
@@ -118,7 +119,7 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
     for (fw, variant, device, precision), models in groups.items():
         fp = _gate_fingerprint(fw, variant, machine) if cache.enabled else ""
         for m in list(models):  # a pass kept on this host for the same fingerprint is not re-verified
-            kept = cache.get(reuse.gate_key(fw, variant, m, device, precision, fp))
+            kept = cache.get(reuse.gate_key(fw, variant, m, device, precision, suite.optimizer.name, fp))
             if kept is not None:
                 store.save_verification(run_id, fw, variant, m, device, kept["verdict"], kept["reason"],
                                         {**kept["data"], "seconds": 0.0, "cached_from": kept["run_id"]}, precision)
@@ -128,7 +129,7 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
         at = f" at {precision}" if precision != DEFAULT_PRECISION else ""
         progress("phase", text=f"verify {fw}/{variant}{at}: {len(models)} model(s)")
         job = VerifyJob(threads=None, framework=fw, models=models, variants=[variant], device=device,
-                        precision=precision)
+                        precision=precision, optimizers=[suite.optimizer.name])
         timeout = max(suite.protocol.timeout_s, 60.0) * len(models)
         o = run_job(job, timeout, None, python=envs.python_for(fw), extra_env=framework_info(fw).variant_env.get(variant))
         if o.status == "ok":
@@ -138,7 +139,7 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
                 data = {**r, "framework_info": info, "seconds": o.seconds / len(models)}
                 store.save_verification(run_id, fw, variant, r["model"], device, r["verdict"], r["reason"], data,
                                         precision)
-                cache.put(reuse.gate_key(fw, variant, r["model"], device, precision, fp),
+                cache.put(reuse.gate_key(fw, variant, r["model"], device, precision, suite.optimizer.name, fp),
                           {"verdict": r["verdict"], "reason": r["reason"], "data": data, "run_id": run_id})
         else:
             for m in models:
@@ -272,7 +273,8 @@ def gate(cell: Cell, verdict: dict[str, Any]) -> CellOutcome | None:
     scenario = registry.get(cell.scenario)
     why = scenario.unsupported(framework_info(cell.framework)) or precision_unsupported(
         cell.precision, scenario.trains, cell.device) or (
-        scenario.float32_only if cell.precision != DEFAULT_PRECISION else None)
+        scenario.float32_only if cell.precision != DEFAULT_PRECISION else None) or (
+        scenario.sgd_only if cell.optimizer != DEFAULT_OPTIMIZER else None)
     if why is not None:
         return CellOutcome("unsupported", why)
     if verdict["verdict"] == "fail":

@@ -63,6 +63,7 @@ class SuiteView(Protocol):
     scenarios import no suite model: the suite model asks their registry to validate their settings."""
 
     protocol: Any  # dlbench.planning.suite.ProtocolModel
+    optimizer: Any  # dlbench.planning.suite.OptimizerModel
     seed: int
     data_dir: str | None
 
@@ -168,6 +169,10 @@ class Scenario(ABC):
     trains: bool = False
     #: why the scenario runs float32 only (None: it runs at every precision a backend builds at)
     float32_only: str | None = None
+    #: the scenario applies the run's optimiser (``Suite.optimizer``), so its cells carry it (``Cell.optimizer``)
+    updates: bool = False
+    #: why the scenario runs SGD with momentum only (None: it runs every optimiser the backend has)
+    sgd_only: str | None = None
     #: thread counts a run of only this scenario from flags uses when ``--threads`` is not given
     #: (None: the suite's default, 1 and all cores)
     default_threads: list[int | str] | None = None
@@ -218,10 +223,12 @@ class Scenario(ABC):
 
     def job(self, cell: Cell, suite: SuiteView) -> CellJob:
         """The job a measuring process gets for this cell: the cell, the run's seed, data directory and
-        timer protocol, and the scenario's own settings (no other scenario's)."""
+        timer protocol, and the scenario's own settings (no other scenario's); a scenario that updates
+        parameters (:attr:`updates`) gets the run's optimiser too."""
         settings = self.settings_of(suite) if self.settings_model is not None else None
         return CellJob(threads=cell.threads, cell=cell, seed=suite.seed, data_dir=suite.data_dir,
-                       protocol=suite.protocol.timer_fields(), settings=settings_dict(settings))
+                       protocol=suite.protocol.timer_fields(), settings=settings_dict(settings),
+                       optimizer=suite.optimizer.model_dump(mode="json") if self.updates else None)
 
     def estimate(self, cell: Cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
         """A rough guess at the cell's wall time before anything is measured (``dlbench run --dry-run``

@@ -28,7 +28,7 @@ from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.frameworks.base import UnsupportedError
 from dlbench.scenarios.base import CellOutcome, Context, Scenario, failure, framework_env
 from dlbench.scenarios.prepare import prepare, versions
-from dlbench.scenarios.timed import CLOSURES, make_closure
+from dlbench.scenarios.timed import CLOSURES, make_closure, optimizer_of
 from dlbench.storage.store import Sample
 
 
@@ -36,6 +36,7 @@ class Compile(Scenario):
     name = "compile"
     description = "first-call time of each closure in fresh processes, caches cold then warm"
     per_iteration = False
+    updates = True  # train_step's first call
 
     def unsupported(self, info: FrameworkInfo) -> str | None:
         if not set(info.scenarios) & set(CLOSURES):
@@ -102,7 +103,7 @@ class Compile(Scenario):
             if closure in unsupported:
                 continue
             try:
-                fn = make_closure(closure, backend, model, placed, p.spec)
+                fn = make_closure(closure, backend, model, placed, p.spec, optimizer_of(job, p.spec))
             except UnsupportedError as exc:
                 unsupported[closure] = str(exc)
                 continue

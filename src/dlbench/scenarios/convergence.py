@@ -1,12 +1,13 @@
 """The convergence scenario: train the same model the same way in every framework.
 
 Same canonical initial weights (seeded per repeat), the same seeded batch order (every
-framework sees the identical sequence of batches), SGD with momentum 0.9 at the spec's learning
-rate (the papers' rates), E epochs. After each epoch dlbench itself computes training loss,
-training accuracy and test accuracy over the full splits in eval mode, from the framework's
-raw outputs, in NumPy, the same way for every framework (Liu et al. found frameworks computing
-accuracy differently). Training time excludes evaluation; both are recorded. The loss of each of
-the first ``log_steps`` steps is kept for the agreement check between frameworks.
+framework sees the identical sequence of batches), the run's optimiser (by default SGD with
+momentum 0.9 at the spec's learning rate, the papers' rates; or AdamW), E epochs. After each
+epoch dlbench itself computes training loss, training accuracy and test accuracy over the full
+splits in eval mode, from the framework's raw outputs, in NumPy, the same way for every framework
+(Liu et al. found frameworks computing accuracy differently). Training time excludes evaluation;
+both are recorded. The loss of each of the first ``log_steps`` steps is kept for the agreement check
+between frameworks.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ class ConvergenceSettings:
     __pydantic_config__ = {"extra": "forbid"}  # noqa: RUF012  (read by pydantic, the registry's validator)
     epochs: int = 10
     target_accuracy: float = 0.95
-    lr: float | None = None  # None: the spec's (the papers') learning rate
+    #: None: the run's optimiser's (``--lr``; SGD: the spec's, the papers'; AdamW: 5e-5); set, it wins for
+    #: convergence cells (a suite file's ``convergence: lr:``)
+    lr: float | None = None
     log_steps: int = 50
 
     def __post_init__(self) -> None:
@@ -52,10 +55,13 @@ class ConvergenceSettings:
 @dataclass(frozen=True)
 class ConvergenceConfig:
     epochs: int = 10
-    lr: float | None = None  # None: the spec's (the papers') learning rate
+    lr: float | None = None  # None: the optimiser's (SGD: the spec's, the papers'; AdamW: 5e-5)
     momentum: float = 0.9
     log_steps: int = 50
     eval_batch: int = 256
+    #: the run's optimiser (``Suite.optimizer``, as :attr:`CellJob.optimizer` carries it); None: SGD with
+    #: ``momentum`` (a caller training outside a run)
+    optimizer: dict | None = None
 
 
 def default_batch(spec: ModelSpec, train_size: int) -> int:
@@ -82,7 +88,9 @@ def train(backend: Backend, spec: ModelSpec, train_set: Dataset, test_set: Datas
           config: ConvergenceConfig, device: str = DEFAULT_DEVICE, variant: str | None = None) -> dict[str, Any]:
     """Train and evaluate; returns the per-epoch curves and the first steps' losses."""
     model = backend.build(spec, init_weights(spec, seed), device, variant)
-    step = backend.trainer(model, OptimizerSpec(lr=config.lr or spec.learning_rate, momentum=config.momentum))
+    opt = (OptimizerSpec(lr=config.lr or spec.learning_rate, momentum=config.momentum) if config.optimizer is None
+           else OptimizerSpec.from_settings(config.optimizer, spec.learning_rate, config.lr))
+    step = backend.trainer(model, opt)
     predict = backend.predictor(model)
     epochs, step_losses, elapsed = [], [], 0.0
     for epoch in range(config.epochs):
@@ -104,7 +112,7 @@ def train(backend: Backend, spec: ModelSpec, train_set: Dataset, test_set: Datas
                        "train_samples_per_s": seen / train_s,
                        "elapsed_train_s": elapsed})
     return {"epochs": epochs, "step_losses": step_losses, "batch": batch_size, "seed": seed,
-            "lr": config.lr or spec.learning_rate}
+            "lr": opt.lr, "optimizer": opt.describe()}
 
 
 def time_to_accuracy(epochs: list[dict], target: float) -> float | None:
@@ -144,6 +152,7 @@ class Convergence(Scenario):
     description = "E epochs on a real data set: accuracy curves, time-to-accuracy, agreement between frameworks"
     requires = "train_step"
     trains = True
+    updates = True
     per_iteration = False
     # accuracy curves do not depend on the thread count: train to accuracy once, on every core, unless
     # --threads asks for more (1 and all cores doubled the run's time)
@@ -151,8 +160,7 @@ class Convergence(Scenario):
     settings_model = ConvergenceSettings
     flags = (Flag("--epochs", "epochs", "convergence: epochs of training (default 10)", int),
              Flag("--target-accuracy", "target_accuracy",
-                  "convergence: test accuracy whose time-to-reach is reported (default 0.95)", float),
-             Flag("--lr", "lr", "convergence: learning rate (default: the paper's for the model)", float))
+                  "convergence: test accuracy whose time-to-reach is reported (default 0.95)", float))
 
     def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
         """On a real data set, at least ten steps an epoch."""
@@ -195,7 +203,8 @@ class Convergence(Scenario):
         train_set = adapt(load_dataset(job.cell.data, job.data_dir, "train"), spec)
         test_set = adapt(load_dataset(job.cell.data, job.data_dir, "test"), spec)
         settings = ConvergenceSettings(**job.settings)
-        config = ConvergenceConfig(epochs=settings.epochs, lr=settings.lr, log_steps=settings.log_steps)
+        config = ConvergenceConfig(epochs=settings.epochs, lr=settings.lr, log_steps=settings.log_steps,
+                                   optimizer=job.optimizer)
         try:
             curves = train(backend, spec, train_set, test_set, job.cell.batch, job.seed, config, job.cell.device,
                            job.cell.variant)

@@ -100,6 +100,9 @@ class Scaling(Scenario):
     in_summary = False
     float32_only = ("data-parallel workers build float32 models: reduced-precision data parallelism (and its "
                     "gradient-averaging check) is not built in dlbench")
+    updates = True
+    sgd_only = ("data-parallel workers (DDP, shard_map, MultiWorkerMirroredStrategy, the parameter server) train "
+                "with SGD momentum: AdamW data parallelism is not built in dlbench")
     settings_model = DistributedSettings
     settings_section = "distributed"
     flags = (

@@ -2,7 +2,8 @@
 
 * ``forward``: a batch through the network to its output, inference mode.
 * ``gradient``: forward + loss + backward, no update (Bahrampour et al.'s "gradient computation").
-* ``train_step``: gradient + SGD momentum update (Shi et al.'s time per mini-batch).
+* ``train_step``: gradient + the run's optimiser's update, SGD with momentum (Shi et al.'s time per
+  mini-batch) or AdamW (``--optimizer``; the cell records its settings).
 
 Whole-data-set scenarios, for frameworks that cannot time one batch (H2O trains and scores whole
 frames inside a JVM): one call processes a data set of ``batch`` samples, and what is reported is
@@ -52,9 +53,17 @@ from dlbench.storage.store import Sample
 CLOSURES = ("forward", "gradient", "train_step")
 
 
-def make_closure(scenario: str, backend: Backend, model: Any, placed: Any, spec: ModelSpec) -> Callable[[], Any]:
-    """The backend's closure for a timed scenario (built here, outside any timing)."""
-    opt = OptimizerSpec(lr=spec.learning_rate)
+def optimizer_of(job: CellJob, spec: ModelSpec) -> OptimizerSpec | None:
+    """The optimiser a job's cell applies (the run's settings, :attr:`CellJob.optimizer`); None for a
+    cell whose scenario updates nothing (its job carries no optimiser)."""
+    return None if job.optimizer is None else OptimizerSpec.from_settings(job.optimizer, spec.learning_rate)
+
+
+def make_closure(scenario: str, backend: Backend, model: Any, placed: Any, spec: ModelSpec,
+                 opt: OptimizerSpec | None = None) -> Callable[[], Any]:
+    """The backend's closure for a timed scenario (built here, outside any timing); ``opt``: the
+    update of ``train_step`` and ``epoch`` (default SGD with momentum at the model's rate)."""
+    opt = opt or OptimizerSpec(lr=spec.learning_rate)
     makers: dict[str, Callable[[], Callable[[], Any]]] = {
         "forward": lambda: backend.forward(model, placed),
         "gradient": lambda: backend.gradient(model, placed),
@@ -74,10 +83,12 @@ class Timed(Scenario):
         self.name, self.description, self.requires = name, description, name
         self.flop_factor, self.whole_dataset = flop_factor, whole_dataset
         self.trains = name in ("gradient", "train_step", "epoch")
+        self.updates = name in ("train_step", "epoch")
         self.times_closure = not whole_dataset
 
-    def closure(self, backend: Backend, model: Any, placed: Any, spec: ModelSpec) -> Callable[[], Any]:
-        return make_closure(self.name, backend, model, placed, spec)
+    def closure(self, backend: Backend, model: Any, placed: Any, spec: ModelSpec,
+                opt: OptimizerSpec | None = None) -> Callable[[], Any]:
+        return make_closure(self.name, backend, model, placed, spec, opt)
 
     # --- the parent's side ------------------------------------------------------------------------
     def measure(self, cell, ctx: Context) -> CellOutcome:
@@ -148,6 +159,8 @@ class Timed(Scenario):
             "cores": first["cores"], "python": first["python"], "versions": first["versions"],
             "loop_k": loop_k, "repeats_done": len(per_repeat),
         }
+        if "optimizer" in first:
+            metrics["optimizer"] = first["optimizer"]
         reported = [p["framework_metrics"] for p in per_repeat if p["framework_metrics"]]
         if reported:
             metrics["framework_metrics"] = reported
@@ -174,7 +187,8 @@ class Timed(Scenario):
         try:
             model = backend.build(p.spec, p.weights, device, job.cell.variant)
             placed = backend.place(p.batch, model)
-            fn = self.closure(backend, model, placed, p.spec)
+            opt = optimizer_of(job, p.spec)
+            fn = self.closure(backend, model, placed, p.spec, opt)
         except UnsupportedError as exc:
             return {"unsupported": str(exc)}
         build_ns = time.perf_counter_ns() - t0
@@ -192,7 +206,7 @@ class Timed(Scenario):
             "device_memory": {**backend.peak_device_memory(device), **(nvml_used_bytes() if device != "cpu" else {})},
             "python": sys.executable, "versions": versions(backend),
             "framework_metrics": backend.cell_metrics(model), "call_samples": backend.call_samples(placed),
-            "profile": profile,
+            "profile": profile, **({"optimizer": opt.describe()} if opt is not None else {}),
         }
 
 
@@ -209,7 +223,7 @@ def _profile(backend: Backend, fn: Callable[[], Any], job: dict[str, Any]) -> di
 
 FORWARD = Timed("forward", "a batch to the network's output, inference mode", 1.0)
 GRADIENT = Timed("gradient", "forward + loss + backward, no update", 3.0)
-TRAIN_STEP = Timed("train_step", "gradient + SGD momentum update (time per mini-batch)", 3.0)
+TRAIN_STEP = Timed("train_step", "gradient + the optimiser's update, SGD momentum or AdamW (time per mini-batch)", 3.0)
 EPOCH = Timed("epoch", "one training epoch over a data set of `batch` samples (samples/s)", 3.0, whole_dataset=True)
 PREDICT = Timed("predict", "scoring a data set of `batch` samples (samples/s)", 1.0, whole_dataset=True)
 SCENARIOS = (FORWARD, GRADIENT, TRAIN_STEP, EPOCH, PREDICT)

@@ -56,6 +56,8 @@ class CellResult:
             "peak_rss_bytes": c.metrics.get("peak_rss_bytes"), "rss_growth_bytes": c.metrics.get("rss_growth_bytes"),
             "device_memory": c.metrics.get("device_memory"), "threads_readback": c.metrics.get("threads_readback"),
             "loop_k": c.metrics.get("loop_k"),
+            # the update a training cell applied (None: the cell applies none, or was stored before it was recorded)
+            "optimizer": c.metrics.get("optimizer"),
         }
 
 
