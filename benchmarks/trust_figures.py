@@ -69,9 +69,9 @@ def main() -> None:
         done = {name: _run(name, db, args.quick) for name in RUNS}
         res = {name: api.results(run_id, db) for name, (run_id, _, _) in done.items()}
     print(head)
-    for name, (run_id, wall, code) in done.items():
-        print(f"- {name}: `dlbench run {' '.join(RUNS[name])}"
-              f"{' ' + ' '.join(QUICK_EXTRA.get(name, [])) if args.quick else ''}`; "
+    for name, (_, wall, code) in done.items():
+        shown = [*RUNS[name], *(QUICK_EXTRA.get(name, []) if args.quick else [])]
+        print(f"- {name}: `dlbench run {' '.join(shown)}`; "
               f"{len(res[name].cells)} cells in {wall / 60:.1f} min, exit code {code}")
     print()
 
