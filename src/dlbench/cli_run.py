@@ -178,7 +178,10 @@ def add_protocol_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _protocol(args: argparse.Namespace) -> dict:
-    """The protocol's flags (checked by the suite model: :func:`dlbench.flags.check_settings`)."""
+    """The protocol's flags (checked by the suite model: :func:`dlbench.resolve.check_settings`). ``--profile 0``
+    asks for a profile of no call: refused (a suite's ``profile_calls: 0`` is the default, no profile)."""
+    if args.profile == 0:
+        raise UsageError("--profile takes the number of calls to profile (at least 1), got 0")
     return {key: getattr(args, flag) for flag, key in (
         ("warmup", "warmup"), ("min_iters", "min_iters"), ("min_time", "min_time_s"), ("repeats", "repeats"),
         ("timeout", "timeout_s"), ("profile", "profile_calls")) if getattr(args, flag) is not None}
