@@ -294,14 +294,17 @@ def _epoch_samples(suite: Suite, cells: list[Cell]) -> dict[str, int]:
 
 def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate, left_out: str, as_json: bool) -> int:
     """``--dry-run``: the cells and the estimate; nothing measured, nothing stored, no run created."""
+    from dlbench.envs.ondemand import estimate_builds
     from dlbench.estimate import runs_a_process
 
     setup = setup_seconds(cells)
-    total = setup + estimate.remaining(cells)
+    builds = estimate_builds([c.framework for c in cells])
+    total = setup + estimate.remaining(cells) + sum(b.seconds or 0 for b in builds)
     if as_json:
         print(json.dumps({"suite": suite.name, "cells": [{**c.to_dict(), "key": c.key, "runs_a_process": runs_a_process(c),
                                                           "estimate_s": estimate.predict(c)} for c in cells],
-                          "stored": stored, "setup_s": setup, "estimate_s": total, "left_out": left_out}, indent=2))
+                          "stored": stored, "setup_s": setup, "estimate_s": total, "left_out": left_out,
+                          "environments_to_build": [vars(b) for b in builds]}, indent=2))
         return 0
     table = Table(title=f"{suite.name}: {len(cells)} cell(s) to measure" + (f" ({stored} stored)" if stored else ""),
                   title_justify="left")
@@ -314,7 +317,13 @@ def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate
     p = suite.protocol
     print(f"estimate: about {format_duration(total)} (rough, from the protocol: {p.repeats} process(es) per cell, "
           f"{p.warmup} warm-up + at least {p.min_iters} iterations and {p.min_time_s:g} s each; "
-          f"{format_duration(setup)} of machine peak and equivalence gate)")
+          f"{format_duration(setup)} of machine peak and equivalence gate"
+          + (f"; {format_duration(building)} building environments" if (building := sum(b.seconds or 0 for b in builds))
+             else "") + ")")
+    if builds:
+        print(f"environments to build first ({len(builds)}; dlbench envs create NAME builds one ahead):")
+        for b in builds:
+            print(f"  {b.text()}")
     if left_out:
         print(left_out)
     print("dry run: nothing measured, nothing stored, no run created")
