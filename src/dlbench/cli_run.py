@@ -398,6 +398,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         runs = store.list_runs()
     finally:
         store.close()
+    note_damage(store.damage)
     if args.json:
         print(json.dumps(runs, indent=2))
         return 0
