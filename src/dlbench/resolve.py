@@ -173,6 +173,8 @@ FLAG_OF = {
     ("convergence", "lr"): "--lr", ("serving", "latency_calls"): "--latency-calls", ("serving", "qps"): "--qps",
     ("serving", "p99_ms"): "--p99-ms", ("serving", "min_duration_s"): "--loadgen-min-duration",
     ("serving", "min_queries"): "--loadgen-min-queries", ("seed",): "--seed",
+    ("distributed", "workers"): "--workers", ("distributed", "ps_shards"): "--ps-shards",
+    ("distributed", "nnodes"): "--nnodes", ("distributed", "node_rank"): "--node-rank",
 }
 
 
@@ -193,4 +195,5 @@ def check_settings(section: str, values: dict | int | None) -> None:
             flag = FLAG_OF.get(loc[:2]) or FLAG_OF.get(loc[:1])
             value = values.get(loc[1]) if isinstance(values, dict) and len(loc) > 1 else values
             msg = " ".join(str(err["msg"]).removeprefix("Value error, ").split())
-            raise UsageError(f"{flag + ' (' + key + ')' if flag else key}: {msg}, got {value!r}") from None
+            got = "" if "got " in msg else f", got {value!r}"
+            raise UsageError(f"{flag + ' (' + key + ')' if flag else key}: {msg}{got}") from None
