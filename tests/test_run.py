@@ -115,7 +115,7 @@ def test_cli_threads_take_all_and_half_as_a_suite_file_does(tmp_db, capsys):
     (["--threads", "-1"], "must be > 0"),
     (["--threads", "most"], "or 'all', 'half'"),
     (["--scenario", "dance"], "scenario"),
-    (["--repeats", "0"], "--repeats must be positive"),
+    (["--repeats", "0"], "--repeats (protocol.repeats)"),
     (["--data", "nosuchdata"], "unknown data set"),
     (["--data", "mnist", "--data-dir", "/nonexistent"], "data set mnist for lenet"),
     (["--model", "lstm-imdb", "--data", "digits"], "data set digits for lstm-imdb"),
