@@ -44,3 +44,26 @@ def test_the_profilers_memory_is_not_in_the_stored_peak(tmp_path):
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["after"] - got["peak"] > 250 * 2**20, got  # the stored peak leaves the profiler's 300 MiB out
     assert got["profiled"] - got["peak"] > 250 * 2**20, got  # the profile's record keeps them
+
+
+def test_a_peak_stored_with_the_profilers_memory_is_marked(tmp_path, capsys):
+    """A run profiled before the fix holds the inflated peak: ``show`` marks it."""
+    from dlbench.cli import main
+    from dlbench.store import Store
+    from tests.synthetic_runs import cell, finish, metrics, new_run, timed_samples, verify_pass
+
+    db = tmp_path / "r.db"
+    store = Store(db)
+    run_id = new_run(store)
+    verify_pass(store, run_id, "fakefw", "ok")
+    for scenario, profile in (("forward", {"ops": [], "trace": "t.json"}),
+                              ("train_step", {"ops": [], "trace": "t.json", "peak_rss_bytes": 900 * 2**20})):
+        store.save_cell(run_id, cell("fakefw", "ok", scenario, 4, 1), "ok", "", 1.0, [],
+                        {**metrics(866), "profile": profile}, timed_samples(5.0))
+    finish(store, run_id)
+    store.close()
+    assert main(["show", run_id, "--db", str(db), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["models"]["lenet"]
+    assert row["peak_includes_profiler"] is True
+    assert main(["show", run_id, "--db", str(db)]) == 0
+    assert "866 (with profiler)" in capsys.readouterr().out

@@ -364,6 +364,8 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
                 if s in rated:
                     cols.append(r.throughput_text(s))
             mem = f"{r.peak_rss_mib:,.0f}" if r.peak_rss_mib else "–"
+            if r.peak_rss_mib and r.peak_includes_profiler:  # stored before the peak was read ahead of --profile
+                mem += " (with profiler)"
             table.add_row(*texts(*(getattr(r, shown_as.get(a, a)) for a in shown), *cols, mem,
                                  {"pass": "yes", "fail": Text("NO", "red")}.get(r.verified, r.verified)))
         console.print(table)
