@@ -178,3 +178,9 @@ def test_runner_start_is_not_reached_with_a_bad_value(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "start", lambda *a, **k: called.append(1))
     assert main(run_args(tmp_path, "--loadgen-min-duration", "inf")) == 2
     assert called == [] and not (tmp_path / "r.db").exists()
+
+
+def test_reproduce_refuses_the_same_protocol_values(capsys, tmp_path):
+    for value in ("inf", "nan", "-1"):
+        refused(capsys, ["reproduce", "bahrampour2016-table3", "--timeout", value, "--dry-run",
+                         "--db", str(tmp_path / "r.db")], "--timeout", "timeout_s")

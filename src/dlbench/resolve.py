@@ -200,7 +200,8 @@ def check_settings(section: str, values: dict | int | None) -> None:
             key = ".".join(loc)
             flag = FLAG_OF.get(loc[:2]) or FLAG_OF.get(loc[:1])
             value = values.get(loc[1]) if isinstance(values, dict) and len(loc) > 1 else values
-            raise UsageError(f"{flag + ' (' + key + ')' if flag else key}: {msg}, got {value!r}") from None
+            got = "" if "got " in msg else f", got {value!r}"
+            raise UsageError(f"{flag + ' (' + key + ')' if flag else key}: {msg}{got}") from None
 
 
 def _check_scenario_settings(section: str, values: Any) -> None:
