@@ -293,3 +293,13 @@ def test_gate_mode_judges_pass_good_and_fail_bad(tmp_db, monkeypatch, capsys):
     assert main(["bisect", "--framework", "jax", "--good", "5.0", "--bad", "5.2", "--model", "lenet", "--gate",
                  "--db", str(tmp_db)]) == 1
     assert "passes the gate" in capsys.readouterr().out
+
+
+def test_a_dry_run_lists_the_releases_and_builds_nothing(local_index, tmp_path, tmp_db, capsys):
+    fakerelease.make_index(local_index, ["1.0", "1.1", "1.2", "1.3", "1.4", "2.0"])
+    assert main(["bisect", "--framework", "fakerel", "--good", "1.0", "--bad", "1.4", "--model", "dense-1",
+                 "--scenario", "forward", "--dry-run", "--json", "--db", str(tmp_db)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["releases"] == ["1.0", "1.1", "1.2", "1.3", "1.4"] and plan["ready"] == []
+    assert (plan["steps_after_ends"], plan["builds_at_most"]) == (2, 4)
+    assert not (tmp_path / "envs").exists() and not tmp_db.exists()

@@ -41,8 +41,8 @@ from dlbench.report.compare import ALPHA, CellChange, compare_cells
 from dlbench.results import CellResult, load_run
 from dlbench.store import Store, new_run_id
 
-__all__ = ["Settings", "Step", "Bisection", "BisectError", "start", "resume", "listing", "next_candidate",
-           "pool"]
+__all__ = ["Settings", "Step", "Bisection", "BisectError", "start", "plan", "resume", "listing",
+           "next_candidate", "pool"]
 
 Progress = Callable[[str], None]
 
@@ -448,6 +448,17 @@ def start(settings: Settings, db: str | Path, progress: Progress = lambda s: Non
     m = _Measure(b, db, progress)
     m.save()
     return _loop(m)
+
+
+def plan(settings: Settings) -> dict[str, Any]:
+    """What :func:`start` would do, without building or measuring: the releases pip lists between the ends,
+    which of them already have an environment, and how many steps and builds to expect."""
+    found = releases.between(settings.framework, settings.good, settings.bad, pre=settings.pre)
+    ready = [v for v in found if envs.load(settings.name(v)) is not None
+             or installed_version(settings.name(v)) is not None]
+    steps = math.ceil(math.log2(max(len(found) - 1, 1))) if len(found) > 2 else 0
+    return {"releases": found, "ready": ready, "steps_after_ends": steps, "builds_at_most": 2 + steps,
+            "figure": settings.figure}
 
 
 def resume(bisection_id: str, db: str | Path, progress: Progress = lambda s: None) -> Bisection:
