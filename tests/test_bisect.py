@@ -293,6 +293,10 @@ def test_gate_mode_judges_pass_good_and_fail_bad(tmp_db, monkeypatch, capsys):
     assert main(["bisect", "--framework", "jax", "--good", "5.0", "--bad", "5.2", "--model", "lenet", "--gate",
                  "--db", str(tmp_db)]) == 1
     assert "passes the gate" in capsys.readouterr().out
+    assert main(["bisect", "--framework", "jax", "--good", "5.0", "--bad", "5.3", "--model", "lenet", "--gate",
+                 "--db", str(tmp_db)]) == 1  # an end the gate cannot judge: said, not a traceback
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines: one line
+    assert last.startswith("dlbench: bisect: --bad 5.3 cannot be judged by the gate on lenet: unsupported")
 
 
 def test_a_dry_run_lists_the_releases_and_builds_nothing(local_index, tmp_path, tmp_db, capsys):

@@ -280,6 +280,8 @@ def _timed_step(m: _Measure, version: str, good: str, bad: str | None) -> Step:
             if exc.version == version:
                 step.verdict, step.reason = "skip", exc.why
                 break
+            if bad is None:  # the ends' step: the good end itself
+                raise BisectError(f"--good {exc.version} cannot be measured: {exc.why}") from None
             raise BisectError(f"{s.framework} {exc.version}, measured before, now {exc.why}") from None
         if bad is None:  # the ends: the bad end against the good one
             verdict, step.vs_good, step.vs_bad = judge(cells[good], cells[version], None, s.threshold)
@@ -327,6 +329,8 @@ def _ends(m: _Measure) -> bool:
         if s.bad not in judged:
             step = _gate_step(m, s.bad)
             m.save()
+            if step.verdict == "skip":
+                raise BisectError(f"--bad {s.bad} cannot be judged by the gate on {s.model}: {step.reason}")
             if step.verdict == "good":
                 b.status, b.result = "no-change", {"message": f"{s.framework} {s.bad} passes the gate on {s.model} "
                                                               "too: nothing to bisect"}
