@@ -54,6 +54,7 @@ def test_the_planted_slow_release_is_found_exactly_skipping_an_uninstallable_one
     attempts = len(out["built"]) + len(out["not_installable"])
     assert attempts <= math.ceil(math.log2(len(RELEASES))) + 2, out["built"]
     assert out["not_installable"] == ["1.4"] and set(out["built"]) >= {"1.0", "1.5", "1.6", "1.8"}
+    assert out["used"] == out["built"] and r["environments_used"] == r["environments_built"] == len(out["built"])
     assert [envs.load(f"fakerel=={v}").framework_version for v in out["built"]] == out["built"]
     # built by this Python's pip into a venv without one, the checkout linked by a .pth (no build backend needed)
     env = Path(envs.load("fakerel==1.6").path)

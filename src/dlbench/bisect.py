@@ -102,6 +102,7 @@ class Bisection:
     releases: list[str]
     steps: list[Step] = field(default_factory=list)
     built: list[str] = field(default_factory=list)  # environments built by this bisection
+    used: list[str] = field(default_factory=list)  # releases whose environment it needed (built now or before)
     not_installable: list[str] = field(default_factory=list)
     status: str = "running"  # running, found, inconclusive, no-change, ambiguous, interrupted
     result: dict[str, Any] = field(default_factory=dict)
@@ -209,6 +210,7 @@ class _Measure:
             return failed[name]
         if not had:
             self.b.built.append(version)
+        self.b.used.append(version)
         return None
 
     def cells(self, versions_: list[str], step: Step) -> dict[str, CellResult]:
@@ -391,7 +393,8 @@ def _finish(m: _Measure) -> None:
                 "ratio": None if s.gate else final_ratio(b.steps, last_good, first_bad),
                 "candidates": [*between, first_bad],
                 "skipped": [{"version": st.version, "reason": st.reason} for st in b.skipped],
-                "environments_built": len(b.built), "not_installable": list(b.not_installable),
+                "environments_built": len(b.built), "environments_used": len(b.used),
+                "not_installable": list(b.not_installable),
                 "steps": len(b.steps)}
 
 
