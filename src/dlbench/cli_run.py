@@ -429,7 +429,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.cost:
         from dlbench.report.cost import print_cost
 
-        return print_cost(res, args.json)
+        return print_cost(res, args.json, console)
     if args.warnings and not args.json:
         for c in res.cells:
             for w in c.cell.warnings:

@@ -15,6 +15,7 @@ import json
 from collections import Counter
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table as RichTable
 
 from dlbench.measure.adaptive import percent
@@ -91,9 +92,9 @@ def _shares(r: dict[str, Any]) -> str:
     return f"{_share(r['between_share'])} / {_share(r['process_between_share'])}"
 
 
-def print_cost(res: RunResults, as_json: bool) -> int:
-    from dlbench.cli_common import console
-
+def print_cost(res: RunResults, as_json: bool, console: Console) -> int:
+    """``dlbench show --cost``: the table (or its JSON) on the command's ``console`` (the report sits
+    below the command line and does not import it)."""
     rows = cell_costs(res)
     total = run_cost(res, rows)
     if as_json:
