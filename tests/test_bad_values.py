@@ -34,6 +34,8 @@ SETTINGS = [
     ("--target-accuracy", "convergence", "target_accuracy", ["nan", "inf", "0", "1.5"]),
     ("--lr", "convergence", "lr", ["nan", "inf", "0", "-0.1"]),
     ("--seed", None, "seed", ["-1", "4294967296", "99999999999999999999"]),
+    ("--ps-shards", "distributed", "ps_shards", ["0", "-1", "100000"]),
+    ("--nnodes", "distributed", "nnodes", ["0", "-1", "100000"]),
 ]
 
 
@@ -70,6 +72,15 @@ def test_the_api_refuses_the_same_values():
                    {"serving": {"min_queries": 10**20}}, {"convergence": {"lr": math.inf}}):
         with pytest.raises(UsageError):
             api.run(models=["lenet"], frameworks=["gpufw"], scenarios=["forward"], threads=[1], **kwargs)
+
+
+def test_a_model_level_refusal_of_a_section_is_not_passed_over():
+    """A Suite check of the whole document (an error with no location) refuses, naming the section;
+    reading only the errors located in the section passed such a value in silence."""
+    from dlbench.resolve import check_settings
+
+    with pytest.raises(UsageError, match="^nosuchsection: Extra inputs are not permitted$"):
+        check_settings("nosuchsection", {"a": 1})
 
 
 def test_values_in_range_are_accepted(capsys, tmp_path):

@@ -194,7 +194,7 @@ def check_settings(section: str, values: dict | int | None) -> None:
             loc = tuple(str(p) for p in err["loc"])
             msg = " ".join(str(err["msg"]).removeprefix("Value error, ").split())
             if not loc:  # a model-level check: never passed over in silence
-                raise UsageError(f"{section}: {msg}") from None
+                raise UsageError(msg if msg.startswith(f"{section}: ") else f"{section}: {msg}") from None
             if loc[:1] != (section,):
                 continue
             key = ".".join(loc)
