@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # CI: build the per-framework environments (dlbench envs create) that the tests of the backends living
-# outside the main Python need. Tolerant by design: a backend test whose environment is missing skips
-# with its reason, so .ci/run goes on when a build fails (this script prints pip's own error and exits 1).
+# outside the main Python need. A build that fails fails CI: this script prints pip's own error and
+# exits 1, and .ci/run then exits non-zero after the tests (which skip the missing environments'
+# backends). The one exception is a package registry that cannot be reached at all (no network, an
+# outage): then nothing can be built, this script says so and exits 3, and .ci/run goes on green.
 #
 # Which environments: every recipe (mxnet, chainer, pytensor, paddle, h2o), built in parallel: on the
 # 2-core reference machine all five together took 101 s from scratch (docs/environments.md). DLBENCH_CI_ENVS="mxnet chainer" (a list) builds only those; "cached"
@@ -12,12 +14,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-if [ ! -x .venv/bin/python ]; then  # the main environment, light: the envs command needs no framework
-  python3 -m venv .venv
+if [ -z "${DLBENCH_PYTHON:-}" ] && [ ! -x .venv/bin/python ]; then  # the main environment, light: the envs
+  python3 -m venv .venv                                             # command needs no framework
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -c constraints.txt -e .
 fi
-PY=.venv/bin/python
+PY=${DLBENCH_PYTHON:-.venv/bin/python}  # DLBENCH_PYTHON: an interpreter with dlbench's dependencies, used as it is
 dlb() { PYTHONPATH=src "$PY" -m dlbench "$@"; }
 ALL=$(dlb envs list --json | "$PY" -c 'import json, sys; print(" ".join(json.load(sys.stdin)["recipes"]))')
 case "${DLBENCH_CI_ENVS:-all}" in
@@ -48,6 +50,21 @@ for fw in $FRAMEWORKS; do
   fi
   i=$((i + 1))
 done
+# Whether the registry pip installs from answers at all: when it does not, the failures above are the
+# network's, not the recipes'.
+INDEX=${PIP_INDEX_URL:-https://pypi.org/simple}
+if [ "$code" -ne 0 ] && ! "$PY" - "$INDEX" <<'PYEOF'
+import sys, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1].rstrip("/") + "/pip/", timeout=15).close()
+except Exception as exc:
+    print(f"CI: {exc}", file=sys.stderr)
+    sys.exit(1)
+PYEOF
+then
+  echo "CI: the package registry ($INDEX) cannot be reached: environments not built; their backends' tests skip" >&2
+  code=3
+fi
 echo "CI: environments ($FRAMEWORKS) ready in $(( $(date +%s) - start )) s; not built: $(for fw in $ALL; do case " $FRAMEWORKS " in *" $fw "*) ;; *) printf '%s ' "$fw" ;; esac; done)"
 dlb envs list
 rm -rf "$logs"

@@ -78,7 +78,8 @@ def main() -> int:
     print(f"- `dlbench {' '.join(argv)}`: exit code {out.returncode}, {wall / 60:.1f} min wall time "
           f"(the bisection's own clock: {b['seconds'] / 60:.1f} min over every attempt)")
     print(f"- releases pip listed ({len(b['releases'])}): {', '.join(b['releases'])}")
-    print(f"- environments built: {len(b['built'])} ({', '.join(b['built']) or 'none'})"
+    print(f"- environments used: {len(b['used'])} ({', '.join(b['used'])}); built by this bisection: "
+          f"{len(b['built'])} ({', '.join(b['built']) or 'none: the others were built before'})"
           + (f"; pip could not install: {', '.join(b['not_installable'])}" if b["not_installable"] else "")
           + f"; threshold {s['threshold']:.0%}, {s['repeats']} processes per release per measurement, "
             f"at most {s['max_repeats']}\n")

@@ -38,6 +38,8 @@ SETTINGS = [
     ("--lr", "optimizer", "lr", ["nan", "inf", "0", "-0.1", "1e8"]),  # the run's optimiser's (every training cell)
     ("--momentum", "optimizer", "momentum", ["nan", "inf", "-0.1", "1"]),
     ("--seed", None, "seed", ["-1", "4294967296", "99999999999999999999"]),
+    ("--ps-shards", "distributed", "ps_shards", ["0", "-1", "100000"]),
+    ("--nnodes", "distributed", "nnodes", ["0", "-1", "100000"]),
 ]
 
 
@@ -75,6 +77,15 @@ def test_the_api_refuses_the_same_values():
                    {"optimizer": {"lr": math.nan}}, {"optimizer": {"name": "adamw", "eps": math.inf}}):
         with pytest.raises(UsageError):
             api.run(models=["lenet"], frameworks=["gpufw"], scenarios=["forward"], threads=[1], **kwargs)
+
+
+def test_a_model_level_refusal_of_a_section_is_not_passed_over():
+    """A Suite check of the whole document (an error with no location) refuses, naming the section;
+    reading only the errors located in the section passed such a value in silence."""
+    from dlbench.resolve import check_settings
+
+    with pytest.raises(UsageError, match="^nosuchsection: Extra inputs are not permitted$"):
+        check_settings("nosuchsection", {"a": 1})
 
 
 def test_values_in_range_are_accepted(capsys, tmp_path):
@@ -183,3 +194,9 @@ def test_runner_start_is_not_reached_with_a_bad_value(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "start", lambda *a, **k: called.append(1))
     assert main(run_args(tmp_path, "--loadgen-min-duration", "inf")) == 2
     assert called == [] and not (tmp_path / "r.db").exists()
+
+
+def test_reproduce_refuses_the_same_protocol_values(capsys, tmp_path):
+    for value in ("inf", "nan", "-1"):
+        refused(capsys, ["reproduce", "bahrampour2016-table3", "--timeout", value, "--dry-run",
+                         "--db", str(tmp_path / "r.db")], "--timeout", "timeout_s")

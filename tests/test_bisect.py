@@ -55,8 +55,8 @@ def test_the_planted_slow_release_is_found_exactly_skipping_an_uninstallable_one
     attempts = len(out["built"]) + len(out["not_installable"])
     assert attempts <= math.ceil(math.log2(len(RELEASES))) + 2, out["built"]
     assert out["not_installable"] == ["1.4"] and set(out["built"]) >= {"1.0", "1.5", "1.6", "1.8"}
-    # environments are named in the one spelling the store uses (fakerel==1.0 is fakerel==1.0.0)
-    assert [envs.load(versions.normal_name(f"fakerel=={v}")).framework_version for v in out["built"]] == out["built"]
+    assert out["used"] == out["built"] and r["environments_used"] == r["environments_built"] == len(out["built"])
+    assert [envs.load(f"fakerel=={v}").framework_version for v in out["built"]] == out["built"]
     # built by this Python's pip into a venv without one, the checkout linked by a .pth (no build backend needed)
     env = Path(envs.load(versions.normal_name("fakerel==1.6")).path)
     assert not (env / "bin" / "pip").exists() and len(list(env.glob("lib/python*/site-packages/dlbench-checkout.pth"))) == 1
@@ -295,3 +295,17 @@ def test_gate_mode_judges_pass_good_and_fail_bad(tmp_db, monkeypatch, capsys):
     assert main(["bisect", "--framework", "jax", "--good", "5.0", "--bad", "5.2", "--model", "lenet", "--gate",
                  "--db", str(tmp_db)]) == 1
     assert "passes the gate" in capsys.readouterr().out
+    assert main(["bisect", "--framework", "jax", "--good", "5.0", "--bad", "5.3", "--model", "lenet", "--gate",
+                 "--db", str(tmp_db)]) == 1  # an end the gate cannot judge: said, not a traceback
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines: one line
+    assert last.startswith("dlbench: bisect: --bad 5.3 cannot be judged by the gate on lenet: unsupported")
+
+
+def test_a_dry_run_lists_the_releases_and_builds_nothing(local_index, tmp_path, tmp_db, capsys):
+    fakerelease.make_index(local_index, ["1.0", "1.1", "1.2", "1.3", "1.4", "2.0"])
+    assert main(["bisect", "--framework", "fakerel", "--good", "1.0", "--bad", "1.4", "--model", "dense-1",
+                 "--scenario", "forward", "--dry-run", "--json", "--db", str(tmp_db)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["releases"] == ["1.0", "1.1", "1.2", "1.3", "1.4"] and plan["ready"] == []
+    assert (plan["steps_after_ends"], plan["builds_at_most"]) == (2, 4)
+    assert not (tmp_path / "envs").exists() and not tmp_db.exists()

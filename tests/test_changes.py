@@ -117,3 +117,11 @@ def test_the_reports_versions_section_marks_a_step_across_releases(tmp_db, tmp_p
     assert "step change (history)" in md and md.count("step +") == 1
     (line,) = [ln for ln in md.splitlines() if "step +" in ln]
     assert "torch 2.11.0" in line
+
+
+def test_a_newest_point_whose_own_processes_straddle_both_levels_is_not_a_step():
+    """Seen on a busy machine: a bisection's runs of one release measured 4.14-4.15 ms, and its last run
+    7.0 ms whose processes were 4.15, 6.9 and 8.0 ms. The point moved; its processes do not say it did."""
+    tight = _history([4.14] * 8, 0, noise=0.002, drift=0.001)
+    assert detect(tight + [[4.15, 6.9, 8.0]], _labels(9)) == []
+    assert [c.index for c in detect(tight + [[6.9, 7.0, 7.1]], _labels(9))] == [8]

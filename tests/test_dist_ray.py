@@ -3,6 +3,7 @@
 cells fanned out over two local "nodes" offering ``dlbench_node``."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -68,6 +69,22 @@ def _stop_nodes(nodes: list[subprocess.Popen], temp: str) -> None:
         for pid in _session(node.pid):
             os.kill(pid, signal.SIGKILL)
     assert not procs_naming(temp)
+    shutil.rmtree(temp, ignore_errors=True)  # Ray's session folder: it was left in the temp dir
+
+
+def _ray_folders() -> set[str]:
+    return {str(p) for d in {tempfile.gettempdir(), "/tmp"} for p in Path(d).glob("dlb-ray-*")}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_ray_folder_left():
+    """The tests leave no ``dlb-ray-*`` session folder in the system temp dir (issue #31)."""
+    before = _ray_folders()
+    yield
+    left = _ray_folders() - before
+    for path in left:
+        shutil.rmtree(path, ignore_errors=True)
+    assert not left, f"Ray session folders left behind: {sorted(left)}"
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """Building an environment under faults: a signal stops pip with dlbench, and two builds of one
 environment never write into one folder at once (issue #31, defect 2)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dlbench import envs
+from dlbench.cli import main
 from dlbench.frameworks import framework_info
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -95,3 +97,29 @@ def test_builds_of_different_environments_do_not_wait_for_each_other(envs_dir, m
     monkeypatch.setattr(envs, "_create", lambda info, python, force, progress: info.name)
     with envs.build_lock("mxnet"):
         assert envs.create(framework_info("chainer")) == "chainer"
+
+
+# --- --dry-run names the environments a run would build --------------------------------------------
+def _record(root: Path, framework: str, seconds: float, size: int) -> None:
+    path = root / framework.replace("==", "-")
+    (path / "lib").mkdir(parents=True)
+    (path / "lib" / "blob").write_bytes(b"\0" * size)
+    record = envs.EnvRecord(framework=framework, path=str(path), python=sys.executable, python_version="3.11",
+                            created="2026-01-01T00:00:00+00:00", create_seconds=seconds, framework_version="0.4.30")
+    (path / envs.RECORD).write_text(json.dumps(record.to_dict()))
+
+
+def test_a_dry_run_names_the_environments_it_would_build_with_size_and_time(envs_dir, capsys, tmp_path):
+    argv = ["run", "--framework", "jax==0.4.31,torch", "--model", "lenet", "--scenario", "forward", "--threads", "1",
+            "--dry-run", "--db", str(tmp_path / "r.db")]
+    pytest.importorskip("torch")
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "environments to build first" in out and "jax==0.4.31: size and time unknown" in out
+    _record(envs_dir, "jax==0.4.30", 120.0, 3 * 2**20)  # one built here before: the estimate goes by it
+    assert main([*argv, "--json"]) == 0
+    (build,) = json.loads(capsys.readouterr().out)["environments_to_build"]
+    assert build["framework"] == "jax==0.4.31" and build["seconds"] == 120.0 and build["size_bytes"] >= 3 * 2**20
+    assert main(argv) == 0
+    assert "jax==0.4.31: about 3 MiB, about 120 s to build (median of 1 of jax's" in capsys.readouterr().out
+    assert not (tmp_path / "r.db").exists()

@@ -75,3 +75,11 @@ def test_a_rate_above_its_peak_is_flagged(tmp_db):
     assert any("above the measured fp32 peak" in w for _, w in build_content(res).warnings)
     quiet = api.results(_run(tmp_db, ("fp32",)), tmp_db)
     assert quiet.cells[0].rate_warnings == []
+
+
+def test_the_export_names_the_peak_and_carries_the_rate_warning(tmp_db):
+    from dlbench.report.export import export_rows
+
+    rows = {r["precision"]: r for r in export_rows(api.results(_run(tmp_db, ("fp32", "bf16"), ms=0.05), tmp_db))}
+    assert rows["bf16"]["peak"] == "bf16 peak 400 GFLOP/s (torch:bf16)"
+    assert "above the measured fp32 peak" in rows["fp32"]["warnings"]

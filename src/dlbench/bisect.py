@@ -42,8 +42,8 @@ from dlbench.report.compare import ALPHA, CellChange, compare_cells
 from dlbench.report.results import CellResult, load_run
 from dlbench.storage.store import Store, new_run_id
 
-__all__ = ["Settings", "Step", "Bisection", "BisectError", "start", "resume", "listing", "next_candidate",
-           "pool"]
+__all__ = ["Settings", "Step", "Bisection", "BisectError", "start", "plan", "resume", "listing",
+           "next_candidate", "pool"]
 
 Progress = Callable[[str], None]
 
@@ -138,6 +138,7 @@ class _Measure:
             return failed[name]
         if not had:
             self.b.built.append(version)
+        self.b.used.append(version)
         return None
 
     def cells(self, versions_: list[str], step: Step) -> dict[str, CellResult]:
@@ -209,6 +210,8 @@ def _timed_step(m: _Measure, version: str, good: str, bad: str | None) -> Step:
             if exc.version == version:
                 step.verdict, step.reason = "skip", exc.why
                 break
+            if bad is None:  # the ends' step: the good end itself
+                raise BisectError(f"--good {exc.version} cannot be measured: {exc.why}") from None
             raise BisectError(f"{s.framework} {exc.version}, measured before, now {exc.why}") from None
         if bad is None:  # the ends: the bad end against the good one
             verdict, step.vs_good, step.vs_bad = judge(cells[good], cells[version], None, s.threshold)
@@ -256,6 +259,8 @@ def _ends(m: _Measure) -> bool:
         if s.bad not in judged:
             step = _gate_step(m, s.bad)
             m.save()
+            if step.verdict == "skip":
+                raise BisectError(f"--bad {s.bad} cannot be judged by the gate on {s.model}: {step.reason}")
             if step.verdict == "good":
                 b.status, b.result = "no-change", {"message": f"{s.framework} {s.bad} passes the gate on {s.model} "
                                                               "too: nothing to bisect"}
@@ -316,7 +321,8 @@ def _finish(m: _Measure) -> None:
                 "ratio": None if s.gate else final_ratio(b.steps, last_good, first_bad),
                 "candidates": [*between, first_bad],
                 "skipped": [{"version": st.version, "reason": st.reason} for st in b.skipped],
-                "environments_built": len(b.built), "not_installable": list(b.not_installable),
+                "environments_built": len(b.built), "environments_used": len(b.used),
+                "not_installable": list(b.not_installable),
                 "steps": len(b.steps)}
 
 
@@ -377,6 +383,17 @@ def start(settings: Settings, db: str | Path, progress: Progress = lambda s: Non
     m = _Measure(b, db, progress)
     m.save()
     return _loop(m)
+
+
+def plan(settings: Settings) -> dict[str, Any]:
+    """What :func:`start` would do, without building or measuring: the releases pip lists between the ends,
+    which of them already have an environment, and how many steps and builds to expect."""
+    found = releases.between(settings.framework, settings.good, settings.bad, pre=settings.pre)
+    ready = [v for v in found if envs.load(settings.name(v)) is not None
+             or installed_version(settings.name(v)) is not None]
+    steps = math.ceil(math.log2(max(len(found) - 1, 1))) if len(found) > 2 else 0
+    return {"releases": found, "ready": ready, "steps_after_ends": steps, "builds_at_most": 2 + steps,
+            "figure": settings.figure}
 
 
 def resume(bisection_id: str, db: str | Path, progress: Progress = lambda s: None) -> Bisection:

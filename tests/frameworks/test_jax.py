@@ -17,6 +17,8 @@ from dlbench.models import layers as L
 from dlbench.models.spec import InputSpec, LossSpec, ModelSpec
 from dlbench.models.weights import Weights, bn_state_names, init_weights
 from tests.conftest import requires
+from dlbench.weights import Weights, bn_state_names, init_weights
+from tests.conftest import requires, requires_framework, run_in_framework
 
 pytestmark = requires("jax")
 
@@ -264,3 +266,19 @@ def test_trainer_pads_variable_length_tokens_without_changing_the_function(backe
     ours, theirs = backend.get_params(padded), backend.get_params(unpadded)
     for k in ours:
         np.testing.assert_allclose(ours[k], theirs[k], rtol=1e-4, atol=1e-6)
+
+
+@requires_framework("jax==0.5.1")
+def test_the_flax_of_jax_0_5_passes_the_gate():
+    """JAX 0.5's line pins Flax 0.10.4, whose ``State.flat_state()`` is a FlatState (a sequence of (path,
+    value) pairs), not Flax 0.10.2's dict: the gate failed there with "'FlatState' object has no attribute
+    'items'" (found preparing docs/bisect.md's JAX bisection, which would have skipped every 0.5 release)."""
+    out = run_in_framework("jax==0.5.1", """
+        import json
+        from dlbench.frameworks import get_backend
+        from dlbench.verify import verify_model
+        b = get_backend("jax==0.5.1"); b.set_threads(1)
+        r = verify_model(b, "lenet")
+        print(json.dumps({"verdict": r.verdict, "reason": r.reason}))
+    """)
+    assert out == {"verdict": "pass", "reason": out["reason"]} and "FlatState" not in (out["reason"] or "")

@@ -87,7 +87,8 @@ def summary(b: bisect.Bisection) -> list[str]:
         lines.append(f"{b.status}: {r.get('message', '')}")
     for sk in r.get("skipped", []) or [{"version": st.version, "reason": st.reason} for st in b.skipped]:
         lines.append(f"  skipped {fw} {sk['version']}: {sk['reason']}")
-    lines.append(f"environments built: {len(b.built)}" + (f" ({', '.join(b.built)})" if b.built else "")
+    lines.append(f"environments used: {len(b.used)}; built by this bisection: {len(b.built)}"
+                 + (f" ({', '.join(b.built)})" if b.built else "")
                  + (f"; could not be installed: {', '.join(b.not_installable)}" if b.not_installable else "")
                  + f"; {len(b.steps)} release(s) judged in {b.seconds / 60:.1f} min; bisection {b.id}")
     return lines
@@ -113,6 +114,23 @@ def _list(db: str, as_json: bool) -> int:
     return 0
 
 
+def _dry_run(settings: bisect.Settings, as_json: bool) -> int:
+    p = bisect.plan(settings)
+    if as_json:
+        print(json.dumps(p, indent=2))
+        return 0
+    fw = settings.framework
+    console.print(escape(f"{len(p['releases'])} {fw} releases pip lists from {settings.good} to {settings.bad}: "
+                         f"{', '.join(p['releases'])}"), highlight=False)
+    todo = [v for v in p["releases"] if v not in p["ready"]]
+    console.print(escape(f"with an environment already: {', '.join(p['ready']) or 'none'}; to build when a step "
+                         f"needs it: {', '.join(todo) or 'none'}"), highlight=False)
+    console.print(escape(f"{settings.figure}: about {p['steps_after_ends']} step(s) after the ends, "
+                         f"{p['builds_at_most']} environments at most without skips (each skip costs one more)"),
+                  highlight=False)
+    return 0
+
+
 def cmd_bisect(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr)
@@ -126,6 +144,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             if args.framework or args.good or args.bad or args.model or args.scenario:
                 raise UsageError(f"--resume {args.resume} goes on with the stored settings; it takes no others")
             b = bisect.resume(args.resume, args.db, say)
+        elif args.dry_run:
+            return _dry_run(_settings(args), args.json)
         else:
             b = bisect.start(_settings(args), args.db, say)
     except versions.SpecError as exc:
@@ -162,6 +182,8 @@ def register(sub) -> None:
     p.add_argument("--min-time", type=float, dest="min_time", help="seconds of sampling per process")
     p.add_argument("--timeout", type=float, help="seconds per cell process")
     p.add_argument("--pre", action="store_true", help="pre-releases too (rc, beta)")
+    p.add_argument("--dry-run", action="store_true", dest="dry_run",
+                   help="list the releases and the environments to build; measure nothing")
     p.add_argument("--resume", metavar="ID", help="go on with an interrupted bisection (see --list)")
     p.add_argument("--list", action="store_true", help="show the bisections stored in the database")
     p.add_argument("--db", default=str(DEFAULT_DB))

@@ -11,10 +11,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from dlbench.cli import run as cli_run
-from dlbench.cli.common import console, names, note_damage, write_output
-from dlbench.core.errors import UsageError
-from dlbench.storage.store import DEFAULT_DB, check_output
+from dlbench import cli_run, resolve
+from dlbench.cli_common import console, names, note_damage, write_output
+from dlbench.errors import UsageError
+from dlbench.store import DEFAULT_DB, check_output
 
 
 def _store_results(run_id: str | None, db: str):
@@ -121,6 +121,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise UsageError("reproduce: give a PAPER-TABLE (see dlbench reproduce --list)")
     rep.get_target(args.target)
     protocol = {**(rep.QUICK if args.quick else {}), **cli_run._protocol(args)}
+    resolve.check_settings("protocol", protocol)  # the suite model's bounds, as for dlbench run
     env = rep.current_environment(args.gpu_device, tuple(names(args.framework, "--framework") or ()))
     progress = None if args.json or args.dry_run else cli_run.RichProgress()
     try:

@@ -19,6 +19,11 @@ from rich.text import Text
 from dlbench.cli.common import console, counts, names, note_damage, texts, write_output
 from dlbench.core.errors import UsageError
 from dlbench.core.interrupt import Interrupted, explain
+from dlbench import flags, resolve
+from dlbench.cli_common import console, counts, names, note_damage, texts, write_output
+from dlbench.errors import UsageError
+from dlbench.estimate import Estimate, format_duration, setup_seconds
+from dlbench.interrupt import Interrupted, explain
 from dlbench.measure.adaptive import percent
 from dlbench.measure.stats import summarize
 from dlbench.planning import flags, resolve
@@ -193,8 +198,11 @@ def add_protocol_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _protocol(args: argparse.Namespace) -> dict:
-    """The protocol's flags, checked by the suite model (:func:`dlbench.planning.resolve.check_settings`): a bad
-    value is one line naming its flag."""
+    """The protocol's flags, checked by the suite model (:func:`dlbench.resolve.check_settings`): a bad
+    value is one line naming its flag. ``--profile 0`` asks for a profile of no call: refused (a suite's
+    ``profile_calls: 0`` is the default, no profile)."""
+    if getattr(args, "profile", None) == 0:
+        raise UsageError("--profile takes the number of calls to profile (at least 1), got 0")
     out = {key: getattr(args, flag) for flag, key in (
         ("warmup", "warmup"), ("min_iters", "min_iters"), ("min_time", "min_time_s"), ("repeats", "repeats"),
         ("timeout", "timeout_s"), ("profile", "profile_calls"), ("target_ci", "target_ci"),
@@ -313,16 +321,18 @@ def _epoch_samples(suite: Suite, cells: list[Cell]) -> dict[str, int]:
 def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate, left_out: str, as_json: bool) -> int:
     """``--dry-run``: the cells and the estimate; nothing measured, nothing stored, no run created."""
     from dlbench.planning.estimate import runs_a_process
+    from dlbench.envs.ondemand import estimate_builds
+    from dlbench.estimate import runs_a_process
 
     setup = setup_seconds(cells)
-    builds = env_builds(sorted({c.framework for c in cells}))
-    build_s = sum(b.seconds for b in builds)
-    total = setup + build_s + estimate.remaining(cells)
+    builds = estimate_builds([c.framework for c in cells])
+    building = sum(b.seconds or 0 for b in builds)
+    total = setup + estimate.remaining(cells) + building
     if as_json:
         print(json.dumps({"suite": suite.name, "cells": [{**c.to_dict(), "key": c.key, "runs_a_process": runs_a_process(c),
                                                           "estimate_s": estimate.predict(c)} for c in cells],
                           "stored": stored, "setup_s": setup, "estimate_s": total, "left_out": left_out,
-                          "environments": [asdict(b) for b in builds]}, indent=2))
+                          "environments_to_build": [asdict(b) for b in builds]}, indent=2))
         return 0
     table = Table(title=f"{suite.name}: {len(cells)} cell(s) to measure" + (f" ({stored} stored)" if stored else ""),
                   title_justify="left")
@@ -333,15 +343,16 @@ def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate
                       else "unsupported: no process")
     console.print(table)
     p = suite.protocol
-    for b in builds:
-        print(f"environment to build: {b.framework}, about {format_duration(b.seconds)} and "
-              f"{b.bytes / 2**30:.1f} GiB (from {b.basis})")
     how = (f"a pilot of {max(p.repeats, 3)} process(es), then as many as +-{p.target_ci:g}% needs for a typical "
            f"noise, at most {p.max_cell_s:g} s a cell" if p.target_ci is not None else f"{p.repeats} process(es) per cell")
-    envs_text = f", {format_duration(build_s)} of environments to build" if builds else ""
     print(f"estimate: about {format_duration(total)} (rough, from the protocol: {how}, "
           f"{p.warmup} warm-up + at least {p.min_iters} iterations and {p.min_time_s:g} s each; "
-          f"{format_duration(setup)} of machine peak and equivalence gate{envs_text})")
+          f"{format_duration(setup)} of machine peak and equivalence gate"
+          + (f"; {format_duration(building)} building environments" if building else "") + ")")
+    if builds:
+        print(f"environments to build first ({len(builds)}; dlbench envs create NAME builds one ahead):")
+        for b in builds:
+            print(f"  {b.text()}")
     if left_out:
         print(left_out)
     print("dry run: nothing measured, nothing stored, no run created")
@@ -383,6 +394,8 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
                 if s in rated:
                     cols.append(r.throughput_text(s))
             mem = f"{r.peak_rss_mib:,.0f}" if r.peak_rss_mib else "–"
+            if r.peak_rss_mib and r.peak_includes_profiler:  # stored before the peak was read ahead of --profile
+                mem += " (with profiler)"
             table.add_row(*texts(*(getattr(r, shown_as.get(a, a)) for a in shown), *cols, mem,
                                  {"pass": "yes", "fail": Text("NO", "red")}.get(r.verified, r.verified)))
         console.print(table)
@@ -417,6 +430,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         runs = store.list_runs()
     finally:
         store.close()
+    note_damage(store.damage)
     if args.json:
         print(json.dumps(runs, indent=2))
         return 0

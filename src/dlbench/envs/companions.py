@@ -80,12 +80,13 @@ BEFORE = {
     "torch": "PyTorch before 2.1 has no torch.export, which the backend's compile variant and the ONNX export use",
 }
 
-_RELEASE = re.compile(r"([0-9]+(?:\.[0-9]+)*)(?:(a|b|rc)([0-9]+))?(?:\.post([0-9]+))?(?:\.dev([0-9]+))?")
+#: a release as dlbench writes one (PEP 440's plain forms; ASCII digits)
+RELEASE = re.compile(r"([0-9]+(?:\.[0-9]+)*)(?:(a|b|rc)([0-9]+))?(?:\.post([0-9]+))?(?:\.dev([0-9]+))?")
 
 
 def release_key(version: str) -> tuple:
     """A sortable key of a release (``0.4.38``, ``2.16.0rc1``, ``0.9.0.1``); ValueError when it is not one."""
-    m = _RELEASE.fullmatch(version)
+    m = RELEASE.fullmatch(version)
     if m is None:
         raise ValueError(f"{version!r} is not a release number (like 0.4.38)")
     nums, pre, pre_n, post, dev = m.groups()

@@ -5,7 +5,11 @@ which itself imports :mod:`dlbench.envs`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import median
 
 from dlbench import envs
 from dlbench.frameworks import framework_info, installed_version
@@ -36,3 +40,61 @@ def ensure_envs(names: list[str], progress: Callable[[str], None] = lambda s: No
             failed[name] = f"{name} could not be installed: {_pip_reason(str(exc))} (log: {envs.log_path(name)})"
             progress(failed[name])
     return failed
+
+
+@dataclass
+class BuildEstimate:
+    """An environment a run would build, and what building it is likely to cost here: the median size on
+    disk and build time of the environments already built on this machine (of the same framework where
+    there are some); None where none has been built to go by."""
+
+    framework: str
+    size_bytes: float | None
+    seconds: float | None
+    basis: str  # what the estimate comes from, in words
+
+    def text(self) -> str:
+        if self.seconds is None:
+            return f"{self.framework}: size and time unknown ({self.basis})"
+        mib = (self.size_bytes or 0) / 2**20
+        size = "size unknown" if not mib else f"about {mib / 1024:.1f} GiB" if mib >= 1024 else f"about {mib:.0f} MiB"
+        return f"{self.framework}: {size}, about {self.seconds:.0f} s to build ({self.basis})"
+
+
+def to_build(names: list[str]) -> list[str]:
+    """The pinned frameworks of ``names`` a run would build an environment for (what :func:`ensure_envs` builds)."""
+    out = []
+    for name in dict.fromkeys(names):
+        info = framework_info(name)
+        if info.version is not None and installed_version(name) is None:
+            out.append(name)
+    return out
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def estimate_builds(names: list[str]) -> list[BuildEstimate]:
+    """Each environment a run of ``names`` would build, with its likely size and build time."""
+    built = envs.list_envs()
+    out = []
+    for name in to_build(names):
+        base = framework_info(name).base
+        same = [r for r in built if framework_info(r.framework).base == base]
+        basis_records = same or built
+        if not basis_records:
+            out.append(BuildEstimate(name, None, None, "no environment has been built here to go by"))
+            continue
+        which = f"{base}'s" if same else "other frameworks'"
+        out.append(BuildEstimate(name, median(_size(Path(r.path)) for r in basis_records),
+                                 median(r.create_seconds for r in basis_records),
+                                 f"median of {len(basis_records)} of {which} environments built here"))
+    return out

@@ -59,23 +59,40 @@ def normal_version(text: str) -> str:
 
     if not text.isascii():
         raise ValueError(f"{text!r} is not a release number (ASCII digits, like 0.4.38)")
+    release, pre, post, dev = _parse(text)
+    release = list(release) + [0] * max(0, 3 - len(release))
+    while len(release) > 3 and release[-1] == 0:
+        release.pop()
+    out = ".".join(map(str, release))
+    if pre:
+        out += f"{pre[0]}{pre[1]}"
+    if post is not None:
+        out += f".post{post}"
+    if dev is not None:
+        out += f".dev{dev}"
+    return out
+
+
+def _parse(text: str) -> tuple[tuple[int, ...], tuple[str, int] | None, int | None, int | None]:
+    """(release, pre-release, post, dev) of a PEP 440 version. :mod:`packaging` reads it where it is
+    installed (the main Python: a dependency); an environment's measuring process, which may lack it,
+    reads the plain forms dlbench itself writes (``1.2.3``, ``2.16.0rc1``, ``.postN``, ``.devN``)."""
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        m = companions.RELEASE.fullmatch(text)
+        if m is None:
+            raise ValueError(f"{text!r} is not a release number (like 0.4.38)") from None
+        nums, pre, pre_n, post, dev = m.groups()
+        return (tuple(int(n) for n in nums.split(".")), (pre, int(pre_n)) if pre else None,
+                int(post) if post is not None else None, int(dev) if dev is not None else None)
     try:
         v = Version(text)
     except InvalidVersion:
         raise ValueError(f"{text!r} is not a release number (like 0.4.38)") from None
     if v.epoch or v.local:
         raise ValueError(f"{text!r}: name the release alone (like 0.4.38), without an epoch or a local tag")
-    release = list(v.release) + [0] * max(0, 3 - len(v.release))
-    while len(release) > 3 and release[-1] == 0:
-        release.pop()
-    out = ".".join(map(str, release))
-    if v.pre:
-        out += f"{v.pre[0]}{v.pre[1]}"
-    if v.post is not None:
-        out += f".post{v.post}"
-    if v.dev is not None:
-        out += f".dev{v.dev}"
-    return out
+    return v.release, v.pre, v.post, v.dev
 
 
 def normal_name(name: str) -> str:
@@ -89,8 +106,8 @@ def same_release(a: str, b: str) -> bool:
     from packaging.version import InvalidVersion, Version  # here: a framework's environment has no packaging
 
     try:
-        return Version(a.split("+", 1)[0]) == Version(b.split("+", 1)[0])
-    except InvalidVersion:
+        return normal_version(a.split("+", 1)[0]) == normal_version(b.split("+", 1)[0])
+    except ValueError:
         return a == b
 
 

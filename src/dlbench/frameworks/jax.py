@@ -112,7 +112,10 @@ _OLD_FLAX = tuple(int(p) for p in importlib.metadata.version("flax").split(".")[
 
 
 def _flat(state: nnx.State):
-    return state.flat_state().items() if _OLD_FLAX else nnx.to_flat_state(state)
+    if not _OLD_FLAX:
+        return nnx.to_flat_state(state)
+    flat = state.flat_state()  # Flax 0.10.2: a dict; 0.10.3 and later (JAX 0.5's line): a FlatState of (path, value)
+    return flat.items() if isinstance(flat, dict) else flat
 
 
 def _read(var) -> jax.Array:

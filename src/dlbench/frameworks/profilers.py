@@ -4,6 +4,8 @@ framework when called: a process profiles with the framework it already runs."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,12 @@ def torch_profile(run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTr
             if cuda:
                 torch.cuda.synchronize()
     path = outdir / "trace.json"
-    prof.export_chrome_trace(str(path))
+    # Kineto writes trace.json.tmp, then renames it to a path it has stripped of newlines: under a
+    # directory whose name holds one the rename fails and the .tmp stays. It writes in a directory of
+    # our own, with a plain name, and the trace is moved from there.
+    with tempfile.TemporaryDirectory(prefix="dlbench-trace-") as tmp:
+        prof.export_chrome_trace(str(Path(tmp) / "trace.json"))
+        shutil.move(str(Path(tmp) / "trace.json"), path)
     ops = complete_events(read_trace(path), lambda e: e.get("cat") in ("cpu_op", "kernel"))
     return ProfileTrace(path, ops, f"torch.profiler (torch {torch.__version__})")
 

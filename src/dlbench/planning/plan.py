@@ -49,7 +49,8 @@ def load_suite(name_or_path: str) -> Suite:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise UsageError(f"{source}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line, whatever YAML says
+        raise UsageError(f"{source}: malformed YAML{where}: {problem}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{source}: a suite must be a YAML mapping")
     return suite_from_dict(data, source)

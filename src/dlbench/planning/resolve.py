@@ -208,13 +208,14 @@ def check_settings(section: str, values: dict | int | None) -> None:
             loc = tuple(str(p) for p in err["loc"])
             msg = " ".join(str(err["msg"]).removeprefix("Value error, ").split())
             if not loc:  # a model-level check: never passed over in silence
-                raise UsageError(f"{section}: {msg}") from None
+                raise UsageError(msg if msg.startswith(f"{section}: ") else f"{section}: {msg}") from None
             if loc[:1] != (section,):
                 continue
             key = ".".join(loc)
             flag = FLAG_OF.get(loc[:2]) or FLAG_OF.get(loc[:1])
             value = values.get(loc[1]) if isinstance(values, dict) and len(loc) > 1 else values
-            raise UsageError(f"{flag + ' (' + key + ')' if flag else key}: {msg}, got {value!r}") from None
+            got = "" if "got " in msg else f", got {value!r}"
+            raise UsageError(f"{flag + ' (' + key + ')' if flag else key}: {msg}{got}") from None
 
 
 def _check_scenario_settings(section: str, values: Any) -> None:

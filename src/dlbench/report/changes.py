@@ -15,8 +15,10 @@ the whole series is segmented at once, as asv and Conbench do for one project's 
    above and the segments' pooled residual), with ``compare``'s bar made honest for the search: the
    segmentation chose the boundary among every position, so p must be below
    :data:`~dlbench.report.compare.ALPHA` divided by the positions (Bonferroni), and the change above
-   :data:`~dlbench.report.compare.THRESHOLD`. A single point that moved and came back is an outlier, not a
-   step. Boundaries that do not pass are dropped one at a time, weakest first, and the rest re-tested.
+   :data:`~dlbench.report.compare.THRESHOLD`; and the processes behind the two sides must agree (the
+   process-level test ``compare`` uses, p < :data:`~dlbench.report.compare.ALPHA`), so a point whose own
+   processes spread across both levels is no step. A single point that moved and came back is an outlier,
+   not a step. Boundaries that do not pass are dropped one at a time, weakest first, and the rest re-tested.
 
 Each change carries its size (the ratio of the segments' geometric means with its 95% interval) and
 its significance (p). Pure over analysed series.
@@ -31,6 +33,8 @@ from typing import Any
 import numpy as np
 
 from dlbench.core.errors import UsageError
+from dlbench.errors import UsageError
+from dlbench.measure.stats import process_p_value
 from dlbench.report.compare import ALPHA, THRESHOLD
 
 __all__ = ["Change", "breakpoints", "detect", "detect_series"]
@@ -114,6 +118,17 @@ def segment_test(a: list[float], b: list[float], sigma: float, df: int) -> tuple
     return math.exp(d), math.exp(d - q * se), math.exp(d + q * se), p
 
 
+def _processes_agree(before: list[list[float]], after: list[list[float]], alpha: float) -> bool:
+    """Whether the processes behind a step say the same as its points: ``compare``'s Welch test on the
+    log per-process medians of the two sides, p < ``alpha``. A point is one run's cell, and the point-level
+    test sees only its centre: a newest point whose own processes spread from the old level to far above
+    it (one slow process on a busy machine) moves the centre without being a step."""
+    a, b = [v for m in before for v in m], [v for m in after for v in m]
+    if len(a) < 2 or len(b) < 2:
+        return True  # one process a side: no process-level test to ask
+    return process_p_value(a, b) < alpha
+
+
 def detect(medians: list[list[float]], labels: list[str], alpha: float = ALPHA,
            threshold: float = THRESHOLD) -> list[Change]:
     """The significant steps of a series whose point ``i`` has the per-process medians ``medians[i]``.
@@ -137,6 +152,9 @@ def detect(medians: list[list[float]], labels: list[str], alpha: float = ALPHA,
             before, after = level[bounds[k]:cut], level[cut:bounds[k + 2]]
             ratio, lo, hi, p = segment_test(before, after, sigma, df)
             outlier = (len(after) == 1 and bounds[k + 2] < len(level)) or (len(before) == 1 and bounds[k] > 0)
+            if not (outlier or p >= bar or abs(ratio - 1.0) <= threshold) and not _processes_agree(
+                    medians[bounds[k]:cut], medians[cut:bounds[k + 2]], alpha):
+                outlier = True  # the points moved, but their own processes do not say so
             if outlier or p >= bar or abs(ratio - 1.0) <= threshold:
                 strength = (not outlier, abs(ratio - 1.0) > threshold, -p)
                 if weakest is None or strength < weakest[0]:

@@ -11,7 +11,7 @@ EXPORT_COLUMNS = ("key", "framework", "variant", "model", "scenario", "batch", "
                   "status",
                   "reason",
                   "verified", "median_ms", "ci_low_ms", "ci_high_ms", "mean_ms", "std_ms", "min_ms", "p5_ms", "p95_ms",
-                  "iqr_ms", "n", "samples_per_s", "gflops", "pct_peak", "first_call_ms", "peak_rss_bytes",
+                  "iqr_ms", "n", "samples_per_s", "gflops", "pct_peak", "peak", "first_call_ms", "peak_rss_bytes",
                   "rss_growth_bytes", "warnings")
 
 
@@ -24,7 +24,7 @@ def export_rows(res: RunResults) -> list[dict]:
         for stat in ("median", "ci_low", "ci_high", "mean", "std", "min", "p5", "p95", "iqr"):
             row[f"{stat}_ms"] = t.get(stat)
         row["n"] = t.get("n")
-        row["warnings"] = "; ".join(c.cell.warnings)
+        row["warnings"] = "; ".join([*c.cell.warnings, *c.rate_warnings])
         rows.append(row)
     return rows
 

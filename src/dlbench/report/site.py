@@ -154,12 +154,16 @@ def index_html(groups: list[Group], runs: list, bisections: list, title: str) ->
     if bisections:
         body.append(el("h2", "Bisections"))
         rows = []
-        for b in bisections:
-            s, r = b.settings, b.result
+        for b in bisections:  # as stored by dlbench.bisect (Bisection.to_dict)
+            s, r = b["settings"], b["result"]
             ratio = r.get("ratio") or {}
-            rows.append([b.id, f"{s.framework} {s.good} .. {s.bad}", s.figure, b.status, r.get("first_bad", ""),
+            figure = (f"{s['model']}: the gate" if s.get("gate") else
+                      f"{s['model']} {s['scenario']}, {s['threads']} thread(s)")
+            rows.append([b["id"], f"{s['framework']} {s['good']} .. {s['bad']}", figure, b["status"],
+                         r.get("first_bad", ""),
                          f"{ratio['ratio']:.3f} [{ratio['ci_low']:.3f}, {ratio['ci_high']:.3f}]" if ratio else "",
-                         ", ".join(st.version for st in b.skipped), str(len(b.built))])
+                         ", ".join(st["version"] for st in b["steps"] if st["verdict"] == "skip"),
+                         str(len(b["built"]))])
         body.append(rows_table(["bisection", "releases", "figure", "status", "first bad", "ratio to last good [95% CI]",
                                 "skipped", "environments built"], rows))
     body.append(el("h2", "Runs"))
@@ -192,7 +196,7 @@ def write_site(db: str | Path, out: str | Path, title: str = "dlbench results") 
     store = Store(db, create=False, read_only=True)
     try:
         groups, runs = collect(store)
-        bisections = [Bisection.from_dict(d) for d in store.bisections()]
+        bisections = store.bisections()
     finally:
         store.close()
     _prepare(out, db)

@@ -67,6 +67,13 @@ class SummaryRow:
         values = [v for v in values if v]
         return max(values) / 2**20 if values else None
 
+    @property
+    def peak_includes_profiler(self) -> bool:
+        """A peak stored before dlbench read it ahead of ``--profile``'s profiler: it holds the profiler's
+        memory too (a profile record without its own ``peak_rss_bytes``)."""
+        return any(isinstance(p := c.cell.metrics.get("profile"), dict) and "peak_rss_bytes" not in p
+                   for c in self.cells.values())
+
     def to_dict(self) -> dict[str, Any]:
         per_batch = registry.per_batch()
         return {"framework": self.framework, "variant": self.variant, "batch": self.batch, "threads": self.threads,
@@ -75,7 +82,7 @@ class SummaryRow:
                 **{f"{s}_ms": (c.time_ms.to_dict() if c.time_ms else None) for s, c in self.cells.items()
                    if s in per_batch},
                 **{f"{s}_samples_per_s": self.throughput(s) for s in self.cells},
-                "peak_rss_mib": self.peak_rss_mib,
+                "peak_rss_mib": self.peak_rss_mib, "peak_includes_profiler": self.peak_includes_profiler,
                 **{k: v for s in registry.SCENARIOS.values() for k, v in s.summary_fields(self.cells.get(s.name)).items()},
                 "statuses": {s: c.cell.status for s, c in self.cells.items()}}
 

@@ -86,6 +86,9 @@ TO_V3 = [
 MIGRATIONS = {1: [LEASES], 2: TO_V3}
 
 CELL_STATUSES = ("ok", "failed", "unsupported", "timeout", "not_equivalent")
+#: a cell row's text columns (index in :meth:`Store.cells`'s query, name): anything else there is damage
+_CELL_TEXT = ((2, "key"), (3, "framework"), (4, "variant"), (5, "model"), (6, "scenario"), (9, "device"), (10, "data"),
+              (11, "status"), (16, "precision"))
 
 
 @dataclass
@@ -373,7 +376,8 @@ class Store:
         if row is None:
             raise UsageError(f"no run {run_id!r} in {self.path}")
         lease = self.lease(run_id)
-        return {"id": row[0], "started_at": row[1], "finished_at": row[2], "status": judge(row[3], lease),
+        return {"id": row[0], "started_at": self._time(row[1], run_id, "start"),
+                "finished_at": None if row[2] is None else self._time(row[2], run_id, "end"), "status": judge(row[3], lease),
                 "suite_name": row[4], "suite": self._json(row[5], dict, f"run {run_id}: its suite", {}),
                 "argv": self._json(row[6], list, f"run {run_id}: its command line", []), "lease": lease}
 
@@ -383,6 +387,13 @@ class Store:
         value = load_json(text, kind, what, notes, default)
         self._note(*notes)
         return value
+
+    def _time(self, value: Any, run_id: str, what: str) -> float:
+        """A stored time (seconds since the epoch); a damaged one reads as 0 (1970), noted."""
+        if is_number(value) and 0 <= value < 1e11:
+            return float(value)
+        self._note(f"run {run_id}: its {what} time is {value!r}: read as 1970-01-01")
+        return 0.0
 
     def _note(self, *notes: str) -> None:
         self.damage += [n for n in notes if n not in self.damage]
@@ -398,7 +409,9 @@ class Store:
             SELECT r.id, r.started_at, r.finished_at, r.status, r.suite_name,
                    SUM(c.status = 'ok'), SUM(c.status IS NOT NULL AND c.status != 'ok')
             FROM runs r LEFT JOIN cells c ON c.run_id = r.id GROUP BY r.id ORDER BY r.started_at""").fetchall()
-        return [{"id": r[0], "started_at": r[1], "finished_at": r[2], "status": judge(r[3], self.lease(r[0])),
+        return [{"id": r[0], "started_at": self._time(r[1], r[0], "start"),
+                 "finished_at": None if r[2] is None else self._time(r[2], r[0], "end"),
+                 "status": judge(r[3], self.lease(r[0])),
                  "suite": r[4], "cells_ok": r[5] or 0, "cells_failed": r[6] or 0} for r in rows]
 
     # --- leases (dlbench.storage.lease decides who is alive; this only reads and writes the rows) ---------------
@@ -529,8 +542,13 @@ class Store:
             metrics = load_json(r[15], dict, "its metrics", notes, {})
             if not isinstance(r[7], int) or not isinstance(r[8], int):
                 notes.append(f"batch {r[7]!r} and threads {r[8]!r} are not counts")
+            notes += [f"its {name} is {r[i]!r}, not text" for i, name in _CELL_TEXT if not isinstance(r[i], str)]
+            if r[12] is not None and not isinstance(r[12], str):
+                notes.append(f"its reason is {r[12]!r}, not text")
+            if r[11] not in CELL_STATUSES:
+                notes.append(f"its status {r[11]!r} is not one dlbench writes")
             if notes:  # a cell whose stored fields cannot be read is set aside, named, not guessed at
-                self._note(f"run {run_id}: cell {r[2]} set aside: {'; '.join(notes)}")
+                self._note(f"run {run_id}: cell {r[2]!s} set aside: {'; '.join(notes)}")
                 continue
             out.append(CellRecord(*r[:12], r[12] or "", r[13] if is_number(r[13]) else 0.0,
                                   [str(w) for w in warnings], metrics, r[16]))

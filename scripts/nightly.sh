@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The nightly set: every test, with those over CI's time budget (DLBENCH_SLOW_TESTS=1: XLA and
+# Keras-on-JAX/TF compiles, Ray clusters, long fault tests) and every model of each backend's gate
+# (DLBENCH_TEST_ALL_MODELS=1). Run it before landing a change to the gate or a backend.
+#
+#   scripts/nightly.sh                     set up .venv as scripts/test.sh does, then every test
+#   scripts/nightly.sh tests/test_x.py -k y   only those (one plain pytest run)
+#   DLBENCH_PYTHON=PATH scripts/nightly.sh ...   use that interpreter as it is (no set-up), with this
+#                                          checkout's src first on its path
+#
+# It prints the settings it ran with, and its last line says the result and the seconds it took; the
+# exit status is pytest's (a run that collected nothing, pytest's 5, is a failure here too).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export DLBENCH_SLOW_TESTS=1 DLBENCH_TEST_ALL_MODELS=1
+echo "nightly: DLBENCH_SLOW_TESTS=$DLBENCH_SLOW_TESTS DLBENCH_TEST_ALL_MODELS=$DLBENCH_TEST_ALL_MODELS ${*:-(every test)}"
+start=$(date +%s)
+if [ -n "${DLBENCH_PYTHON:-}" ]; then
+  PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" "$DLBENCH_PYTHON" -m pytest -q -p no:cacheprovider "${@:-tests}"
+else
+  bash scripts/test.sh "$@"
+fi
+code=$?
+[ "$code" -eq 5 ] && echo "nightly: pytest collected no tests" >&2 && code=1
+echo "nightly: $([ "$code" -eq 0 ] && echo passed || echo "FAILED (exit $code)") in $(( $(date +%s) - start )) s"
+exit "$code"

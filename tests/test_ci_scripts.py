@@ -1,0 +1,93 @@
+"""CI's scripts: a per-framework environment that fails to build fails CI, unless the package registry
+cannot be reached at all (then CI says so and goes on); the nightly script runs the slow tests and
+every model (issue #31, "tests that would let a regression through"). Nothing here installs a package:
+the registry is a local HTTP server or a closed port, the builds fail before pip."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from functools import partial
+from http.server import HTTPServer, SimpleHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from dlbench import envs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """A package index that answers (``/simple/pip/``), on 127.0.0.1."""
+    (tmp_path / "index" / "simple" / "pip").mkdir(parents=True)
+    (tmp_path / "index" / "simple" / "pip" / "index.html").write_text("<html></html>")
+    server = HTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(tmp_path / "index")))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/simple"
+    server.shutdown()
+    server.server_close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _envs_sh(tmp_path, index: str, which: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DLBENCH_PYTHON": sys.executable, "DLBENCH_CI_ENVS": which, "PIP_INDEX_URL": index,
+           "DLBENCH_ENVS_DIR": str(tmp_path / "envs")}
+    return subprocess.run(["bash", str(ROOT / ".ci" / "envs.sh")], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def test_a_failed_environment_build_fails_ci(tmp_path, registry):
+    out = _envs_sh(tmp_path, registry, "nosuchrecipe")
+    assert out.returncode == 1, out.stderr
+    assert "environment nosuchrecipe failed" in out.stderr and "cannot be reached" not in out.stderr
+
+
+def test_an_unreachable_registry_is_said_and_ci_goes_on(tmp_path):
+    out = _envs_sh(tmp_path, f"http://127.0.0.1:{_closed_port()}/simple", "nosuchrecipe")
+    assert out.returncode == 3, out.stderr
+    assert "package registry" in out.stderr and "cannot be reached" in out.stderr
+
+
+def test_environments_that_build_pass(tmp_path, registry):
+    path = tmp_path / "envs" / "mxnet"
+    path.mkdir(parents=True)
+    reqs, build = envs.requirements("mxnet")
+    record = envs.EnvRecord(framework="mxnet", path=str(path), python=sys.executable, python_version="3.11",
+                            created="2026-01-01T00:00:00+00:00", create_seconds=1.0, framework_version="1.9.1",
+                            requirements=reqs, build_requirements=build)
+    (path / envs.RECORD).write_text(json.dumps(record.to_dict()))
+    out = _envs_sh(tmp_path, registry, "mxnet")  # reused as it is: nothing to install
+    assert out.returncode == 0, out.stderr
+
+
+def test_ci_run_fails_on_a_failed_build_and_not_on_an_unreachable_registry():
+    """``.ci/run`` reads envs.sh's status: 3 goes on, any other failure fails CI after the tests."""
+    text = (ROOT / ".ci" / "run").read_text()
+    assert 'envs_code=$?' in text and '"$envs_code" -ne 3' in text and "exit 1" in text
+
+
+def test_the_nightly_script_runs_the_slow_tests_and_every_model(tmp_path):
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("import os\n\ndef test_settings():\n"
+                     "    assert os.environ['DLBENCH_SLOW_TESTS'] == '1' and os.environ['DLBENCH_TEST_ALL_MODELS'] == '1'\n")
+    env = {**os.environ, "DLBENCH_PYTHON": sys.executable}
+    env.pop("DLBENCH_SLOW_TESTS", None)
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "nightly.sh"), str(probe)], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1 passed" in out.stdout and "nightly: passed" in out.stdout
+    empty = tmp_path / "test_none.py"
+    empty.write_text("")
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "nightly.sh"), str(empty)], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 1 and "collected no tests" in out.stderr
