@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dlbench.data.synthetic import Batch
+from dlbench.frameworks import torch_layers as TL
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.profilers import torch_profile
 from dlbench.measure.profile import ProfileTrace
@@ -69,7 +70,7 @@ class Seq(nn.Module):
         for m in self.layers:
             if isinstance(m, MarkModule):
                 target = x
-            elif isinstance(m, MaskedMean):
+            elif isinstance(m, MaskedMean | TL.TakesMask):
                 x = m(x, mask)
             else:
                 x = m(x)
@@ -252,6 +253,65 @@ class Builder:
         body, _ = self.sequence(layer.body, shape)
         short, _ = self.sequence(layer.shortcut, shape)
         return ResidualBlock(nn.Sequential(*body), nn.Sequential(*short), layer.post == "relu")
+
+    # --- transformer layers (frameworks/torch_layers.py) ---
+    def make_positionembedding(self, layer: L.PositionEmbedding, shape) -> nn.Module:
+        m = TL.PositionEmbedding(layer.max_len, layer.dim)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        return m
+
+    def make_segmentembedding(self, layer: L.SegmentEmbedding, shape) -> nn.Module:
+        m = TL.SegmentEmbedding(layer.types, layer.dim)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        return m
+
+    def make_layernorm(self, layer: L.LayerNorm, shape) -> nn.Module:
+        m = nn.LayerNorm(shape[-1], eps=layer.eps)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        self.params[f"{layer.name}.bias"] = (m.bias, _same, _same)
+        return m
+
+    def make_rmsnorm(self, layer: L.RMSNorm, shape) -> nn.Module:
+        m = nn.RMSNorm(shape[-1], eps=layer.eps)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        return m
+
+    def make_gelu(self, layer: L.GELU, shape) -> nn.Module:
+        return nn.GELU(approximate=layer.approximate)
+
+    def make_attention(self, layer: L.Attention, shape) -> nn.Module:
+        heads, kv, hd = layer.dims(shape[-1])
+        m = TL.Attention(shape[-1], heads, kv, hd, layer.causal, layer.rope_theta, layer.bias, shape[0])
+        for proj in "qkvo":
+            linear = getattr(m, proj)
+            self.params[f"{layer.name}.w{proj}"] = (linear.weight, _t, _t)
+            if layer.bias:
+                self.params[f"{layer.name}.b{proj}"] = (linear.bias, _same, _same)
+        return m
+
+    def make_swiglu(self, layer: L.SwiGLU, shape) -> nn.Module:
+        m = TL.SwiGLU(shape[-1], layer.hidden)
+        for leaf, linear in (("w_gate", m.gate), ("w_up", m.up), ("w_down", m.down)):
+            self.params[f"{layer.name}.{leaf}"] = (linear.weight, _t, _t)
+        return m
+
+    def make_skipblock(self, layer: L.SkipBlock, shape) -> nn.Module:
+        body, _ = self.sequence(layer.body, shape)
+        post, _ = self.sequence(layer.post, shape)
+        return TL.SkipBlock(body, post)
+
+    def make_patchembed(self, layer: L.PatchEmbed, shape) -> nn.Module:
+        m = TL.PatchEmbed(shape[0], layer.dim, layer.patch)
+        self.params[f"{layer.name}.weight"] = (m.proj.weight, _same, _same)
+        self.params[f"{layer.name}.bias"] = (m.proj.bias, _same, _same)
+        self.params[f"{layer.name}.cls"] = (m.cls, _same, _same)
+        return m
+
+    def make_taketoken(self, layer: L.TakeToken, shape) -> nn.Module:
+        return TL.TakeToken(layer.index)
+
+    def make_lmhead(self, layer: L.LMHead, shape) -> nn.Module:
+        return TL.TiedLMHead(self.params[f"{layer.tied_to}.weight"][0])
 
 
 #: storage types of the cast precisions, and compute types of the autocast ones
