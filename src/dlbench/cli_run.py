@@ -171,6 +171,13 @@ def _serving(args: argparse.Namespace) -> dict:
     return out
 
 
+def _generation(args: argparse.Namespace) -> dict:
+    """The generate scenarios' flags (checked by the suite model: a bad value is exit 2)."""
+    return {key: value for key, value in (
+        ("prompt", args.prompt_len), ("new_tokens", args.new_tokens), ("runs", args.generations),
+        ("ttft_ms", args.ttft_ms), ("tpot_ms", args.tpot_ms)) if value is not None}
+
+
 def add_protocol_flags(p: argparse.ArgumentParser) -> None:
     """The timing protocol's flags (``dlbench run`` and ``dlbench reproduce``; read by :func:`_protocol`)."""
     p.add_argument("--warmup", type=int)
@@ -262,7 +269,8 @@ def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
                                    devices=names(args.device, "--device"), protocol=_protocol(args) or None,
                                    seed=args.seed, data=args.data, data_dir=args.data_dir,
                                    convergence=_convergence(args) or None, distributed=distributed_flags(args),
-                                   serving=_serving(args) or None, precisions=names(args.precision, "--precision"))
+                                   serving=_serving(args) or None, precisions=names(args.precision, "--precision"),
+                                   generation=_generation(args) or None)
         done = set()
     _, cells = runner.plan_cells(suite)
     todo = [c for c in cells if c.key not in done]
@@ -473,6 +481,13 @@ def register(sub) -> None:
                    help="LoadGen's minimum run time in s (shorter than LoadGen's rule: the cell is marked so)")
     p.add_argument("--loadgen-min-queries", type=int, dest="loadgen_min_queries",
                    help="LoadGen's minimum query count (fewer than LoadGen's rule: the cell is marked so)")
+    p.add_argument("--prompt-len", type=int, dest="prompt_len", help="generate: prompt tokens (default 128)")
+    p.add_argument("--new-tokens", type=int, dest="new_tokens", help="generate: tokens generated (default 64)")
+    p.add_argument("--generations", type=int, help="generate: timed generations per process (default 5)")
+    p.add_argument("--ttft-ms", type=float, dest="ttft_ms",
+                   help="generate-server: bound on the time to first token's p99 in ms (default LoadGen's 100)")
+    p.add_argument("--tpot-ms", type=float, dest="tpot_ms",
+                   help="generate-server: bound on the time per output token's p99 in ms (default LoadGen's 100)")
     p.add_argument("--data", "--dataset", dest="data",
                    help="fill batches from a real data set (digits, mnist, cifar10, imdb, ptb) "
                                   "instead of synthetic samples")

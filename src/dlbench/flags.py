@@ -19,7 +19,7 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
                 protocol: dict | None = None, seed: int | None = None, data: str | None = None,
                 data_dir: str | None = None, convergence: dict | None = None,
                 distributed: dict | None = None, serving: dict | None = None,
-                precisions: list[str] | None = None) -> Suite:
+                precisions: list[str] | None = None, generation: dict | None = None) -> Suite:
     """A suite from a name, a file or a built :class:`Suite`, and flag overrides (flags alone build one
     on the spot). None leaves an axis as the suite has it; an empty list is refused."""
     if models is not None:
@@ -77,6 +77,8 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
         base["distributed"] = {**base.get("distributed", {}), **distributed}
     if serving:
         base["serving"] = {**base.get("serving", {}), **serving}
+    if generation:
+        base["generation"] = {**base.get("generation", {}), **generation}
     if variants is not None:
         base["variants"] = resolve.variant_map(resolve.suite_frameworks(suite_from_dict(base, "command line")),
                                                variants)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from dlbench.distributed.cluster import ClusterError, parse_latency, parse_rate
+from dlbench.generation.settings import GenerationModel
 from dlbench.measure.timer import Protocol
 from dlbench.precision import PRECISIONS
 
@@ -167,6 +168,7 @@ class Suite(BaseModel):
     seed: int = 0
     distributed: DistributedModel = Field(default_factory=lambda: DistributedModel())
     serving: ServingModel = Field(default_factory=ServingModel)
+    generation: GenerationModel = Field(default_factory=GenerationModel)
 
     @field_validator("frameworks", "models", "scenarios", "devices")
     @classmethod

@@ -336,10 +336,13 @@ def vit_b16(image_size: int = 224, patch: int = 16, dim: int = 768, layers: int 
 
 def smollm2_135m(seq_len: int = 256, vocab: int = 49152, dim: int = 576, layers: int = 30, heads: int = 9,
                  kv_heads: int = 3, head_dim: int = 64, hidden: int = 1536, rope_theta: float = 100000.0,
-                 eps: float = 1e-5) -> ModelSpec:
+                 eps: float = 1e-5, max_positions: int = 8192) -> ModelSpec:
     """SmolLM2-135M, the Llama architecture as published: RMSNorm (eps 1e-5), grouped-query
     attention (9 heads, 3 key/value heads, head dim 64, no biases) with RoPE (theta 100000), SwiGLU
-    MLP 1536, LM head tied to the embedding. 134,515,008 parameters. Next-token cross-entropy."""
+    MLP 1536, LM head tied to the embedding. 134,515,008 parameters. Next-token cross-entropy. Its
+    context, 8192 positions (``max_position_embeddings``), is in ``options["context"]`` (rotary
+    positions have no table that says it)."""
+    _fits(seq_len, max_positions)
     stack: list[Layer] = [Embedding("embed", vocab, dim)]
     for i in range(layers):
         stack += [SkipBlock((RMSNorm(f"l{i}.attn_norm", eps),
@@ -350,7 +353,7 @@ def smollm2_135m(seq_len: int = 256, vocab: int = 49152, dim: int = 576, layers:
     return ModelSpec(
         "smollm2-135m", tuple(stack), InputSpec("tokens", (seq_len,), labels="sequence", classes=vocab, vocab=vocab),
         CE, source=SMOLLM2, description="SmolLM2-135M (Llama) decoder, language model", default_batch=8,
-        learning_rate=1e-4,
+        learning_rate=1e-4, options={"context": max_positions},
     )
 
 
