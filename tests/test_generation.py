@@ -1,0 +1,188 @@
+"""Generation: the decoders against the float64 reference, the generation gate (a planted cache bug
+fails it, ties are not failures, decoding continues from the reference's token), the generate
+scenario's figures and cells, and its refusal of bad settings. Small model forms only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dlbench.cli import main
+from dlbench.generation.decoder import cache_bytes, check_decodable, context_length, greedy, make_decoder
+from dlbench.generation.gate import compare_tokens, reference_greedy, verify_generation
+from dlbench.models import get_model
+from dlbench.scenarios.generate import Generate, figures, prompts
+from dlbench.weights import init_weights
+from tests.conftest import requires
+
+DECODERS = [pytest.param("torch", "eager", marks=requires("torch")),
+            pytest.param("jax", "jit", marks=requires("jax"))]
+MODELS = ["gpt2", "smollm2-135m"]
+
+
+def _off_by_one(framework: str) -> type:
+    """The framework's decoder with its cache written one position late."""
+    if framework == "torch":
+        from dlbench.generation.torch_decoder import TorchDecoder
+
+        class Planted(TorchDecoder):
+            def cache_positions(self, positions):
+                return positions + 1
+        return Planted
+    from dlbench.generation.jax_decoder import JaxDecoder
+
+    class PlantedJax(JaxDecoder):
+        def cache_start(self, start):
+            return start + 1
+    return PlantedJax
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("framework, variant", DECODERS)
+def test_the_gate_passes_every_decoder(framework, variant, model):
+    res = verify_generation(framework, model, variant)
+    assert res.passed, res.reason
+    assert res.cache_error < 1e-5 and res.logit_error < 1e-5
+    assert len(res.step_errors) == res.shape["new_tokens"] and res.tokens_checked == 16
+
+
+@requires("torch")
+def test_the_gate_passes_torch_bf16_and_the_compiled_step():
+    assert verify_generation("torch", "smollm2-135m", "eager", "bf16").passed
+    compiled = verify_generation("torch", "gpt2", "compile")
+    assert compiled.passed and compiled.variant == "compile", compiled.reason
+
+
+@pytest.mark.parametrize("framework, variant", DECODERS)
+def test_a_cache_written_one_position_off_fails_the_gate(framework, variant):
+    res = verify_generation(framework, "gpt2", variant, decoder_cls=_off_by_one(framework))
+    assert res.verdict == "fail"
+    assert res.cache_error > 1e-2 and "recomputed sequence" in res.reason
+
+
+def test_tokens_inside_the_reference_margin_are_ties_outside_mismatches():
+    ref_logits = np.array([[[5.0, 4.9999, 0.0]], [[5.0, 1.0, 0.0]], [[0.0, 3.0, 1.0]]])  # (steps, batch, vocab)
+    ref_tokens = np.array([[0, 0, 1]])
+    got = np.array([[1, 1, 1]])  # step 0: the runner-up by 1e-4; step 1: by 4; step 2: the same token
+    ties, mismatches = compare_tokens(ref_logits, ref_tokens, got, tol=1e-4)
+    assert [(t["step"], t["token"], t["reference"]) for t in ties] == [(0, 1, 0)]
+    assert [(m["step"], m["token"]) for m in mismatches] == [(1, 1)]
+    assert ties[0]["margin"] <= ties[0]["allowed"] < mismatches[0]["margin"]
+
+
+@requires("torch")
+def test_a_tie_is_reported_and_the_gate_passes_and_decoding_continues_from_the_reference():
+    """A decoder that takes the runner-up at one step: where the reference's margin is within the
+    tolerance that is a tie (the verdict passes), and every later step is still compared, from the
+    reference's token (one disagreement does not derail the rest)."""
+    from dlbench.generation.torch_decoder import TorchDecoder
+
+    spec = get_model("gpt2", small=True, seq_len=13)
+    weights = init_weights(spec, 0, mode="verify")
+    prompt = np.random.default_rng([0, 33]).integers(0, spec.input.vocab, (2, 5))
+    _, ref_logits = reference_greedy(spec, weights, prompt, 8)
+    flip_step = 3
+    margins = np.diff(np.sort(ref_logits[flip_step], axis=-1)[:, -2:], axis=-1)[:, 0]
+
+    class RunnerUp(TorchDecoder):
+        def step(self, tokens):
+            at = self.pos
+            logits, token = super().step(tokens)
+            if at == 5 + flip_step - 1:  # the step producing token ``flip_step``
+                token = logits.argsort(dim=-1)[:, -2]
+            return logits, token
+
+    # a tolerance at which the flipped step's margins are inside: ties; at fp32's, outside: mismatches
+    import dlbench.generation.gate as gate
+
+    loose = float(margins.max() / (2 * np.linalg.norm(ref_logits[flip_step], axis=-1).min())) * 1.01
+    strict = verify_generation("torch", "gpt2", decoder_cls=RunnerUp)
+    assert strict.verdict == "fail" and {m["step"] for m in strict.mismatches} == {flip_step}
+    assert strict.cache_error < 1e-5  # the steps after the flip decoded from the reference's token
+    original = gate.TOLERANCES["fp32"]
+    try:
+        gate.TOLERANCES["fp32"] = type(original)(loose, original.gradient, original.loss, "test")
+        tied = verify_generation("torch", "gpt2", decoder_cls=RunnerUp)
+    finally:
+        gate.TOLERANCES["fp32"] = original
+    assert tied.passed, tied.reason
+    assert {t["step"] for t in tied.ties} == {flip_step} and len(tied.ties) == 2 and not tied.mismatches
+    assert "tie(s)" in tied.reason
+
+
+@pytest.mark.parametrize("framework, variant", DECODERS)
+def test_greedy_decoding_reports_ttft_and_a_time_per_later_token(framework, variant):
+    spec = get_model("smollm2-135m", small=True, seq_len=12)
+    decoder = make_decoder(framework, spec, init_weights(spec, 0), 3, 12, "fp32", variant)
+    gen = greedy(decoder, prompts(spec.input.vocab, 3, 6, 0, 0), 6)
+    assert gen.tokens.shape == (3, 6) and len(gen.tpot_ns) == 5 and gen.ttft_ns > 0
+    assert decoder.cache_bytes == cache_bytes(spec, 3, 12, 4)
+    again = greedy(decoder, prompts(spec.input.vocab, 3, 6, 0, 0), 6)  # the cache is reused from position 0
+    assert (again.tokens == gen.tokens).all()
+
+
+def test_contexts_and_what_a_decoder_refuses():
+    assert context_length(get_model("gpt2")) == 1024
+    assert context_length(get_model("smollm2-135m")) == 8192
+    from dlbench.generation.decoder import NotDecodable
+
+    for model in ("bert-base", "lenet", "vit-b16"):
+        with pytest.raises(NotDecodable):
+            check_decodable(get_model(model, small=True))
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--prompt-len", "1000", "--new-tokens", "25"], "1025 tokens exceed gpt2's context of 1024"),
+    (["--new-tokens", "0"], "new_tokens (--new-tokens) must be at least 1, got 0"),
+    (["--prompt-len", "-4"], "prompt (--prompt-len) must be at least 1, got -4"),
+    (["--generations", "0"], "--generations"),
+    (["--ttft-ms", "0"], "--ttft-ms"),
+])
+def test_bad_generation_settings_are_refused_with_one_line(tmp_path, capsys, extra, needle):
+    code = main(["run", "--model", "gpt2", "--framework", "torch", "--scenario", "generate", "--threads", "1",
+                 *extra, "--dry-run", "--db", str(tmp_path / "r.db")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert needle in err, err
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_a_default_batch_becomes_cells_at_batch_1_and_4():
+    from dlbench import flags, runner
+
+    suite = flags.build_suite(models=["gpt2"], frameworks=["torch"], scenarios=["generate"], threads=[1])
+    _, cells = runner.plan_cells(suite)
+    assert sorted(c.batch for c in cells) == [1, 4]
+    suite = flags.build_suite(models=["gpt2"], frameworks=["torch"], scenarios=["generate"], threads=[1], batches=[2])
+    assert [c.batch for c in runner.plan_cells(suite)[1]] == [2]
+
+
+def test_figures_have_process_intervals_percentiles_and_total_rates():
+    from dlbench.cell import Cell
+
+    cell = Cell("torch", "eager", "gpt2", "generate", 4, 1)
+    rng = np.random.default_rng(0)
+    per_process = [{"runs": [{"ttft_ns": 2e6 + rng.random() * 1e5, "tpot_ns": list(1e6 + rng.random(7) * 1e4),
+                              "tokens": [[1] * 8] * 4 if i == 0 else None} for i in range(5)],
+                    "cache_bytes": 1024, "peak_rss_bytes": 10 + r, "rss_before_build_bytes": 1, "build_ns": 1e6,
+                    "decoder": {}, "threads_readback": {}, "versions": {}} for r in range(3)]
+    m = figures(cell, per_process, {"prompt": 16, "new_tokens": 8, "runs": 5}, seed=0)
+    g = m["generation"]
+    assert g["ttft_ms"]["ci_low"] <= g["ttft_ms"]["median"] <= g["ttft_ms"]["ci_high"]
+    assert 2.0 <= g["ttft_ms"]["median"] <= 2.1 and 1.0 <= g["tpot_ms"]["median"] <= 1.01
+    assert g["tokens_per_s_total"]["median"] == pytest.approx(4 * g["tokens_per_s_sequence"]["median"])
+    assert g["ttft_samples_ms"] and len(g["tpot_samples_ms"]) == 3 * 5 * 7
+    p50 = {p["q"]: p for p in g["tpot_percentiles"]}
+    assert p50[50.0]["value"] is not None and p50[99.0]["refused"]  # 105 samples: a p99 needs 1,000
+    assert m["peak_rss_bytes"] == 12 and g["cache_bytes"] == 1024
+
+
+@requires("torch")
+def test_a_measuring_process_times_generations_in_process():
+    job = {"framework": "torch", "variant": "eager", "model": "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
+           "batch": 2, "threads": None, "seed": 0, "precision": "fp32", "protocol": {"max_time_s": 60},
+           "generation": {"prompt": 6, "new_tokens": 5, "runs": 2, "ttft_ms": None, "tpot_ms": None},
+           "phase": "measure"}
+    out = Generate().work(job)
+    assert len(out["runs"]) == 2 and len(out["runs"][0]["tpot_ns"]) == 4
+    assert np.array(out["runs"][0]["tokens"]).shape == (2, 5) and out["cache_bytes"] > 0
