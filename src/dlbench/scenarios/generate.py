@@ -26,7 +26,6 @@ only language model, and a framework without a decoder, are ``unsupported`` with
 from __future__ import annotations
 
 import time
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,6 +116,9 @@ class Generate(Scenario):
         if any(c.data != "synthetic" for c in mine):
             raise UsageError(f"the {self.name} scenario decodes seeded synthetic prompts; it reads no data set (--data)")
         check_settings(sorted({c.model for c in mine}), suite.generation)
+        g = suite.generation
+        if (g.ttft_ms is not None or g.tpot_ms is not None) and not any(c.scenario == "generate-server" for c in cells):
+            raise UsageError("--ttft-ms and --tpot-ms bound the generate-server scenario; the suite has none")
 
     def unsupported(self, info: FrameworkInfo) -> str | None:
         if decoder_class_name(info.name) is None:
@@ -131,13 +133,10 @@ class Generate(Scenario):
     def job(self, cell, suite: Suite) -> dict[str, Any]:
         return {**super().job(cell, suite), "generation": suite.generation.model_dump()}
 
-    def session(self, suite, cells, ray, progress) -> AbstractContextManager[Any]:
-        return nullcontext({})  # gate verdicts by (framework, variant, model, device, precision)
-
     # --- the parent's side ------------------------------------------------------------------------
     def gate(self, cell, ctx: Context, out: CellOutcome) -> dict[str, Any] | None:
         """The generation gate's verdict for the cell's group, run once per run (None: its process failed)."""
-        verdicts = ctx.sessions.setdefault(self.name, {})
+        verdicts = ctx.sessions.setdefault("generation-gate", {})  # shared by the generate scenarios
         key = gate_key(cell)
         if key not in verdicts:
             results = run_in_turn(cell, ctx, [{**self.job(cell, ctx.suite), "phase": "gate"}],

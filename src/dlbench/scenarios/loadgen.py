@@ -107,9 +107,10 @@ class LoadGen(Scenario):
         from dlbench.errors import UsageError
 
         s = suite.serving
-        server = any(c.scenario == "loadgen-server" for c in cells)
+        server = any(c.scenario in ("loadgen-server", "generate-server") for c in cells)
         if (s.find_peak or s.qps is not None or s.p99_ms is not None) and not server:
-            raise UsageError("--find-peak, --qps and --p99-ms set the loadgen-server scenario; the suite has none")
+            raise UsageError("--find-peak, --qps and --p99-ms set the loadgen-server (and --find-peak and --qps the "
+                             "generate-server) scenario; the suite has none")
 
     def estimate(self, cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
         duration = suite.serving.min_duration_s or 10.0

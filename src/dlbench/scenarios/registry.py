@@ -13,7 +13,7 @@ import os
 from dlbench.errors import UsageError
 from dlbench.frameworks import import_plugin
 from dlbench.scenarios import compile as compile_
-from dlbench.scenarios import convergence, generate, latency, layers, loadgen, scaling, timed
+from dlbench.scenarios import convergence, generate, generate_loadgen, latency, layers, loadgen, scaling, timed
 from dlbench.scenarios.base import CellOutcome, Scenario
 
 #: name -> scenario, in the order tables show them
@@ -66,7 +66,7 @@ def load_plugins() -> None:
             register(scenario)
 
 
-for _module in (timed, compile_, convergence, scaling, latency, loadgen, layers, generate):
+for _module in (timed, compile_, convergence, scaling, latency, loadgen, layers, generate, generate_loadgen):
     for _scenario in _module.SCENARIOS:
         register(_scenario)
 load_plugins()
