@@ -25,6 +25,7 @@ from dlbench.measure.stats import summarize
 from dlbench.plan import Cell, Suite
 from dlbench.report.convergence import agreement
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
+from dlbench.report.generation import print_tables as print_generation
 from dlbench.report.summary import summary_dict, summary_rows, summary_scenarios
 from dlbench.report.tables import fmt_num
 from dlbench.results import RunResults
@@ -384,6 +385,7 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
                                  f"{a['rel_diff_step1']:.1e}" if a["rel_diff_step1"] is not None else "–", dep))
         console.print(table)
     print_scaling(res, db)
+    print_generation(console, res)
     noisy = [c for c in res.cells if c.cell.warnings]
     if noisy:
         console.print(f"[yellow]{len(noisy)} cell(s) with warnings[/] (dlbench show {escape(res.run_id)} --warnings)",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlbench.errors import UsageError
-from dlbench.report import latency, layers, precision, profile, versions
+from dlbench.report import generation, latency, layers, precision, profile, versions
 from dlbench.report.export import write_csv
 from dlbench.report.html import render_report
 from dlbench.report.markdown import render_markdown
@@ -63,8 +63,9 @@ def write_report(res: RunResults, out: str | Path | None = None, survey: dict | 
         raise UsageError(f"report directory {out} is a file")
     content = build_content(res)
     content.sections = [s for s in (precision.section(res), layers.section(res), versions.section(res),
-                                    latency.section(res), profile.section(res)) if s]
+                                    latency.section(res), generation.section(res), profile.section(res)) if s]
     plots, skipped = make_plots(res, (precision.speed_error, latency.latency_cdf, latency.server_qps_p99,
+                                      generation.token_cdfs, generation.server_rate_ttft,
                                       versions.trend_plots))
     files = ReportFiles(out, out / "index.html", out / "report.md", out / "cells.csv", skipped=skipped)
     plot_paths = {p.name: out / "plots" / f"{p.name}.svg" for p in plots}
