@@ -186,3 +186,22 @@ def test_a_measuring_process_times_generations_in_process():
     out = Generate().work(job)
     assert len(out["runs"]) == 2 and len(out["runs"][0]["tpot_ns"]) == 4
     assert np.array(out["runs"][0]["tokens"]).shape == (2, 5) and out["cache_bytes"] > 0
+
+
+@requires("transformers")
+@requires("torch")
+def test_transformers_generate_gives_the_same_tokens_as_the_torch_decoder(monkeypatch):
+    """benchmarks/generate_vs_transformers.py loads dlbench's weights into transformers' GPT-2 (a config
+    built locally) and requires the same greedy tokens: on the small gpt2 form they agree."""
+    import importlib
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    bench = importlib.import_module("generate_vs_transformers")
+    spec = get_model("gpt2", small=True, seq_len=14)
+    weights = init_weights(spec, 0)
+    prompt = prompts(spec.input.vocab, 2, 6, 0, 0)
+    hf_tokens, _, _ = bench.hf_generate(bench.hf_model(spec, weights), prompt, 8)
+    ours = greedy(make_decoder("torch", spec, weights, 2, 14), prompt, 8).tokens
+    assert hf_tokens.shape == ours.shape == (2, 8)
+    assert (hf_tokens == ours).all()
