@@ -14,7 +14,8 @@ generation gate (:mod:`dlbench.generation.gate`, shared with ``generate``).
 
 Settings: ``--ttft-ms`` and ``--tpot-ms`` (LoadGen's ``ttft_latency``/``tpot_latency``, each a bound on
 its 99th percentile; default LoadGen's 100 ms each), ``--qps`` (default: half the rate one stream of
-batch-1 generations reaches in the warm-up), ``--find-peak`` (LoadGen's FindPeakPerformance: the
+batch-1 generations reaches in the warm-up, a tenth with ``--find-peak``, whose search starts from a
+rate that meets the bounds), ``--find-peak`` (LoadGen's FindPeakPerformance: the
 highest rate meeting both bounds), ``--loadgen-min-duration``/``--loadgen-min-queries`` (shorter than
 LoadGen's rules: the cell says so). LoadGen's summary is stored verbatim with its figures parsed:
 TTFT and TPOT percentiles, tokens/s, the result (VALID, or INVALID with LoadGen's reason).
@@ -226,7 +227,9 @@ def _settings(lg, opts: dict[str, Any], g: dict[str, Any], single_s: float, grou
     if g["tpot_ms"] is not None:
         s.tpot_latency = int(g["tpot_ms"] * 1e6)
     s.offline_expected_qps = max(group_rate, 0.1)
-    s.server_target_qps = opts["qps"] if opts["qps"] is not None else max(0.5 / single_s, 0.1)
+    # LoadGen's peak search starts from a rate that meets the bounds: a tenth of one stream's rate
+    share = 0.1 if opts["find_peak"] else 0.5
+    s.server_target_qps = opts["qps"] if opts["qps"] is not None else max(share / single_s, 0.1)
     meets = s.min_duration_ms >= default_duration_ms and s.min_query_count >= default_queries
     return s, meets
 
