@@ -205,3 +205,74 @@ def test_transformers_generate_gives_the_same_tokens_as_the_torch_decoder(monkey
     ours = greedy(make_decoder("torch", spec, weights, 2, 14), prompt, 8).tokens
     assert hf_tokens.shape == ours.shape == (2, 8)
     assert (hf_tokens == ours).all()
+
+
+SUMMARY = """================================================
+MLPerf Results Summary
+================================================
+Scenario : Server
+Mode     : PerformanceOnly
+Completed samples per second    : 45.10
+Completed tokens per second: 363.68
+Result is : INVALID
+  Performance constraints satisfied : Yes
+  Min duration satisfied : Yes
+  Min queries satisfied : Yes
+  Early stopping satisfied: NO
+================================================
+Additional Stats
+================================================
+Scheduled samples per second : 45.18
+99.00 percentile latency (ns)   : 32539862
+Completed tokens per second                 : 363.68
+Mean First Token latency (ns)               : 5827206
+50.00 percentile first token latency (ns)   : 2436862
+99.00 percentile first token latency (ns)   : 25355637
+Mean Time per Output Token (ns)                : 1056710
+50.00 percentile time to output token (ns)   : 1023748
+99.00 percentile time to output token (ns)   : 1716969
+target_qps : 50
+ttft_latency (ns): 50000000
+tpot_latency (ns): 10000000
+"""
+
+
+def test_loadgen_token_summary_is_parsed():
+    from dlbench.scenarios.generate_loadgen import parse_token_summary
+
+    f = parse_token_summary(SUMMARY)
+    assert f["valid"] is False and f["tokens_per_s"] == 363.68 and f["early_stopping_satisfied"] == "NO"
+    assert f["ttft_percentiles_ms"] == {"50": 2.436862, "99": 25.355637}
+    assert f["tpot_percentiles_ms"]["99"] == pytest.approx(1.716969)
+    assert f["ttft_bound_ms"] == 50.0 and f["tpot_bound_ms"] == 10.0 and f["percentiles_ms"]["99"] == 32.539862
+
+
+@requires("mlperf_loadgen")
+@requires("torch")
+def test_generate_server_runs_loadgen_in_token_latency_mode(tmp_path):
+    """One short LoadGen server run in process: LoadGen reports TTFT and TPOT from the SUT's first-token and
+    completion calls, with the bounds asked."""
+    from dlbench.scenarios.generate_loadgen import SCENARIOS, parse_token_summary
+
+    server = next(s for s in SCENARIOS if s.name == "generate-server")
+    job = {"framework": "torch", "variant": "eager", "model": "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
+           "batch": 2, "threads": None, "seed": 0, "precision": "fp32", "phase": "measure", "outdir": str(tmp_path),
+           "generation": {"prompt": 4, "new_tokens": 4, "runs": 1, "ttft_ms": 50.0, "tpot_ms": 20.0},
+           "loadgen": {"mode": "Server", "qps": 20.0, "p99_ms": None, "find_peak": False, "min_duration_s": 0.5,
+                       "min_queries": 10, "latency_calls": 1}}
+    out = server.work(job)
+    f = parse_token_summary(out["summary"])
+    assert f["scenario"] == "Server" and f["result"] in ("VALID", "INVALID")
+    assert f["ttft_percentiles_ms"] and f["tpot_percentiles_ms"] and f["tokens_per_s"] > 0
+    assert out["settings"]["use_token_latencies"] and out["settings"]["ttft_latency_ns"] == 50_000_000
+    assert not out["meets_rules"] and (tmp_path / "mlperf_log_summary.txt").exists()
+
+
+def test_token_bounds_without_generate_server_are_refused(tmp_path, capsys):
+    code = main(["run", "--model", "gpt2", "--framework", "torch", "--scenario", "generate", "--ttft-ms", "100",
+                 "--threads", "1", "--dry-run", "--db", str(tmp_path / "r.db")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--ttft-ms and --tpot-ms bound the generate-server scenario" in err, err
+    code = main(["run", "--model", "gpt2", "--framework", "torch", "--scenario", "generate-server", "--find-peak",
+                 "--threads", "1", "--dry-run", "--db", str(tmp_path / "r.db")])
+    assert code == 0, capsys.readouterr().err
