@@ -322,6 +322,8 @@ QCONFIGS = {nn.Linear: torch.ao.quantization.default_dynamic_qconfig,
             nn.LSTM: torch.ao.quantization.default_dynamic_qconfig,
             nn.Embedding: torch.ao.quantization.float_qparams_weight_only_qconfig}
 QUANTIZABLE = tuple(QCONFIGS)
+#: the layers whose output type is the network's compute type (they hold the matrix products)
+COMPUTING = (nn.Linear, nn.Conv2d, nn.LSTM)
 
 
 class TorchModel:
@@ -448,7 +450,8 @@ class TorchBackend(Backend):
     def precision_info(self, model: TorchModel) -> dict[str, str]:
         """The parameters' storage type (int8: the type holding most parameters, quantized weights
         counted as int8) and the type a forward's inner activations come out in, read from a forward
-        hook on the first layer with parameters, run in eval mode (batch norm's statistics untouched)
+        hook on the first dense, convolution or LSTM layer (not an embedding, a lookup, nor a norm, both of
+        which autocast leaves in float32), run in eval mode (batch norm's statistics untouched)
         on a zero input of the model's shape."""
         if model.qnet is not None:
             packed = sum(m.weight().numel() for m in model.qnet.modules()
@@ -458,7 +461,7 @@ class TorchBackend(Backend):
             return {"param_dtype": kind, "compute_dtype": kind}
         param = next(iter(model.net.parameters())).dtype
         seen: list[torch.dtype] = []
-        layer = next(m for m in model.net.modules() if any(True for _ in m.parameters(recurse=False)))
+        layer = next(m for m in model.net.modules() if isinstance(m, COMPUTING))
         hook = layer.register_forward_hook(lambda m, i, o: seen.append((o[0] if isinstance(o, tuple) else o).dtype))
         training = model.net.training
         model.net.eval()
