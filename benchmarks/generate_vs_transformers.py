@@ -2,10 +2,9 @@
 same prompts, greedy, each with its own cache, timed in the same process in alternation, and the same
 tokens required.
 
-The transformers model is built from a config made here from the spec (no hub: ``GPT2Config`` /
-``LlamaConfig`` with the spec's sizes, dropout 0, no end-of-sequence token so every generation runs its
-full length) and loaded with dlbench's canonical weights (GPT-2's fused ``c_attn`` is the spec's q, k, v
-side by side; Llama's ``nn.Linear`` weights are the spec's transposed). transformers' cache is its
+The transformers model is :mod:`dlbench.hf_transformers`' (``GPT2LMHeadModel`` / ``LlamaForCausalLM``
+from a config written locally, no hub, holding dlbench's canonical weights), with no end-of-sequence
+token so every generation runs its full length. transformers' cache is its
 default (``DynamicCache``); ``--hf-cache static`` uses its ``StaticCache``. TTFT and TPOT of both are
 taken the same way: the time each new token reaches the host (transformers: its streamer's ``put``).
 
@@ -33,68 +32,21 @@ from _common import header, ratio_ci  # noqa: E402
 
 from dlbench.generation.decoder import greedy, make_decoder  # noqa: E402
 from dlbench.models import get_model  # noqa: E402
-from dlbench.models import layers as L  # noqa: E402
 from dlbench.scenarios.generate import generation_spec, prompts  # noqa: E402
 from dlbench.weights import init_weights  # noqa: E402
 
 
-def _first(spec, kind):
-    return next(layer for layer in L.walk(spec.layers) if isinstance(layer, kind))
-
-
 def hf_model(spec, weights, cache: str = "dynamic"):
-    """The spec as a transformers causal LM holding ``weights`` (eval mode, float32)."""
-    import torch
-    import transformers
+    """The spec as transformers builds it (:func:`dlbench.hf_transformers.hf_model`: a config written
+    locally, dlbench's canonical weights), set up for greedy generation of a fixed length: no
+    end-of-sequence token, ``cache`` its cache (``dynamic``: its default)."""
+    from dlbench.hf_transformers import hf_model as build
 
-    emb = _first(spec, L.Embedding)
-    attn = [layer for layer in L.walk(spec.layers) if isinstance(layer, L.Attention)]
-    heads, kv, hd = attn[0].dims(emb.dim)
-    p = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in weights.params.items()}
-    state = {}
-    if any(isinstance(layer, L.PositionEmbedding) for layer in L.walk(spec.layers)):  # GPT-2
-        fc = next(layer for layer in L.walk(spec.layers) if isinstance(layer, L.Dense))
-        config = transformers.GPT2Config(
-            vocab_size=emb.vocab, n_positions=_first(spec, L.PositionEmbedding).max_len, n_embd=emb.dim,
-            n_layer=len(attn), n_head=heads, n_inner=fc.units, activation_function="gelu_new",
-            layer_norm_epsilon=_first(spec, L.LayerNorm).eps, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-            bos_token_id=None, eos_token_id=None, tie_word_embeddings=True)
-        model = transformers.GPT2LMHeadModel(config)
-        state = {"transformer.wte.weight": p["wte.weight"], "transformer.wpe.weight": p["wpe.weight"],
-                 "transformer.ln_f.weight": p["ln_f.weight"], "transformer.ln_f.bias": p["ln_f.bias"]}
-        for i in range(len(attn)):
-            h, n = f"transformer.h.{i}", f"h{i}"
-            state.update({
-                f"{h}.ln_1.weight": p[f"{n}.ln1.weight"], f"{h}.ln_1.bias": p[f"{n}.ln1.bias"],
-                f"{h}.ln_2.weight": p[f"{n}.ln2.weight"], f"{h}.ln_2.bias": p[f"{n}.ln2.bias"],
-                # Conv1D holds (in, out), the canonical layout; c_attn is q, k, v side by side
-                f"{h}.attn.c_attn.weight": torch.cat([p[f"{n}.attn.w{x}"] for x in "qkv"], dim=1),
-                f"{h}.attn.c_attn.bias": torch.cat([p[f"{n}.attn.b{x}"] for x in "qkv"]),
-                f"{h}.attn.c_proj.weight": p[f"{n}.attn.wo"], f"{h}.attn.c_proj.bias": p[f"{n}.attn.bo"],
-                f"{h}.mlp.c_fc.weight": p[f"{n}.mlp.fc.weight"], f"{h}.mlp.c_fc.bias": p[f"{n}.mlp.fc.bias"],
-                f"{h}.mlp.c_proj.weight": p[f"{n}.mlp.proj.weight"], f"{h}.mlp.c_proj.bias": p[f"{n}.mlp.proj.bias"]})
-    else:  # Llama (SmolLM2)
-        config = transformers.LlamaConfig(
-            vocab_size=emb.vocab, hidden_size=emb.dim, intermediate_size=_first(spec, L.SwiGLU).hidden,
-            num_hidden_layers=len(attn), num_attention_heads=heads, num_key_value_heads=kv, head_dim=hd,
-            rms_norm_eps=_first(spec, L.RMSNorm).eps, rope_theta=attn[0].rope_theta,
-            max_position_embeddings=spec.options.get("context", spec.input.shape[0]), tie_word_embeddings=True,
-            attention_bias=False, mlp_bias=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-        model = transformers.LlamaForCausalLM(config)
-        state = {"model.embed_tokens.weight": p["embed.weight"], "model.norm.weight": p["norm.weight"]}
-        for i in range(len(attn)):
-            m, n = f"model.layers.{i}", f"l{i}"
-            state.update({f"{m}.input_layernorm.weight": p[f"{n}.attn_norm.weight"],
-                          f"{m}.post_attention_layernorm.weight": p[f"{n}.mlp_norm.weight"]})
-            state.update({f"{m}.self_attn.{x}_proj.weight": p[f"{n}.attn.w{x}"].T for x in "qkvo"})
-            state.update({f"{m}.mlp.{x}_proj.weight": p[f"{n}.mlp.w_{x}"].T for x in ("gate", "up", "down")})
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embedding
-    if missing or unexpected:
-        raise ValueError(f"transformers' {type(model).__name__}: missing {missing[:4]}, unexpected {unexpected[:4]}")
-    model.tie_weights()
-    model.generation_config.cache_implementation = None if cache == "dynamic" else cache
-    return model.eval()
+    model = build(spec, weights)
+    g = model.generation_config
+    g.eos_token_id = g.bos_token_id = g.pad_token_id = None
+    g.cache_implementation = None if cache == "dynamic" else cache
+    return model
 
 
 class _Clock:
