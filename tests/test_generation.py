@@ -16,7 +16,8 @@ from dlbench.weights import init_weights
 from tests.conftest import requires
 
 DECODERS = [pytest.param("torch", "eager", marks=requires("torch")),
-            pytest.param("jax", "jit", marks=requires("jax"))]
+            pytest.param("jax", "jit", marks=requires("jax")),
+            pytest.param("tensorflow", "function", marks=requires("tensorflow"))]
 MODELS = ["gpt2", "smollm2-135m"]
 
 
@@ -29,12 +30,15 @@ def _off_by_one(framework: str) -> type:
             def cache_positions(self, positions):
                 return positions + 1
         return Planted
-    from dlbench.generation.jax_decoder import JaxDecoder
+    if framework == "jax":
+        from dlbench.generation.jax_decoder import JaxDecoder as base
+    else:
+        from dlbench.generation.tf_decoder import TFDecoder as base
 
-    class PlantedJax(JaxDecoder):
+    class PlantedFunctional(base):
         def cache_start(self, start):
             return start + 1
-    return PlantedJax
+    return PlantedFunctional
 
 
 @pytest.mark.parametrize("model", MODELS)

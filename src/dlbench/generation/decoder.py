@@ -175,10 +175,10 @@ def make_decoder(framework: str, spec: ModelSpec, weights: Weights, batch: int, 
 
 #: frameworks with a decoder: module and class
 DECODERS = {"torch": ("dlbench.generation.torch_decoder", "TorchDecoder"),
-            "jax": ("dlbench.generation.jax_decoder", "JaxDecoder")}
+            "jax": ("dlbench.generation.jax_decoder", "JaxDecoder"),
+            "tensorflow": ("dlbench.generation.tf_decoder", "TFDecoder")}
 #: why the others have none
 NO_DECODER = {
-    "tensorflow": "no tf.function decoder over a fixed-size cache is written in dlbench yet",
     "onnxruntime": "no decoder exported with past key/value inputs and outputs is written in dlbench yet",
     "openvino": "no stateful (past key/value) decoder is written in dlbench yet",
 }
