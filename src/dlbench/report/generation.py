@@ -91,7 +91,8 @@ def tables(res: RunResults) -> list[Table]:
     if lg:
         cols = [Column("model", "model", numeric=False), Column("scenario", "scenario", numeric=False), *WHO,
                 Column("mode", "LoadGen mode", numeric=False), Column("result", "LoadGen result", numeric=False),
-                Column("rate", "tokens/s", better="high"), Column("qps", "target QPS")]
+                Column("rate", "tokens/s", better="high"),
+                Column("qps", "requests/s scheduled")]
         cols += [Column(f"{w}{q}", f"{w.upper()} p{q} ms") for w in ("ttft", "tpot") for q in ("50", "99")]
         cols += [Column("ttft_bound", "TTFT bound ms"), Column("tpot_bound", "TPOT bound ms"),
                  Column("rules", "LoadGen's rules", numeric=False)]
@@ -102,7 +103,8 @@ def tables(res: RunResults) -> list[Table]:
             row = [Value(c.cell.model), Value(c.cell.scenario.removeprefix("generate-")), *_who(c),
                    Value(str(settings.get("mode", DASH))), Value(str(f.get("result", DASH))),
                    Value(fmt_num(c.samples_per_s), c.samples_per_s),
-                   Value(fmt_num(settings.get("server_target_qps")) if server else DASH)]
+                   Value(fmt_num(_number(f.get("scheduled_samples_per_s"))) if server else DASH,
+                         detail=f"target {fmt_num(settings.get('server_target_qps'))}" if server else "")]
             row += [Value(fmt_num(f.get(f"{w}_percentiles_ms", {}).get(q))) for w in ("ttft", "tpot") for q in ("50", "99")]
             row += [Value(fmt_num(settings.get("ttft_latency_ns", 0) / 1e6) if server else DASH),
                     Value(fmt_num(settings.get("tpot_latency_ns", 0) / 1e6) if server else DASH),
@@ -110,6 +112,10 @@ def tables(res: RunResults) -> list[Table]:
             rows.append(row)
         out.append(Table("MLPerf LoadGen, token latencies", cols, rows))
     return out
+
+
+def _number(x) -> float | None:
+    return float(x) if isinstance(x, int | float) else None
 
 
 def token_cdfs(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
