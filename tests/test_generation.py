@@ -18,6 +18,9 @@ from tests.conftest import requires
 DECODERS = [pytest.param("torch", "eager", marks=requires("torch")),
             pytest.param("jax", "jit", marks=requires("jax")),
             pytest.param("tensorflow", "function", marks=requires("tensorflow"))]
+#: the decoders with past key/value inputs and outputs (one ONNX export, two engines)
+WITH_PAST = [pytest.param("onnxruntime", marks=requires("onnxruntime")),
+             pytest.param("openvino", marks=requires("openvino"))]
 MODELS = ["gpt2", "smollm2-135m"]
 
 
@@ -62,6 +65,21 @@ def test_a_cache_written_one_position_off_fails_the_gate(framework, variant):
     res = verify_generation(framework, "gpt2", variant, decoder_cls=_off_by_one(framework))
     assert res.verdict == "fail"
     assert res.cache_error > 1e-2 and "recomputed sequence" in res.reason
+
+
+@pytest.mark.parametrize("framework", WITH_PAST)
+def test_the_decoders_with_past_pass_the_gate_and_a_past_one_position_short_fails(framework):
+    from dlbench.generation.decoder import decoder_class
+
+    res = verify_generation(framework, "smollm2-135m")
+    assert res.passed and res.cache_error < 1e-5, res.reason
+
+    class Short(decoder_class(framework)):
+        def step(self, tokens):
+            self.past = {k: v[:, :, :-1] for k, v in self.past.items()}  # the last position dropped
+            return super().step(tokens)
+    res = verify_generation(framework, "gpt2", decoder_cls=Short)
+    assert res.verdict == "fail" and res.cache_error > 1e-2, res.reason
 
 
 def test_tokens_inside_the_reference_margin_are_ties_outside_mismatches():

@@ -4,7 +4,8 @@ served (prefill of the prompt, then one token per step), in each framework's idi
 * :mod:`~dlbench.generation.decoder`: what every framework's decoder is (the :class:`Decoder`
   contract), which models it can decode and how long their context is, and the greedy loop that
   times time-to-first-token and time-per-output-token the same way for all;
-* one module per framework (``torch_decoder``, ``jax_decoder``, ``tf_decoder``): the decoder over a fixed-size cache;
+* one module per framework (``torch_decoder``, ``jax_decoder``, ``tf_decoder``; ``onnx_decoder`` for
+  ONNX Runtime and OpenVINO): the decoder over a fixed-size cache;
 * :mod:`~dlbench.generation.gate`: the generation gate (cache against recomputation, tokens against
   the float64 reference with ties at the reference's top-1 margin);
 * :mod:`~dlbench.generation.settings`: the ``generate`` scenarios' settings (prompt, new tokens,

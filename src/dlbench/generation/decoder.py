@@ -176,12 +176,12 @@ def make_decoder(framework: str, spec: ModelSpec, weights: Weights, batch: int, 
 #: frameworks with a decoder: module and class
 DECODERS = {"torch": ("dlbench.generation.torch_decoder", "TorchDecoder"),
             "jax": ("dlbench.generation.jax_decoder", "JaxDecoder"),
-            "tensorflow": ("dlbench.generation.tf_decoder", "TFDecoder")}
+            "tensorflow": ("dlbench.generation.tf_decoder", "TFDecoder"),
+            "onnxruntime": ("dlbench.generation.onnx_decoder", "OnnxRuntimeDecoder"),
+            "openvino": ("dlbench.generation.onnx_decoder", "OpenVINODecoder")}
 #: why the others have none
-NO_DECODER = {
-    "onnxruntime": "no decoder exported with past key/value inputs and outputs is written in dlbench yet",
-    "openvino": "no stateful (past key/value) decoder is written in dlbench yet",
-}
+NO_DECODER = {"keras": "no Keras 3 decoder is written in dlbench (its TensorFlow, JAX and torch back ends' own "
+                        "frameworks each have one)"}
 
 
 def decoder_class(framework: str) -> type[Decoder] | None:

@@ -41,6 +41,9 @@ class TorchDecoder(Decoder):
             if value.ndim == 2 and _is_matrix(name, spec):
                 t = t.t().contiguous()  # canonical (in, out) -> F.linear's (out, in)
             self.w[name] = t.to(self.dev, self.dtype)
+        #: each norm's width as a Python int (a constant of a trace or a compiled graph)
+        self.widths = {layer.name: (int(weights.params[f"{layer.name}.weight"].shape[0]),)
+                       for layer in L.walk(spec.layers) if isinstance(layer, L.LayerNorm | L.RMSNorm)}
         self.slots: dict[str, int] = {}
         self.cache: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.rope: dict[float, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -95,6 +98,9 @@ class TorchDecoder(Decoder):
         logits = self.run(self.spec.layers, tokens[:, None], pos[None], prefill=False)
         return logits, logits.argmax(dim=-1)
 
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, width: tuple[int], eps: float) -> torch.Tensor:
+        return F.rms_norm(x, width, weight, eps)
+
     def cache_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """Where the keys and values of ``positions`` are written (tests plant an off-by-one here)."""
         return positions
@@ -107,9 +113,10 @@ class TorchDecoder(Decoder):
             elif isinstance(layer, L.PositionEmbedding):
                 x = x + w[f"{layer.name}.weight"][positions]
             elif isinstance(layer, L.LayerNorm):
-                x = F.layer_norm(x, x.shape[-1:], w[f"{layer.name}.weight"], w[f"{layer.name}.bias"], layer.eps)
+                weight = w[f"{layer.name}.weight"]
+                x = F.layer_norm(x, self.widths[layer.name], weight, w[f"{layer.name}.bias"], layer.eps)
             elif isinstance(layer, L.RMSNorm):
-                x = F.rms_norm(x, x.shape[-1:], w[f"{layer.name}.weight"], layer.eps)
+                x = self.rms_norm(x, w[f"{layer.name}.weight"], self.widths[layer.name], layer.eps)
             elif isinstance(layer, L.GELU):
                 x = F.gelu(x, approximate=layer.approximate)
             elif isinstance(layer, L.Dense):
