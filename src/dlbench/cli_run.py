@@ -188,7 +188,8 @@ def add_protocol_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, help="seconds per cell process")
     p.add_argument("--profile", type=int, nargs="?", const=5, metavar="CALLS",
                    help="after the timed calls, profile CALLS more (default 5) with the framework's own profiler: "
-                        "a Chrome trace kept with the run and a top-operations table (forward, gradient, train_step)")
+                        "a Chrome trace kept with the run and a top-operations table (forward, gradient, "
+                        "train_step; generate: decode steps)")
 
 
 def _protocol(args: argparse.Namespace) -> dict:
