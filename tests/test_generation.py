@@ -298,3 +298,11 @@ def test_token_bounds_without_generate_server_are_refused(tmp_path, capsys):
     code = main(["run", "--model", "gpt2", "--framework", "torch", "--scenario", "generate-server", "--find-peak",
                  "--threads", "1", "--dry-run", "--db", str(tmp_path / "r.db")])
     assert code == 0, capsys.readouterr().err
+
+
+def test_a_model_option_its_factory_refuses_is_one_line_and_exit_2(tmp_path, capsys):
+    """``gpt2:max_positions=64`` (its default sequence of 256 no longer fits) was an internal error."""
+    code = main(["run", "--model", "gpt2:max_positions=64", "--framework", "torch", "--scenario", "generate",
+                 "--threads", "1", "--dry-run", "--db", str(tmp_path / "r.db")])
+    err = capsys.readouterr().err
+    assert code == 2 and "seq_len 256 must be 1 to the model's 64 positions" in err and "internal" not in err, err
