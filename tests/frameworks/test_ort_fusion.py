@@ -28,3 +28,13 @@ def test_the_fused_variant_is_for_transformers_only(backend):
     result = verify_model(backend, "lenet", "fused")
     assert result.verdict == "unsupported"
     assert "no attention" in result.reason
+
+
+def test_a_fusion_that_changes_the_function_is_kept_off_and_recorded(backend):
+    """ONNX Runtime's GELU fusion turned GPT-2's tanh GELU into the erf one (BiasGelu): with it the fused
+    graph failed the gate with forward error 1.4e-4."""
+    result = verify_model(backend, "gpt2", "fused")
+    assert result.verdict == "pass", result.reason
+    assert "BiasGelu" not in result.build["fusions"]["fused"]
+    assert "Gelu, BiasGelu" in result.build["fusions"]["skipped"]
+    assert result.forward_error < 1e-5

@@ -13,7 +13,8 @@ Export:
   session fails for the model, with the reason recorded. The exporter and opset used are in
   ``info()["exports"]`` and in the model's ``build_info`` (the gate copies it to ``VerifyResult.build``).
 * variants: ``default`` (the export as it is) and ``fused`` (transformers only: ONNX Runtime's
-  transformer optimizer applied to the export first, its fusions recorded in ``build_info["fusions"]``;
+  transformer optimizer applied to the export first, its fusions (and those kept off because they
+  change the function) recorded in ``build_info["fusions"]``;
   :mod:`dlbench.frameworks.ort_fusion`).
 * dynamic axes: batch always; for ``variable_length`` token inputs also the sequence axis, and the
   mask is the graph's second input ``mask`` (float32, batch x steps).
