@@ -133,3 +133,12 @@ def test_without_dropout_zeroes_rates():
     spec = get_model("alexnet").without_dropout()
     assert not spec.has_dropout
     assert spec.param_count == get_model("alexnet").param_count
+
+
+def test_a_transformer_part_names_its_blocks():
+    """A part's label listed only the layers outside the blocks ('wte+wpe+ln_f'): the blocks holding
+    nearly every parameter were missing from it."""
+    from dlbench.models import split
+
+    assert [p.label for p in split.split(verify_spec("gpt2"))] == ["wte+wpe+h0+h1+ln_f"]
+    assert [p.label for p in split.split(verify_spec("vit-b16"))] == ["patch+position+l0+l1+ln", "head"]

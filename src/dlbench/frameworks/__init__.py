@@ -62,7 +62,7 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {
     "jax": FrameworkInfo("jax", "dlbench.frameworks.jax", "jax", "jax", ("jit",), "JAX + Flax + Optax (jax.jit)",
                          devices=("cpu", "cuda")),
     "onnxruntime": FrameworkInfo("onnxruntime", "dlbench.frameworks.onnxruntime", ("onnxruntime", "onnxruntime-gpu"),
-                                 "onnxruntime", ("default",), "ONNX Runtime (exported from torch)",
+                                 "onnxruntime", ("default", "fused"), "ONNX Runtime (exported from torch)",
                                  scenarios=("forward",), requires=("torch", "onnx", "onnxscript"),
                                  devices=("cpu", "cuda")),
     "openvino": FrameworkInfo("openvino", "dlbench.frameworks.openvino", "openvino", "openvino", ("default",),
