@@ -86,6 +86,21 @@ def shared_peak_cache(tmp_path_factory):
         os.environ["DLBENCH_PEAK_CACHE"] = old
 
 
+@pytest.fixture(autouse=True, scope="session")
+def no_reuse_across_runs():
+    """Every test's run verifies and compiles afresh (dlbench.measure.reuse is off unless a test turns it
+    on): a verdict or compiled code kept from another test, or from a developer's runs, would change what
+    a test checks."""
+    old = {k: os.environ.get(k) for k in ("DLBENCH_GATE_CACHE", "DLBENCH_COMPILATION_CACHE")}
+    os.environ.update(dict.fromkeys(old, "off"))
+    yield
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 #: the fake framework plugin: the torch backend with planted misbehaviours (crash, hang, oom, ...)
 FAKE = str(Path(__file__).with_name("fakefw.py"))
 

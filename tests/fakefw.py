@@ -8,7 +8,8 @@ on top of it: a planted slowdown for compare), ``lr`` (a learning rate 10x the s
 (the closure waits while the file named by ``$DLBENCH_FAKE_HOLD`` exists and lists the batch size,
 then runs as ``ok``: a test holds a cell mid-measurement for as long as it needs, and releases it),
 ``fp32only`` (accepts any precision and silently builds float32: the gate's precision check must catch it),
-``noprofile`` (plain torch with no profiler, as a framework dlbench has not wired one into).
+``noprofile`` (plain torch with no profiler, as a framework dlbench has not wired one into),
+``warmslow`` (each closure's first 50 calls take 10 ms more: a warm-up longer than the protocol's).
 """
 
 import os
@@ -19,7 +20,7 @@ from dlbench.frameworks import FrameworkInfo
 
 FRAMEWORK_INFO = FrameworkInfo("fakefw", __file__, "torch", "torch",
                                ("ok", "crash", "hang", "oom", "broken", "slow", "lr", "held", "fp32only",
-                                "noprofile"),
+                                "noprofile", "warmslow"),
                                "test double (torch)", devices=("cpu", "cuda"))
 
 
@@ -72,6 +73,13 @@ def _backend():
                 return later(lambda: os.kill(os.getpid(), signal.SIGKILL))
             if mode == "held":
                 return later(lambda: _held(len(batch["x"])) or fn())
+            if mode == "warmslow":
+                def run():
+                    calls[0] += 1
+                    if calls[0] <= 50:
+                        time.sleep(0.01)
+                    return fn()
+                return run
             if mode == "slow":
                 def run():
                     t0 = time.perf_counter()

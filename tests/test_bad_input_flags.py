@@ -39,7 +39,7 @@ def no_measuring(monkeypatch):
         raise Measured("would resume")
 
     def run_job(job, **kw):
-        jobs.append({**job, "timeout_s": kw["timeout_s"]})
+        jobs.append({**job.to_dict(), "timeout_s": kw["timeout_s"]})
         return SimpleNamespace(status="failed", reason="not measured in this test", result=None)
 
     monkeypatch.setattr(runner, "start", start)

@@ -191,3 +191,20 @@ def test_planted_slowdown_found_through_process_noise(tmp_db):
     cmp = compare_runs(results(tmp_db, a), results(tmp_db, b))
     assert sorted(m.key for m in cmp.slower) == sorted(SLOW) and not cmp.faster
     assert all(m.p_value < 0.01 and m.ci_low > 1.05 for m in cmp.slower)
+
+
+def test_the_change_reads_from_the_figures_printed_beside_it(tmp_db):
+    """Regression: the ratio is of the geometric means of per-process medians while the row printed the
+    pooled medians (JAX 9.71 -> 9.46 ms shown as -25.4%); the row now prints what its ratio is of."""
+    from dlbench.report.compare import compare_rows
+
+    a, b = compare_pair(tmp_db, noise=0.01, repeats=3, process_noise=0.10)
+    cmp = compare_runs(results(tmp_db, a), results(tmp_db, b))
+    header, rows = compare_rows(cmp)
+    assert header[1:3] == ["A ms", "B ms"] and "A and B are" in header
+    # the pooled medians would not have read consistently with the ratio on this data
+    assert any(abs(m.median_b_ms / m.median_a_ms - m.ratio) > 0.01 for m in cmp.matched)
+    for m, row in zip(cmp.matched, rows, strict=True):
+        assert m.ratio == pytest.approx(m.basis_b_ms / m.basis_a_ms, rel=1e-12)
+        assert float(row[2]) / float(row[1]) == pytest.approx(m.ratio, rel=0.01)
+        assert row[header.index("A and B are")] == "geometric mean of the process medians"

@@ -63,7 +63,7 @@ class Driver:
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"the driver ended early ({self.proc.returncode}): {self.stderr[-2000:]}"
             for pid, job in workers_of(self.proc.pid):
-                if job.get("kind") == "scenario" and job.get("batch") == batch:
+                if job.get("kind") == "scenario" and job["cell"]["batch"] == batch:
                     return pid
             time.sleep(0.1)
         raise AssertionError(f"no worker measuring batch {batch} within {WAIT_S} s")

@@ -4,14 +4,18 @@ scenario's figures and cells, and its refusal of bad settings. Small model forms
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from dlbench.cell import Cell
 from dlbench.cli import main
 from dlbench.generation.decoder import cache_bytes, check_decodable, context_length, greedy, make_decoder
 from dlbench.generation.gate import compare_tokens, reference_greedy, verify_generation
+from dlbench.job import CellJob
 from dlbench.models import get_model
-from dlbench.scenarios.generate import Generate, figures, prompts
+from dlbench.scenarios.generate import Generate, GenerationSettings, figures, prompts
 from dlbench.weights import init_weights
 from tests.conftest import requires
 
@@ -155,8 +159,8 @@ def test_contexts_and_what_a_decoder_refuses():
 
 @pytest.mark.parametrize("extra, needle", [
     (["--prompt-len", "1000", "--new-tokens", "25"], "1025 tokens exceed gpt2's context of 1024"),
-    (["--new-tokens", "0"], "new_tokens (--new-tokens) must be at least 1, got 0"),
-    (["--prompt-len", "-4"], "prompt (--prompt-len) must be at least 1, got -4"),
+    (["--new-tokens", "0"], "--new-tokens (generation.new_tokens): new_tokens must be >= 1"),
+    (["--prompt-len", "-4"], "--prompt-len (generation.prompt): prompt must be >= 1"),
     (["--generations", "0"], "--generations"),
     (["--ttft-ms", "0"], "--ttft-ms"),
 ])
@@ -180,8 +184,6 @@ def test_a_default_batch_becomes_cells_at_batch_1_and_4():
 
 
 def test_figures_have_process_intervals_percentiles_and_total_rates():
-    from dlbench.cell import Cell
-
     cell = Cell("torch", "eager", "gpt2", "generate", 4, 1)
     rng = np.random.default_rng(0)
     per_process = [{"runs": [{"ttft_ns": 2e6 + rng.random() * 1e5, "tpot_ns": list(1e6 + rng.random(7) * 1e4),
@@ -201,10 +203,10 @@ def test_figures_have_process_intervals_percentiles_and_total_rates():
 
 @requires("torch")
 def test_a_measuring_process_times_generations_in_process():
-    job = {"framework": "torch", "variant": "eager", "model": "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
-           "batch": 2, "threads": None, "seed": 0, "precision": "fp32", "protocol": {"max_time_s": 60},
-           "generation": {"prompt": 6, "new_tokens": 5, "runs": 2, "ttft_ms": None, "tpot_ms": None},
-           "phase": "measure"}
+    settings = dataclasses.asdict(GenerationSettings(prompt=6, new_tokens=5, runs=2))
+    job = CellJob(threads=None, cell=Cell("torch", "eager", "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
+                                          "generate", 2, 1), seed=0, data_dir=None, protocol={"max_time_s": 60},
+                  settings=settings, extra={"phase": "measure"})
     out = Generate().work(job)
     assert len(out["runs"]) == 2 and len(out["runs"][0]["tpot_ns"]) == 4
     assert np.array(out["runs"][0]["tokens"]).shape == (2, 5) and out["cache_bytes"] > 0
@@ -277,11 +279,11 @@ def test_generate_server_runs_loadgen_in_token_latency_mode(tmp_path):
     from dlbench.scenarios.generate_loadgen import SCENARIOS, parse_token_summary
 
     server = next(s for s in SCENARIOS if s.name == "generate-server")
-    job = {"framework": "torch", "variant": "eager", "model": "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
-           "batch": 2, "threads": None, "seed": 0, "precision": "fp32", "phase": "measure", "outdir": str(tmp_path),
-           "generation": {"prompt": 4, "new_tokens": 4, "runs": 1, "ttft_ms": 50.0, "tpot_ms": 20.0},
-           "loadgen": {"mode": "Server", "qps": 20.0, "p99_ms": None, "find_peak": False, "min_duration_s": 0.5,
-                       "min_queries": 10, "latency_calls": 1}}
+    settings = dataclasses.asdict(GenerationSettings(prompt=4, new_tokens=4, runs=1, ttft_ms=50.0, tpot_ms=20.0,
+                                                     qps=20.0, min_duration_s=0.5, min_queries=10))
+    job = CellJob(threads=None, cell=Cell("torch", "eager", "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
+                                          "generate-server", 2, 1), seed=0, data_dir=None,
+                  protocol={"max_time_s": 60}, settings=settings, extra={"phase": "measure", "outdir": str(tmp_path)})
     out = server.work(job)
     f = parse_token_summary(out["summary"])
     assert f["scenario"] == "Server" and f["result"] in ("VALID", "INVALID")

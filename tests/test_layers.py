@@ -262,3 +262,81 @@ def test_a_part_without_a_time_leaves_the_others_shares_and_says_what_the_sum_co
     assert rows["#2"].detail.startswith("57%")  # 4 of the measured 7 ms
     assert rows["#3"].detail == "not_equivalent"
     assert rows["sum of parts"].detail.startswith("3 of 4 parts measured: 7.0")
+
+
+# --- FLOPs of what a closure computes -------------------------------------------------------------------
+def test_a_parts_gradient_flops_count_the_input_gradient_only_where_it_is_computed():
+    """Regression: every part's gradient counted 3x its forward; the first part computes no input gradient
+    (its input is the data), so its rate read 1.5x too high (fcn-r fc1 at 175 GFLOP/s, the machine's peak)."""
+    from dlbench.models.flops import backward_flops_per_sample, closure_flops_per_sample
+
+    parts = split(get_model("fcn-r"))
+    first, second = parts[0].spec, parts[1].spec
+    assert closure_flops_per_sample(first, backward=True) == 2 * first.flops_per_sample  # forward + dW
+    assert closure_flops_per_sample(second, backward=True) == 3 * second.flops_per_sample  # forward + dW + dX
+    assert closure_flops_per_sample(first, backward=False) == first.flops_per_sample
+    whole = get_model("fcn-r")
+    # the whole model's backward skips only the first layer's input gradient: the parts add up to it
+    assert backward_flops_per_sample(whole) == sum(backward_flops_per_sample(p.spec) for p in parts)
+    # an LSTM after an embedding: the embedding is trained, so the LSTM's input gradient is computed
+    from dlbench.models.layers import LSTM
+
+    lstm = get_model("lstm-imdb")
+    layer = next(x for x in lstm.layers if isinstance(x, LSTM))
+    t, d = lstm.input.shape[0], 128
+    recurrent = 2 * t * (d + layer.units) * 4 * layer.units
+    head = lstm.flops_per_sample - recurrent  # the dense layer after it: dW and dX
+    assert backward_flops_per_sample(lstm) == recurrent + 2 * t * d * 4 * layer.units + 2 * head
+    # ... a first convolution has no input gradient either
+    lenet = get_model("lenet")
+    conv1 = split(lenet)[0].spec
+    assert backward_flops_per_sample(conv1) == conv1.flops_per_sample
+
+
+def test_the_breakdown_and_the_cell_count_the_same_flops(tmp_path):
+    res = _planted_gradient(tmp_path)
+    (b,) = [x for x in breakdowns(res) if x.framework == "fastfw" and x.scenario == "gradient"]
+    parts = split(get_model("lenet"))
+    assert b.parts[0].gflop == pytest.approx(2 * parts[0].spec.flops_per_sample * 64 / 1e9)
+    assert b.parts[1].gflop == pytest.approx(3 * parts[1].spec.flops_per_sample * 64 / 1e9)
+    cells = {c.cell.model: c for c in res.cells if c.cell.framework == "fastfw" and c.cell.scenario == "gradient"}
+    assert cells["lenet#0"].gflops == pytest.approx(b.parts[0].gflops, rel=0.01)
+
+
+def test_a_part_above_its_peak_is_marked(tmp_path):
+    from dlbench.report.layers import layer_tables
+
+    db, run = _planted(tmp_path)
+    store = Store(db)
+    store.save_peak(run, 1, {"numpy": 30.0, "torch": 40.0})  # lenet's fc1 at 64 samples reaches 51 GFLOP/s
+    store.close()
+    (table,) = layer_tables(api.results(run, db))
+    column = [c.key for c in table.columns].index("fastfw/v")
+    rows = {r[0].text: r[column] for r in table.rows}
+    assert "51.0 GFLOP/s (above the fp32 peak 40 GFLOP/s (torch)" in rows["#2"].detail
+    assert "above" not in rows["#0"].detail
+    assert any("above the measured fp32 peak" in w for c in api.results(run, db).cells for w in c.rate_warnings)
+
+
+def test_whole_minus_sum_within_the_intervals_is_marked_noise(tmp_path):
+    from dlbench.report.layers import INTRO, layer_tables
+
+    db, run = _planted(tmp_path)  # the whole model at 0.9x the parts' sum, every time within 1%: not noise
+    (table,) = layer_tables(api.results(run, db))
+    rows = {r[0].text: r for r in table.rows}
+    assert all("noise" not in v.text for v in rows["whole − sum"][3:])
+    res = _planted_gradient(tmp_path)  # fastfw's whole forward is exactly its parts' sum; slowfw's 1 ms below
+    (forward,) = [t for t in layer_tables(res) if "forward" in t.title]
+    keys = [c.key for c in forward.columns]
+    diff = {r[0].text: r for r in forward.rows}["whole − sum"]
+    assert diff[keys.index("fastfw/v")].text.endswith("(noise)")
+    assert diff[keys.index("slowfw/v")].text == "-1.00"
+    assert "the whole model's own time is below the sum" not in INTRO.lower()
+
+
+def test_explain_names_a_first_in_its_header_as_below(tmp_path):
+    res = _planted_gradient(tmp_path)
+    (e,) = explain(res, "fastfw", "slowfw", "lenet", "gradient")
+    header = e.text().splitlines()[0]
+    assert header.index("fastfw") < header.index("slowfw")
+    assert "fastfw 13.6 ms vs slowfw 22.6 ms" in header and "sum of parts 13.6 vs 16.6 ms" in header

@@ -6,7 +6,7 @@ import torch
 
 from dlbench.frameworks.torch import Builder, TorchBackend, _same
 from dlbench.models import layers as L
-from dlbench.verify import verify_model
+from dlbench.verify import TOLERANCES, verify_model
 from tests.conftest import requires
 
 pytestmark = requires("torch")
@@ -150,3 +150,70 @@ def test_gate_fails_a_non_finite_gradient():
     direction's error inf/inf = NaN, which no comparison fails, and the gate passed."""
     result = verify_model(OverflowedGradient(), "lenet")
     assert result.verdict == "fail" and "non-finite gradient" in result.reason, result.reason
+
+
+# --- bugs just over the forward and the loss bounds --------------------------------------------------------
+def _reference(model: str, train: bool):
+    """The gate's own reference output (and loss, in training mode) for ``model``: same spec, weights, batch."""
+    from dlbench import reference
+    from dlbench.data.synthetic import make_batch
+    from dlbench.models import verify_spec
+    from dlbench.verify import VERIFY_BATCH
+    from dlbench.weights import init_weights
+
+    spec = verify_spec(model).without_dropout()
+    weights, batch = init_weights(spec, 0, mode="verify"), make_batch(spec, VERIFY_BATCH, 0)
+    out, marks = reference.forward(spec, weights, batch, train=train)
+    return spec, out, (reference.loss_value(spec, out, batch, marks) if train else None)
+
+
+class ForwardOff(TorchBackend):
+    """Its forward is the reference's plus ``times`` x the precision's forward bound, in a fixed direction:
+    a relative error of exactly ``times * TOLERANCES[precision].forward``."""
+
+    times = 1.0
+
+    def forward(self, model, batch):
+        from dlbench.verify import TOLERANCES
+
+        _, ref, _ = _reference(model.spec.name, train=False)
+        direction = np.random.default_rng(7).standard_normal(ref.shape)
+        off = ref + direction * (self.times * TOLERANCES[self.precision].forward * np.linalg.norm(ref)
+                                 / np.linalg.norm(direction))
+        return lambda: torch.from_numpy(off)
+
+
+class LossOff(TorchBackend):
+    """Its training loss is the reference's plus ``times`` x what the gate allows at this precision."""
+
+    times = 1.0
+
+    def loss_and_grads(self, model, batch):
+        from dlbench.verify import TOLERANCES, loss_allowed
+
+        _, grads = super().loss_and_grads(model, batch)
+        spec, out, loss = _reference(model.spec.name, train=True)
+        return loss + self.times * loss_allowed(spec, TOLERANCES[self.precision], out, loss), grads
+
+
+def _planted(cls, times: float):
+    return type(cls.__name__, (cls,), {"times": times})()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_forward_just_over_its_bound_fails_and_just_under_passes(precision):
+    """The only planted forward bug was 3,900x the fp32 bound: multiplying the bound by 100 failed no test.
+    Now a forward 1.5x its bound fails the gate, at fp32 and at bf16, and one at 0.5x passes it."""
+    over = verify_model(_planted(ForwardOff, 1.5), "lenet", precision=precision)
+    assert over.verdict == "fail" and not over.checks["forward"], over.reason
+    assert over.forward_error == pytest.approx(1.5 * TOLERANCES[precision].forward, rel=1e-3)
+    under = verify_model(_planted(ForwardOff, 0.5), "lenet", precision=precision)
+    assert under.checks["forward"], under.reason
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_loss_just_over_its_bound_fails_and_just_under_passes(precision):
+    over = verify_model(_planted(LossOff, 1.5), "lenet", precision=precision)
+    assert over.verdict == "fail" and not over.checks["loss"] and over.checks["forward"], over.reason
+    under = verify_model(_planted(LossOff, 0.5), "lenet", precision=precision)
+    assert under.checks["loss"], under.reason

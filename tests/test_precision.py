@@ -260,3 +260,69 @@ def test_a_suite_file_with_an_unknown_precision_is_refused_in_one_line(tmp_path,
     code = main(["run", "--suite", str(suite), "--db", str(tmp_path / "r.db"), "--dry-run"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "fp8" in err, err
+
+
+# --- the precision check looks at every parameter and every computing layer ------------------------------
+class LastLayerFloat(TorchBackend):
+    """At bf16, keeps the last dense layer in float32 (its input cast up): the first parameter and the first
+    layer are bfloat16, which is all the check looked at."""
+
+    def build(self, spec, weights, device="cpu", variant=None):
+        import torch
+
+        model = super().build(spec, weights, device, variant)
+        if self.precision == "bf16":
+            last = [m for m in model.net.modules() if isinstance(m, torch.nn.Linear)][-1]
+            last.float()
+            inner = last.forward
+            last.forward = lambda x: inner(x.float())
+        return model
+
+
+class OneDenseLeftFloat(TorchBackend):
+    """At int8, puts the float dense layer back in place of the last quantized one."""
+
+    def build(self, spec, weights, device="cpu", variant=None):
+        import torch
+
+        model = super().build(spec, weights, device, variant)
+        if model.qnet is not None:
+            dynamic = torch.ao.nn.quantized.dynamic.Linear
+            name = [n for n, m in model.qnet.named_modules() if isinstance(m, dynamic)][-1]
+            parent, _, leaf = name.rpartition(".")
+            float_layer = model.net.get_submodule(name)
+            setattr(model.qnet.get_submodule(parent) if parent else model.qnet, leaf, float_layer)
+        return model
+
+
+@requires("torch")
+def test_a_float32_layer_behind_a_bf16_first_layer_fails_the_precision_check():
+    """Regression: torch's check read the first parameter and the first layer only."""
+    result = verify_model(LastLayerFloat(), "lenet", precision="bf16")
+    assert result.dtypes == {"param_dtype": "mixed:bfloat16,float32", "compute_dtype": "mixed:bfloat16,float32"}
+    assert result.verdict == "fail" and not result.checks["precision"]
+
+
+@requires("torch")
+def test_a_float32_dense_layer_left_in_an_int8_model_fails_the_precision_check():
+    """Regression: torch's int8 set compute_dtype from the share of quantized parameters, not from what ran."""
+    result = verify_model(OneDenseLeftFloat(), "fcn-r", precision="int8")
+    assert result.dtypes["compute_dtype"] == "mixed:float32,int8" and result.dtypes["param_dtype"] == "mixed:float32,int8"
+    assert result.verdict == "fail" and not result.checks["precision"]
+    assert verify_model(TorchBackend(), "fcn-r", precision="int8").dtypes == {"param_dtype": "int8",
+                                                                              "compute_dtype": "int8"}
+
+
+@requires("onnxruntime")
+def test_onnxruntime_int8_is_observed_in_the_graph_it_runs():
+    """Regression: ONNX Runtime's int8 set compute_dtype from the initializers; its quantized lstm-imdb kept the
+    LSTM in float32 (only its embedding and dense layer became int8) and passed as int8."""
+    from dlbench.frameworks.onnxruntime import OnnxRuntimeBackend, compute_dtype
+
+    assert compute_dtype(["ConvInteger", "DynamicQuantizeMatMul", "MaxPool"]) == "int8"
+    assert compute_dtype(["DynamicQuantizeMatMul", "LSTM"]) == "mixed:float32,int8"
+    assert compute_dtype(["Conv", "FusedGemm"]) == "float32"
+    result = verify_model(OnnxRuntimeBackend(), "lstm-imdb", precision="int8")
+    assert result.verdict == "unsupported" and "leaves LSTM of lstm-imdb computing in float32" in result.reason
+    lenet = verify_model(OnnxRuntimeBackend(), "lenet", precision="int8")
+    assert lenet.build["int8"]["integer_ops"] == ["ConvInteger", "DynamicQuantizeMatMul"]

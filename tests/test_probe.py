@@ -42,6 +42,9 @@ def test_a_probe_run_names_its_kernels_and_attaches_to_another_run(tmp_db):
     for r in rows:
         assert r.status == "ok" and r.median_ms > 0 and "BLAS_INFO=" in r.kernels
         assert (r.gflops is None) == (r.probe == "dense-1")
+        # a kernel's share of the peak names the peak: its own precision's (fp32 here), engine and rate
+        assert (r.peak is None) == (r.probe == "dense-1") and (r.pct_peak is None) == (r.probe == "dense-1")
+        assert r.peak is None or r.peak.startswith("fp32 peak ")
     assert all(v["verdict"] == "pass" for v in res.verifications.values())  # every probe went through the gate
     probe.attach(tmp_db, target.run_id, rows, res.run_id)
     store = Store(tmp_db, read_only=True)

@@ -196,3 +196,26 @@ def test_report_with_the_survey_section(tmp_path, capsys):
     bad = str(tmp_path / "bad.json")
     assert main(["report", run_id, "--db", str(db), "--out", str(tmp_path / "x"), "--survey", bad]) == 2
     assert "is not a dlbench survey" in capsys.readouterr().err
+
+
+def test_the_gate_s_failures_are_not_mixed_with_what_a_framework_cannot_run(tmp_db, tmp_path):
+    """Regression: "Equivalence gate: not passed" listed cells that were only unsupported (ONNX Runtime
+    cannot train): a reader took them for failures of the gate."""
+    store = Store(tmp_db)
+    try:
+        run_id = new_run(store)
+        verify_pass(store, run_id, "alpha", "eager")
+        store.save_verification(run_id, "beta", "eager", "lenet", "cpu", "unsupported", "beta cannot train", {})
+        store.save_verification(run_id, "gamma", "eager", "lenet", "cpu", "fail", "forward error 1e-2 > 1e-4", {})
+        store.save_cell(run_id, cell("alpha", "eager", "forward", 4, 1), "ok", "", 1.0, [], metrics(),
+                        timed_samples(5.0))
+        finish(store, run_id)
+    finally:
+        store.close()
+    content = build_content(api.results(run_id, tmp_db))
+    assert [k for k, _ in content.verification] == ["gamma/eager/lenet/cpu"]
+    assert content.unsupported == [("beta/eager/lenet/cpu", "beta cannot train")]
+    md_text = write_report(api.results(run_id, tmp_db), tmp_path / "rep", db=tmp_db).markdown.read_text()
+    failed = md_text.split("### Equivalence gate: not passed")[1].split("###")[0]
+    assert "gamma" in failed and "beta" not in failed
+    assert "### Not gated: unsupported by the framework" in md_text

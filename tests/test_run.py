@@ -75,10 +75,12 @@ def test_hanging_cell_times_out_and_leaves_nothing_running(tmp_db):
 
 
 def test_timed_out_job_leaves_no_process():
+    from dlbench.job import CellJob
     from dlbench.launch.subprocess import run_job
+    from dlbench.plan import Cell
 
-    job = {"kind": "scenario", "framework": "fakefw", "variant": "hang", "model": "lenet", "scenario": "forward",
-           "batch": 2, "threads": 1, "device": "cpu", "seed": 0, "protocol": {"warmup": 2, "min_iters": 1}}
+    job = CellJob(threads=1, cell=Cell("fakefw", "hang", "lenet", "forward", 2, 1), seed=0, data_dir=None,
+                  protocol={"warmup": 2, "min_iters": 1}, settings={})
     outcome = run_job(job, timeout_s=5, threads=1)
     assert outcome.status == "timeout"
     with pytest.raises(ProcessLookupError):
@@ -115,7 +117,7 @@ def test_cli_threads_take_all_and_half_as_a_suite_file_does(tmp_db, capsys):
     (["--threads", "-1"], "must be > 0"),
     (["--threads", "most"], "or 'all', 'half'"),
     (["--scenario", "dance"], "scenario"),
-    (["--repeats", "0"], "--repeats must be positive"),
+    (["--repeats", "0"], "--repeats (protocol.repeats): Input should be greater than or equal to 1"),
     (["--data", "nosuchdata"], "unknown data set"),
     (["--data", "mnist", "--data-dir", "/nonexistent"], "data set mnist for lenet"),
     (["--model", "lstm-imdb", "--data", "digits"], "data set digits for lstm-imdb"),
@@ -194,9 +196,9 @@ def test_compile_scenario_gives_each_closure_its_own_fresh_processes_and_cache()
     calls = []
 
     def fake_run_job(job, timeout, threads, python=None, extra_env=None):
-        calls.append((job["closures"], job["build_compile"], extra_env["DLBENCH_CACHE_DIR"]))
-        first = {c: 1e6 for c in job["closures"] if c != "train_step"}
-        if job["build_compile"]:
+        calls.append((job.extra["closures"], job.extra["build_compile"], extra_env["DLBENCH_CACHE_DIR"]))
+        first = {c: 1e6 for c in job.extra["closures"] if c != "train_step"}
+        if job.extra["build_compile"]:
             first["session"] = 5e5
         result = {"first_call_ns": first, "unsupported": {"train_step": "no optimiser"}, "build_ns": 1e6,
                   "threads_readback": {}, "python": "py", "versions": {}}
@@ -270,12 +272,11 @@ def test_convergence_curves_and_agreement_flags_a_planted_difference(tmp_db):
     rows = {r["framework"]: r for r in agreement(res.cells, "torch")}
     assert rows["fakefw/ok"]["first_departure_step"] is None  # same arithmetic, same batches
     assert rows["fakefw/lr"]["first_departure_step"] == 2  # step 1 is before any update
-    from dlbench.report.plots import convergence_curves
-    from dlbench.report.tables import build_content
+    from dlbench.scenarios import registry
 
-    content = build_content(res)
-    assert [t.title for t in content.convergence] == ["convergence", "agreement check (same weights, same batches)"]
-    plots, _ = convergence_curves(res)
+    (section,) = registry.get("convergence").report_sections(res)  # the report asks the scenario for it
+    assert [t.title for t in section.tables] == ["convergence", "agreement check (same weights, same batches)"]
+    plots, _ = registry.report_plots(res)
     assert len(plots) == 1 and "<svg" in plots[0].svg
 
 

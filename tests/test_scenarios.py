@@ -55,6 +55,33 @@ def test_a_plugin_scenario_runs_end_to_end_through_dlbench_run(toy, tmp_db, caps
     assert "toy ms" in capsys.readouterr().out
 
 
+@requires("torch")
+def test_a_plugin_scenario_owns_its_settings_flag_and_report_section(toy, tmp_path, capsys):
+    """tests/toyscenario.py alone: its settings from a suite file and from its own flag, travelling in
+    its job; its section in the report; nothing outside its module names it."""
+    suite = tmp_path / "toy.yaml"
+    suite.write_text("models: [sae]\nframeworks: [fakefw]\nscenarios: [toy]\nbatch_sizes: [8]\nthreads: [1]\n"
+                     "protocol: {repeats: 1, warmup: 0}\ntoy: {calls: 3}\n")
+    db = str(tmp_path / "r.db")
+    assert main(["run", "--suite", str(suite), "--db", db, "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)["run_id"]
+    assert main(["run", "--suite", str(suite), "--toy-calls", "4", "--db", db, "--json"]) == 0  # the flag wins
+    second = json.loads(capsys.readouterr().out)["run_id"]
+    from dlbench import api
+
+    assert [c.time_ms.n for c in api.results(first, db).cells] == [3]
+    assert [c.time_ms.n for c in api.results(second, db).cells] == [4]
+    assert main(["show", second, "--db", db]) == 0 and "toy ms" in capsys.readouterr().out
+    assert main(["report", second, "--db", db, "--out", str(tmp_path / "report")]) == 0
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "## Toy matrix products" in md and "| 4 |" in md
+    assert main(["run", "--suite", str(suite), "--toy-calls", "0", "--db", db]) == 2
+    assert "--toy-calls (toy.calls): calls must be >= 1, got 0" in capsys.readouterr().err  # the flag named
+    suite.write_text(suite.read_text().replace("calls: 3", "colour: red"))
+    assert main(["run", "--suite", str(suite), "--db", db]) == 2
+    assert "toy.colour: Extra inputs are not permitted (its settings: calls)" in capsys.readouterr().err
+
+
 def test_a_stored_cell_of_an_unregistered_scenario_is_still_readable(tmp_path):
     from dlbench.results import load_run
     from dlbench.store import Sample, Store
@@ -166,3 +193,69 @@ def test_each_scenario_has_its_own_throughput_column(tmp_path, capsys):
     assert main(["show", run, "--db", str(db)]) == 0
     text = capsys.readouterr().out
     assert "forward samples/s" in text and "train_step samples/s" in text
+
+
+def test_run_s_scenario_help_lists_every_registered_scenario(capsys, monkeypatch):
+    """Regression: ``--scenario``'s help named 5 of the scenarios; it is read from the registry."""
+    monkeypatch.setenv("COLUMNS", "1000")  # no wrapping inside a name
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = capsys.readouterr().out.split("--scenario SCENARIO")[-1].split("--batch BATCH")[0]
+    assert set(registry.names()) <= {n.strip(" ,") for n in text.split(":", 1)[1].split("(")[0].split()}
+
+
+# --- no module outside a scenario's own compares against its name ---------------------------------
+#: modules where a scenario's name is also another thing's name, and is compared as that: a backend's
+#: closures and variants (``forward``, torch's ``compile`` variant), probe closures
+OTHER_MEANINGS = {
+    "frameworks": "a backend's closures (Backend.scenarios) and variants (torch's 'compile')",
+    "distributed/torch_ddp.py": "torch's 'compile' variant",
+    "measure/reuse.py": "torch's 'compile' variant (the one with a compilation cache)",
+    "verify.py": "the backend closures the gate checks (Backend.scenarios)",
+    "probe.py": "the backend closures a probe times (Backend.scenarios)",
+    "survey": "a backend's closures",
+}
+
+
+def scenario_name_comparisons(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """Comparisons (``==``, ``!=``, ``in``, ``not in``) of anything with a literal scenario name, or a
+    literal tuple/list/set of them, and ``.startswith``/``.endswith`` with a literal that begins one."""
+    def literal_names(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+            return [node.value]
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return [n for e in node.elts for n in literal_names(e)]
+        return []
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                found += [(node.lineno, n) for n in literal_names(side)]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("startswith", "endswith") and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+              and any(n.startswith(node.args[0].value) for n in names if node.func.attr == "startswith")):
+            found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def test_the_name_check_finds_planted_comparisons():
+    planted = ast.parse('if c.scenario == "latency": pass\nx = s in ("forward", "gradient")\n'
+                        'y = c.scenario.startswith("loadgen-")\nz = c.scenario == other.name\n')
+    assert [n for _, n in scenario_name_comparisons(planted, set(registry.names()))] == [
+        "latency", "forward", "gradient", "loadgen-"]
+
+
+def test_no_module_outside_a_scenario_compares_against_a_scenario_name():
+    """What a scenario is (its cells, settings, report section, summary column) is asked of the
+    registry, never decided elsewhere by its name."""
+    names = set(registry.names())
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith("scenarios/") or any(rel == k or rel.startswith(k + "/") for k in OTHER_MEANINGS):
+            continue
+        offenders += [f"{rel}:{line}: {name!r}" for line, name in scenario_name_comparisons(ast.parse(path.read_text()),
+                                                                                           names)]
+    assert not offenders, "compared against a scenario's name:\n" + "\n".join(offenders)

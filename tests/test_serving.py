@@ -12,8 +12,11 @@ import pytest
 
 from dlbench import api
 from dlbench.cli import main
-from dlbench.measure.percentiles import percentiles, samples_needed
-from dlbench.scenarios.loadgen import parse_summary
+from dlbench.measure.percentiles import disagreement, percentiles, samples_needed
+from dlbench.report.latency import latency_tables, rules_text
+from dlbench.report.tables import DASH
+from dlbench.scenarios import registry
+from dlbench.scenarios.loadgen import near_floor, parse_summary
 from tests.conftest import requires
 
 SHORT = {"min_duration_s": 0.3, "min_queries": 20}
@@ -66,6 +69,43 @@ def test_the_interval_holds_the_estimate_and_is_reproducible():
     assert a[1].ci_high - a[1].ci_low > a[0].ci_high - a[0].ci_low  # the tail is less certain
 
 
+def _two_processes(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A planted mixture: two processes of 1,500 calls each, one serving at 0.095 ms, the other 0.134."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(0.095, 0.002, 1500), rng.normal(0.134, 0.003, 1500)
+    return np.concatenate([a, b]), np.repeat([0, 1], 1500), np.array([np.percentile(a, 50), np.percentile(b, 50)])
+
+
+def test_the_pooled_interval_is_hierarchical_so_it_holds_each_process_value():
+    """Bootstrapping the pooled calls gives a narrow interval around the mixture's p50 that excludes both
+    processes' own p50s; resampling the processes first gives one a re-run can land anywhere in."""
+    values, groups, own = _two_processes()
+    (flat,) = percentiles(values, (50.0,))
+    assert not flat.ci_low <= own[1] <= flat.ci_high  # what the pooled bootstrap claimed
+    (p50,) = percentiles(values, (50.0,), groups=groups)
+    assert p50.value == flat.value  # the estimate is the pooled percentile either way
+    assert p50.ci_low <= own.min() and own.max() <= p50.ci_high
+    assert percentiles(values, (50.0,), groups=groups) == [p50]  # seeded
+
+
+def test_unequal_processes_take_the_one_at_a_time_bootstrap():
+    values, groups, own = _two_processes()
+    keep = np.ones(values.size, bool)
+    keep[-300:] = False  # the second process stopped early
+    (p50,) = percentiles(values[keep], (50.0,), groups=groups[keep], resamples=300)
+    assert p50.ci_low <= own.min() and own.max() <= p50.ci_high
+
+
+def test_processes_that_disagree_are_named():
+    values, groups, _ = _two_processes()
+    pooled = percentiles(values, (50.0, 90.0), groups=groups)
+    each = [percentiles(values[groups == r], (50.0, 90.0)) for r in (0, 1)]
+    (p50, p90) = disagreement(pooled, each)
+    assert p50.startswith("processes disagree on p50: 0.095, 0.134 ms in its 2 processes")
+    same = [percentiles(values[groups == 0][:750], (50.0,)), percentiles(values[groups == 0][750:], (50.0,))]
+    assert disagreement(percentiles(values[groups == 0], (50.0,)), same) == []
+
+
 # --- LoadGen's summary ------------------------------------------------------------------------------
 def test_loadgen_summary_key_figures():
     f = parse_summary(SERVER_SUMMARY)
@@ -112,6 +152,20 @@ def test_loadgen_offline_and_single_stream_cells_store_loadgen_s_summary(fake_fr
         assert (kept / cell.cell.key.replace("/", "__") / "mlperf_log_detail.txt").is_file()
     assert by["loadgen-offline"].cell.metrics["loadgen"]["scenario"] == "Offline"
     assert by["loadgen-offline"].cell.batch > 1 and by["loadgen-single-stream"].cell.batch == 1
+    # the harness floor: the same settings against a system under test that answers at once, stored and shown
+    for cell in by.values():
+        floor = cell.cell.metrics["loadgen"]["floor"]
+        assert floor["samples_per_s"] > 0 and floor["percentiles_ms"]["50"] > 0
+    single = by["loadgen-single-stream"].cell.metrics["loadgen"]
+    assert single["floor"]["percentiles_ms"]["50"] <= single["percentiles_ms"]["50"]
+    assert "(floor " in registry.get("loadgen-single-stream").text(by["loadgen-single-stream"])
+    tables = {t.title: t for t in latency_tables(res)}
+    rows = {r[1].text: r for r in tables["MLPerf LoadGen"].rows}
+    labels = [c.label for c in tables["MLPerf LoadGen"].columns]
+    assert rows["single-stream"][labels.index("p50 ms")].detail.startswith("floor ")
+    # an offline run is one query: its "latencies" are the run's length, not shown as a sample's
+    assert rows["offline"][labels.index("p99 ms")].text == DASH and "one query" in rows["offline"][
+        labels.index("p99 ms")].detail
 
 
 @requires("torch")
@@ -138,6 +192,20 @@ def test_loadgen_missing_makes_the_cell_unsupported_with_the_pip_line(fake_frame
     (cell,) = _run(tmp_db, ["loadgen-offline"], **SHORT).cells
     assert cell.cell.status == "unsupported"
     assert cell.cell.reason.endswith("pip install mlcommons-loadgen") and "mlperf_loadgen" in cell.cell.reason
+
+
+def test_loadgen_s_rules_are_met_only_by_a_valid_result_under_its_own_settings():
+    """Regression: "LoadGen's rules: met" was printed beside an INVALID result."""
+    assert rules_text({"meets_rules": True, "valid": True}) == "met"
+    assert rules_text({"meets_rules": True, "valid": False}) == "not met (INVALID)"
+    assert rules_text({"meets_rules": False, "valid": True}).startswith("short")
+
+
+def test_a_latency_near_the_harness_floor_is_flagged():
+    cell, floor = {"percentiles_ms": {"50": 0.43}}, {"percentiles_ms": {"50": 0.30}}
+    assert "within 2x of the harness floor's 0.3 ms" in near_floor("Server", cell, floor)
+    assert near_floor("Server", {"percentiles_ms": {"50": 4.3}}, floor) is None
+    assert near_floor("Offline", cell, floor) is None  # one query: no per-sample latency
 
 
 # --- flags ---------------------------------------------------------------------------------------------

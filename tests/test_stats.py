@@ -54,6 +54,31 @@ def test_hierarchical_ci_is_wider_and_warns_when_processes_disagree():
     assert grouped.median == plain.median
 
 
+def _simulated_cells(cells: int, processes: int = 3, calls: int = 20, seed: int = 0):
+    """Cells whose true median is 1.0: each process shifted by its own N(0, 0.1) (placement, allocator,
+    cache state), each call around its process by N(0, 0.05); symmetric, so the mixture's median is 1."""
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(processes), calls)
+    for _ in range(cells):
+        shift = rng.normal(0, 0.1, processes)
+        yield ((1 + shift[:, None]) + rng.normal(0, 0.05, (processes, calls))).ravel(), groups
+
+
+def test_the_95_interval_covers_the_true_median_95_times_in_100():
+    """The level is pinned: in 2,000 simulated 3-process cells the 95% interval holds the true median in
+    93-97% of them (a 90% interval covers about 90%; the hierarchical bootstrap it replaced about 71%)."""
+    from dlbench.measure.stats import grouped_ci
+
+    hits = [lo <= 1.0 <= hi for lo, hi in (grouped_ci(v, g) for v, g in _simulated_cells(2000))]
+    assert 0.93 <= np.mean(hits) <= 0.97
+
+
+def test_the_interval_holds_the_pooled_median_it_is_shown_beside():
+    for v, g in _simulated_cells(200, processes=2, seed=3):
+        s = summarize(v, groups=g)
+        assert s.ci_low <= s.median <= s.ci_high
+
+
 def test_process_p_value():
     from dlbench.measure.stats import process_p_value
 

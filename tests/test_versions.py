@@ -41,7 +41,7 @@ def test_a_pinned_name_is_its_base_framework_at_that_version():
     assert framework_info("jax").version is None and framework_info("jax").base == "jax"
     assert versions.split("tensorflow==2.18.1") == ("tensorflow", "2.18.1")
     assert versions.split("onnxruntime") == ("onnxruntime", None)
-    assert framework_info("jax==99.0").version == "99.0"  # well formed: pip decides whether it exists
+    assert framework_info("jax==99.0").version == "99.0.0"  # well formed: pip decides whether it exists
 
 
 @pytest.mark.parametrize("spec, message", BAD)
@@ -167,26 +167,26 @@ def _failing_pip(monkeypatch, line: str) -> list[list[str]]:
 
 
 def test_a_version_pip_cannot_install_is_reported_with_pips_reason(envs_dir, monkeypatch):
-    line = "ERROR: No matching distribution found for jax==99.0"
+    line = "ERROR: No matching distribution found for jax==99.0.0"
     calls = _failing_pip(monkeypatch, line)
-    failed = ondemand.ensure_envs(["jax==99.0"])
-    assert failed["jax==99.0"].startswith(f"jax==99.0 could not be installed: {line}")
-    assert any("jax==99.0" in c for cmd in calls for c in cmd)
-    assert not envs.env_path("jax==99.0").exists() and line in envs.log_path("jax==99.0").read_text()
-    assert main(["envs", "create", "jax==99.0"]) == 1
+    failed = ondemand.ensure_envs(["jax==99.0.0"])
+    assert failed["jax==99.0.0"].startswith(f"jax==99.0.0 could not be installed: {line}")
+    assert any("jax==99.0.0" in c for cmd in calls for c in cmd)
+    assert not envs.env_path("jax==99.0.0").exists() and line in envs.log_path("jax==99.0.0").read_text()
+    assert main(["envs", "create", "jax==99.0.0"]) == 1
 
 
 @requires("torch")
 def test_a_run_keeps_going_when_a_version_cannot_be_installed(envs_dir, monkeypatch, tmp_db, capsys):
-    line = "ERROR: No matching distribution found for onnxruntime==99.0"
+    line = "ERROR: No matching distribution found for onnxruntime==99.0.0"
     _failing_pip(monkeypatch, line)
-    res = api.run(db=tmp_db, models=["lenet"], frameworks=["torch", "onnxruntime==99.0"], scenarios=["forward"],
+    res = api.run(db=tmp_db, models=["lenet"], frameworks=["torch", "onnxruntime==99.0.0"], scenarios=["forward"],
                   batches=[4], threads=[1], protocol={"warmup": 1, "min_iters": 3, "min_time_s": 0.0, "repeats": 1,
                                                       "timeout_s": 120})
     by = {c.cell.framework: c for c in res.cells}
     assert by["torch"].cell.status == "ok"
-    assert by["onnxruntime==99.0"].cell.status == "unsupported" and line in by["onnxruntime==99.0"].cell.reason
-    assert res.verifications[("onnxruntime==99.0", "default", "lenet", "cpu", "fp32")]["verdict"] == "unsupported"
+    assert by["onnxruntime==99.0.0"].cell.status == "unsupported" and line in by["onnxruntime==99.0.0"].cell.reason
+    assert res.verifications[("onnxruntime==99.0.0", "default", "lenet", "cpu", "fp32")]["verdict"] == "unsupported"
     assert not res.errors  # unsupported is not a failure: exit 0
 
 
@@ -300,3 +300,30 @@ def test_a_database_from_before_versions_opens_and_joins_the_history(tmp_db, cap
     conn = sqlite3.connect(tmp_db)
     assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
     conn.close()
+
+
+def test_one_release_twice_in_a_run_reads_as_two_rows_and_the_terminal_names_versions_as_the_report(tmp_db,
+                                                                                                  capsys):
+    """Regression: the report's versions table showed two identical ``jax 0.10.2`` rows (a pinned release
+    equal to the main Python's), and terminal tables printed ``torch==2.11.0`` where the report says
+    ``torch 2.11.0``."""
+    store = Store(tmp_db)
+    try:
+        run_id = store.create_run("versions", {"name": "versions"})
+        store.save_environment(run_id, {**ENV, "frameworks": {"torch": "2.13.0", "torch==2.13.0": "2.13.0",
+                                                              "torch==2.11.0": "2.11.0"}})
+        for i, name in enumerate(("torch", "torch==2.13.0", "torch==2.11.0")):
+            store.save_verification(run_id, name, "eager", "lenet", "cpu", "pass", "", {})
+            store.save_cell(run_id, cell(name, "eager", "forward", 8, 1), "ok", "", 1, [], metrics(),
+                            timed_samples(5.0, noise=0.02, repeats=3, seed=i))
+        finish(store, run_id)
+    finally:
+        store.close()
+    (series,) = run_series(api.results(run_id, tmp_db))
+    from dlbench.report.versions import series_table
+
+    labels = [r[0].text for r in series_table(series).rows]
+    assert len(set(labels)) == 3 and "torch 2.13.0 (own environment)" in labels and "torch 2.13.0 (main Python)" in labels
+    assert main(["show", run_id, "--db", str(tmp_db)]) == 0
+    out = capsys.readouterr().out
+    assert "torch 2.11.0" in out and "torch==2.11.0" not in out

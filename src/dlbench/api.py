@@ -7,18 +7,20 @@ from itertools import product
 from pathlib import Path
 
 from dlbench import envs, flags, resolve, runner
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.envs import ondemand
 from dlbench.errors import UsageError
 from dlbench.frameworks import framework_info
+from dlbench.job import VerifyJob
 from dlbench.launch.subprocess import run_job
 from dlbench.plan import Suite
-from dlbench.results import RunResults, load_run
-from dlbench.store import DEFAULT_DB, Store
+from dlbench.results import RunResults, read_run
+from dlbench.store import DEFAULT_DB
 from dlbench.verify import VerifyResult
 
 
 def verify(models: list[str] | None = None, frameworks: list[str] | None = None, variants: list[str] | None = None,
-           device: str = "cpu", threads: int | str | None = None, timeout_s: float = 1800.0,
+           device: str = DEFAULT_DEVICE, threads: int | str | None = None, timeout_s: float = 1800.0,
            precisions: list[str] | None = None, progress: Callable[[str], None] = lambda s: None) -> list[VerifyResult]:
     """Run the equivalence gate, one fresh process per (framework, variant, precision), in the
     framework's environment's interpreter when it has one (``dlbench envs``). Input is resolved as
@@ -40,8 +42,8 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
                 results += [VerifyResult(model=m, framework=fw, variant=variant, verdict="unsupported",
                                          reason=failed[fw], precision=precision) for m in models]
                 continue
-            job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
-                   "threads": threads, "precision": precision}
+            job = VerifyJob(threads=threads, framework=fw, models=models, variants=[variant], device=device,
+                            precision=precision)
             outcome = run_job(job, timeout_s=timeout_s, threads=threads, python=envs.python_for(fw),
                               extra_env=framework_info(fw).variant_env.get(variant))
             if outcome.status == "ok":
@@ -56,25 +58,24 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
 def run(suite: str | Suite | None = None, *, models: list[str] | None = None, frameworks: list[str] | None = None,
         variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int | str] | None = None,
         threads: list[int | str] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
-        seed: int | None = None, data: str | None = None, data_dir: str | None = None, convergence: dict | None = None,
+        seed: int | None = None, data: str | None = None, data_dir: str | None = None,
         db: str | Path = DEFAULT_DB, resume: str | None = None, progress=None, argv: list[str] | None = None,
-        distributed: dict | None = None, serving: dict | None = None,
-        precisions: list[str] | None = None) -> RunResults:
+        precisions: list[str] | None = None, **settings: dict | None) -> RunResults:
     """Run a suite (the built-in ``quick`` by default) and return its analysed results.
 
     Mirrors ``dlbench run``: ``suite`` is a name, a YAML file or a :class:`~dlbench.plan.Suite`; flags
-    override the suite's axes; ``resume`` finishes a stored run; ``distributed`` sets the scaling
-    scenario's options (workers, scaling, exchange, launcher, cluster); ``serving`` the latency and
-    LoadGen scenarios' (:class:`~dlbench.plan.ServingModel`); ``precisions`` the numeric precisions
-    (dlbench.precision). A resumed run is measured as
-    it was stored: any other setting given with ``resume`` is refused."""
+    override the suite's axes; ``resume`` finishes a stored run; ``precisions`` the numeric precisions
+    (dlbench.precision). Every other keyword is a scenario's settings section, as in a suite file:
+    ``convergence`` (epochs, lr...), ``distributed`` (the scaling scenario's workers, scaling, exchange,
+    launcher, cluster), ``serving`` (latency and LoadGen), a plug-in's own
+    (:func:`dlbench.scenarios.registry.sections`). A resumed run is measured as it was stored: any other
+    setting given with ``resume`` is refused."""
     kwargs = {"progress": progress} if progress else {}
     if resume:
         settings = {"suite": suite, "models": models, "frameworks": frameworks, "variants": variants,
                     "scenarios": scenarios, "batches": batches, "threads": threads, "devices": devices,
                     "protocol": protocol, "seed": seed, "data": data, "data_dir": data_dir,
-                    "convergence": convergence, "distributed": distributed, "serving": serving,
-                    "precisions": precisions}
+                    "precisions": precisions, **settings}
         given = [name for name, value in settings.items() if value is not None]
         if given:
             raise UsageError(f"resume measures run {resume} as it was stored; it takes no {', '.join(given)}")
@@ -82,16 +83,11 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
     else:
         s = flags.build_suite(suite, models=models, frameworks=frameworks, variants=variants, scenarios=scenarios,
                                batches=batches, threads=threads, devices=devices, protocol=protocol, seed=seed,
-                               data=data, data_dir=data_dir, convergence=convergence, distributed=distributed,
-                               serving=serving, precisions=precisions)
+                               data=data, data_dir=data_dir, precisions=precisions, **settings)
         handle = runner.start(s, db, argv, **kwargs)
     return results(handle.run_id, db)
 
 
 def results(run_id: str | None = None, db: str | Path = DEFAULT_DB) -> RunResults:
     """A stored run (the latest by default), analysed from its raw samples."""
-    store = Store(db, read_only=True)
-    try:
-        return load_run(store, run_id)
-    finally:
-        store.close()
+    return read_run(run_id, db)

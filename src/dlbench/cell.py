@@ -1,13 +1,21 @@
 """A cell: one point of a suite's cross product, the unit that is measured and stored.
 
-A plain value with no dependencies beyond the standard library, so every measuring process (an
-environment framework's interpreter included) can read one, and a stable :attr:`Cell.key`.
+A plain value with no dependencies beyond the standard library (and :mod:`dlbench.precision`'s
+default), so every measuring process (an environment framework's interpreter included) can read one,
+and a stable :attr:`Cell.key`.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
+
+#: the device of a cell (and a suite, a job) that names none
+DEFAULT_DEVICE = "cpu"
+#: the seed of a suite that names none (canonical weights, synthetic batches, shuffles)
+DEFAULT_SEED = 0
 
 
 @dataclass(frozen=True, order=True)
@@ -18,7 +26,7 @@ class Cell:
     scenario: str
     batch: int
     threads: int
-    device: str = "cpu"
+    device: str = DEFAULT_DEVICE
     data: str = "synthetic"  # or a data set name (dlbench.data): batches of real samples
     # distributed axes (scenario ``scaling``); the defaults leave every other cell's key unchanged
     workers: int = 1
@@ -26,12 +34,12 @@ class Cell:
     exchange: str = ""  # allreduce, ps-sync, ps-async
     launcher: str = "subprocess"  # subprocess (one node), torchrun (nodes joined by --rdzv-endpoint), ray
     cluster: str = ""  # "" (loopback) or "netns" (one worker per network namespace)
-    precision: str = "fp32"  # dlbench.precision: fp32, bf16, fp16, amp-bf16, amp-fp16, int8, tf32
+    precision: str = DEFAULT_PRECISION  # dlbench.precision: fp32, bf16, fp16, amp-bf16, amp-fp16, int8, tf32
 
     @property
     def key(self) -> str:
         key = f"{self.framework}/{self.variant}/{self.model}/{self.scenario}/b{self.batch}/t{self.threads}/{self.device}"
-        if self.precision != "fp32":  # float32 cells keep the keys they had before precision was an axis
+        if self.precision != DEFAULT_PRECISION:  # float32 cells keep the keys they had before precision was an axis
             key += f"/{self.precision}"
         if self.data != "synthetic":
             key += f"/{self.data}"

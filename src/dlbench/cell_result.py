@@ -1,7 +1,8 @@
-"""One stored cell with its statistics: what a scenario's ``analyse`` fills from the raw samples.
+"""One stored cell with its statistics (what a scenario's ``analyse`` fills from the raw samples),
+and a run of them (:class:`RunResults`, what the report and a scenario's report section read).
 
-Its own module so the scenarios, which fill it, do not import :mod:`dlbench.results` (which asks the
-scenario registry to analyse each cell of a run).
+Their own module so the scenarios, which fill and read them, do not import :mod:`dlbench.results`
+(which asks the scenario registry to analyse each cell of a run).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from dlbench.measure.peak import peak_for
 from dlbench.measure.stats import Summary
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.store import CellRecord
 
 
@@ -25,6 +28,10 @@ class CellResult:
     samples_per_s: float | None = None
     gflops: float | None = None
     pct_peak: float | None = None
+    #: the peak ``pct_peak`` is a share of (``measure.peak.describe``: its precision, rate and engine)
+    peak: str | None = None
+    #: what the analysis found wrong with the derived rates (a rate above its precision's measured peak)
+    rate_warnings: list[str] = field(default_factory=list)
     first_call_ms: float | None = None
     compile_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # closure -> {cold, warm} medians
     convergence: dict[str, Any] = field(default_factory=dict)  # scenarios.convergence.summarise_curves
@@ -54,3 +61,43 @@ class CellResult:
 
 #: CellResult fields that ``to_dict`` writes otherwise (cell, time_ms) or leaves to ``export`` (the raw series)
 _NOT_EXPORTED = ("cell", "verified", "time_ms", "samples_ms", "warmup_ms", "sample_repeats", "series_ms")
+
+
+@dataclass
+class RunResults:
+    run: dict[str, Any]
+    environment: dict[str, Any]
+    peaks: dict[int, dict[str, float]]
+    verifications: dict
+    cells: list[CellResult]
+    #: what was found damaged while reading the run and set aside, one line each (dlbench.damage)
+    damaged: list[str] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return self.run["id"]
+
+    @property
+    def failed(self) -> list[CellResult]:
+        """Every cell without a time, ``unsupported`` ones included (the summary lists them all)."""
+        return [c for c in self.cells if not c.ok]
+
+    @property
+    def errors(self) -> list[CellResult]:
+        """Cells that went wrong: crashed, timed out, ran out of memory, failed the gate. ``unsupported``
+        (a scenario or model the framework cannot express, with its reason) is a fact about the framework,
+        not an error: the quick suite's ONNX Runtime training cells must not make ``dlbench run`` exit 1."""
+        return [c for c in self.failed if c.cell.status != "unsupported"]
+
+    def peak_gflops(self, threads: int, precision: str = DEFAULT_PRECISION) -> float | None:
+        """The measured peak of ``precision``'s compute type at ``threads`` (None: not measured)."""
+        found = peak_for(self.peaks.get(threads), precision)
+        return found[1] if found else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "environment": self.environment,
+                "peaks": {str(k): v for k, v in self.peaks.items()},
+                "verifications": [{"framework": k[0], "variant": k[1], "model": k[2], "device": k[3],
+                                   "precision": k[4], **v}
+                                  for k, v in self.verifications.items()],
+                "cells": [c.to_dict() for c in self.cells]}

@@ -17,7 +17,20 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from dlbench import cli_dist, cli_envs, cli_explain, cli_history, cli_probe, cli_report, cli_run, cli_survey, interrupt
+from dlbench import (
+    cli_bisect,
+    cli_check,
+    cli_dist,
+    cli_envs,
+    cli_explain,
+    cli_history,
+    cli_probe,
+    cli_report,
+    cli_run,
+    cli_site,
+    cli_survey,
+    interrupt,
+)
 from dlbench.cli_common import Parser, console, counts, names, texts
 from dlbench.errors import UsageError
 from dlbench.store import explain
@@ -128,7 +141,8 @@ def build_parser() -> Parser:
 
 #: the other verbs, by module, in the order ``--help`` lists them
 COMMANDS = (cli_run.register, cli_dist.register, cli_report.register, cli_probe.register, cli_explain.register,
-            cli_envs.register, cli_survey.register, cli_history.register)
+            cli_envs.register, cli_survey.register, cli_history.register, cli_check.register, cli_bisect.register,
+            cli_site.register)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,8 +16,29 @@ from dlbench.store import check_output
 console = Console(width=None if sys.stdout.isatty() else 200)
 
 
+def ascii_int(text: str) -> int:
+    """An integer flag: ASCII digits only (Python's ``int`` also reads ``'١٢'`` as 12)."""
+    if not text.isascii():
+        raise ValueError(text)
+    return int(text)
+
+
+def ascii_float(text: str) -> float:
+    """A number flag: ASCII only; ``inf`` and ``nan`` parse here and are refused by the setting's own
+    bounds (dlbench.suite), with the suite key named."""
+    if not text.isascii():
+        raise ValueError(text)
+    return float(text)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse that reports bad usage on one line and exits 2."""
+    """argparse that reports bad usage on one line and exits 2; ``type=int`` and ``type=float`` read
+    ASCII numbers only."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("type", int, ascii_int)
+        self.register("type", float, ascii_float)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")
@@ -31,7 +52,7 @@ def int_list(text: str | None, what: str) -> list[int]:
     out = []
     for item in split_list(text):
         try:
-            value = int(item)
+            value = ascii_int(item)
         except ValueError:
             raise UsageError(f"{what} must be integers, got {item!r}") from None
         if value <= 0:
@@ -82,3 +103,9 @@ def write_output(path: str, text: str, db: str | None = None) -> None:
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def note_damage(notes: list[str]) -> None:
+    """Say on stderr what reading the database set aside as damaged (dlbench.damage), one line each."""
+    for note in notes:
+        print(f"dlbench: warning: damaged row: {note} (dlbench check --db DB lists every one)", file=sys.stderr)

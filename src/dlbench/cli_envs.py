@@ -56,6 +56,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
             console.print(f"{name}: {'removed' if envs.remove(name) else 'no environment'}", highlight=False,
                           markup=False)
         return 0
+    names = [framework_info(n).name for n in names]  # a version in its normal spelling (jax==0.4 is jax==0.4.0)
     code = 0
     for name in names:
         try:

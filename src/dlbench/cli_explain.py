@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from dlbench.cli_common import names
+from dlbench.cli_common import names, note_damage
 from dlbench.errors import UsageError
 from dlbench.store import DEFAULT_DB
 
@@ -18,9 +18,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     frameworks = names(args.framework, "--framework") or []
     if len(frameworks) != 2:
         raise UsageError(f"--framework names the two frameworks to compare (A,B), got {args.framework!r}")
+    if frameworks[0] == frameworks[1]:
+        raise UsageError(f"--framework names one framework twice ({args.framework!r}): name two to compare (A,B)")
+    if args.top < 1:
+        raise UsageError(f"--top must be a positive integer, got {args.top}")
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     res = api.results(args.run_id, args.db)
+    note_damage(res.damaged)
     found = explain(res, frameworks[0], frameworks[1], args.model, args.scenario, args.threads)
     if args.json:
         print(json.dumps({"run_id": res.run_id, "explanations": [e.to_dict() for e in found]}, indent=2, default=str))

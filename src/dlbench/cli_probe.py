@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dlbench.cli_common import console, names, thread_list
+from dlbench.measure.peak import by_precision, peak_for
 from dlbench.store import DEFAULT_DB
 
 
@@ -39,13 +40,24 @@ def cmd_probe(args: argparse.Namespace) -> int:
                          indent=2))
         return 0 if not res.errors else 1
     table = Table(title=f"dlbench probe (run {res.run_id})")
-    for col in ("framework", "probe", "scenario", "threads", "ms", "GFLOP/s", "kernels, as the framework reports"):
-        table.add_column(col, justify="right" if col in ("threads", "ms", "GFLOP/s") else "left")
+    numeric = ("threads", "ms", "GFLOP/s", "% of peak")
+    for col in ("framework", "probe", "scenario", "threads", "ms", "GFLOP/s", "% of peak", "of the peak",
+                "kernels, as the framework reports"):
+        table.add_column(col, justify="right" if col in numeric else "left")
     for r in found:
         table.add_row(f"{r.framework}/{r.variant}", r.probe, r.scenario, str(r.threads),
                       f"{r.median_ms:.4g}" if r.median_ms is not None else f"– ({r.status})",
-                      f"{r.gflops:,.1f}" if r.gflops else "–", escape(r.kernels))
+                      f"{r.gflops:,.1f}" if r.gflops else "–", f"{r.pct_peak:.0f}%" if r.pct_peak is not None else "–",
+                      escape(r.peak or "–"), escape(r.kernels))
     console.print(table)
+    peaks = Table(title="machine matmul peak per precision (GFLOP/s; int8: GOP/s)", title_justify="left")
+    for col in ("threads", "precision", "peak", "engine"):
+        peaks.add_column(col)
+    for t in sorted(res.peaks):
+        for precision in by_precision(res.peaks[t]):
+            engine, rate = peak_for(res.peaks[t], precision) or ("–", 0.0)
+            peaks.add_row(str(t), precision, f"{rate:,.0f}", engine)
+    console.print(peaks)
     console.print("; ".join(f"{m}: {what}" for m, (what, _) in probe.PROBES.items()), highlight=False)
     if args.attach:
         console.print(f"figures attached to run {escape(args.attach)} (its environment's 'probes')", highlight=False)

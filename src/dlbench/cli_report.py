@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from dlbench import cli_run
-from dlbench.cli_common import console, names, write_output
+from dlbench.cli_common import console, names, note_damage, write_output
 from dlbench.errors import UsageError
 from dlbench.store import DEFAULT_DB, check_output
 
@@ -19,7 +20,9 @@ from dlbench.store import DEFAULT_DB, check_output
 def _store_results(run_id: str | None, db: str):
     from dlbench import api
 
-    return api.results(run_id, db)
+    res = api.results(run_id, db)
+    note_damage(res.damaged)
+    return res
 
 
 # --- report -------------------------------------------------------------------------------------
@@ -48,8 +51,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from dlbench.report.compare import compare_runs, compare_versions
 
-    if args.fail_above is not None and args.fail_above < 0:
-        raise UsageError(f"--fail-above must be >= 0, got {args.fail_above}")
+    if args.fail_above is not None and not (0 <= args.fail_above < math.inf):  # NaN compares false: never failed
+        raise UsageError(f"--fail-above must be a finite percentage >= 0, got {args.fail_above}")
     if args.baseline is None and args.run_b is None:
         raise UsageError("compare: give RUN_A and RUN_B, or one run and --baseline FRAMEWORK==VERSION")
     if args.baseline is not None and args.run_b is not None:

@@ -8,6 +8,7 @@ import json
 import shlex
 import sys
 import time
+from dataclasses import asdict
 from datetime import datetime
 
 from rich.markup import escape
@@ -16,17 +17,16 @@ from rich.table import Table
 from rich.text import Text
 
 from dlbench import flags, resolve
-from dlbench.cli_common import console, counts, names, texts, write_output
-from dlbench.cli_dist import add_run_flags, distributed_flags, print_scaling, scaling_json
+from dlbench.cli_common import console, counts, names, note_damage, texts, write_output
 from dlbench.errors import UsageError
-from dlbench.estimate import Estimate, format_duration, setup_seconds
+from dlbench.estimate import Estimate, env_builds, format_duration, setup_seconds
 from dlbench.interrupt import Interrupted, explain
+from dlbench.measure.adaptive import percent
 from dlbench.measure.stats import summarize
-from dlbench.plan import Cell, Suite
-from dlbench.report.convergence import agreement
+from dlbench.plan import Cell, Suite, suite_from_dict
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
-from dlbench.report.generation import print_tables as print_generation
 from dlbench.report.summary import summary_dict, summary_rows, summary_scenarios
+from dlbench.report.tables import Table as ReportTable
 from dlbench.report.tables import fmt_num
 from dlbench.results import RunResults
 from dlbench.scenarios import registry
@@ -74,9 +74,9 @@ class RichProgress:
             if self.task is not None:
                 self.bar.update(self.task, description=escape(_fit(kw["cell"].key)))
         elif event == "cell_done":
-            self._cell_done(kw["cell"], kw["status"], kw["reason"], kw.get("samples", []))
+            self._cell_done(kw["cell"], kw["status"], kw["reason"], kw.get("samples", []), kw.get("metrics") or {})
 
-    def _cell_done(self, cell: Cell, status: str, reason: str, samples: list[Sample]) -> None:
+    def _cell_done(self, cell: Cell, status: str, reason: str, samples: list[Sample], metrics: dict) -> None:
         seconds = time.monotonic() - self.current_since
         self.current = None
         self.done += 1
@@ -92,7 +92,7 @@ class RichProgress:
                 self.bar.console.print(f"  {escape(cell.key)}: [yellow]{escape(status)}[/] {escape(reason[:200])}",
                                        highlight=False)
             return
-        median = _median_text(samples) if status == "ok" else ""
+        median = _median_text(samples, metrics.get("adaptive")) if status == "ok" else ""
         what = f" {median}" if median else "" if status == "ok" else f": {reason[:200]}"
         left = self.seconds_left()
         eta = f"; about {format_duration(left)} left" if left is not None and self.done < self.total else ""
@@ -135,8 +135,14 @@ class _TimeLeft(ProgressColumn):
         return Text("–" if left is None else format_duration(left), style="progress.remaining")
 
 
-def _median_text(samples: list[Sample]) -> str:
-    """``1.23 ms [1.20, 1.27]``: the median per call of a cell's measured samples and its 95% CI."""
+def _median_text(samples: list[Sample], adaptive: dict | None = None) -> str:
+    """``1.23 ms [1.20, 1.27]``: the median per call of a cell's measured samples and its 95% CI; for a
+    cell measured to a target, its second stage's figure, and whether it met the target."""
+    if adaptive and "center" in adaptive and adaptive.get("q", 50.0) == 50.0:
+        met = "met" if adaptive["met"] else "not met"
+        return (f"{fmt_num(adaptive['center'] / 1e6)} ms [{fmt_num(adaptive['low'] / 1e6)}, "
+                f"{fmt_num(adaptive['high'] / 1e6)}], ±{percent(adaptive['half_width'])} "
+                f"(target ±{percent(adaptive['target'])} {met}, {adaptive['processes']} processes)")
     measured = [s for s in samples if s.phase == "measure"]
     if not measured:
         return ""
@@ -151,34 +157,6 @@ def _fit(text: str) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _convergence(args: argparse.Namespace) -> dict:
-    out = {}
-    for flag, key in (("epochs", "epochs"), ("target_accuracy", "target_accuracy"), ("lr", "lr")):
-        value = getattr(args, flag)
-        if value is not None:
-            if value <= 0 or (key == "target_accuracy" and value > 1):
-                raise UsageError(f"--{flag.replace('_', '-')} out of range: {value}")
-            out[key] = value
-    return out
-
-
-def _serving(args: argparse.Namespace) -> dict:
-    """The deployment scenarios' flags (checked by the suite model: a bad value is exit 2)."""
-    out: dict = {key: value for key, value in (
-        ("latency_calls", args.latency_calls), ("qps", args.qps), ("p99_ms", args.p99_ms),
-        ("min_duration_s", args.loadgen_min_duration), ("min_queries", args.loadgen_min_queries)) if value is not None}
-    if args.find_peak:
-        out["find_peak"] = True
-    return out
-
-
-def _generation(args: argparse.Namespace) -> dict:
-    """The generate scenarios' flags (checked by the suite model: a bad value is exit 2)."""
-    return {key: value for key, value in (
-        ("prompt", args.prompt_len), ("new_tokens", args.new_tokens), ("runs", args.generations),
-        ("ttft_ms", args.ttft_ms), ("tpot_ms", args.tpot_ms)) if value is not None}
-
-
 def add_protocol_flags(p: argparse.ArgumentParser) -> None:
     """The timing protocol's flags (``dlbench run`` and ``dlbench reproduce``; read by :func:`_protocol`)."""
     p.add_argument("--warmup", type=int)
@@ -186,6 +164,13 @@ def add_protocol_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-time", type=float, dest="min_time", help="seconds of sampling per process")
     p.add_argument("--repeats", type=int, help="fresh processes per cell")
     p.add_argument("--timeout", type=float, help="seconds per cell process")
+    p.add_argument("--target-ci", type=float, dest="target_ci", metavar="PCT",
+                   help="measure each cell until its median's 95%% interval is within +-PCT%% (a pilot of --repeats "
+                        "processes, then a second stage planned from it; docs/measurement.md)")
+    p.add_argument("--max-time", type=float, dest="max_time", metavar="S",
+                   help="with --target-ci: the most seconds a cell may take (default 600)")
+    p.add_argument("--fixed-warmup", action="store_true", dest="fixed_warmup", default=None,
+                   help="warm up with exactly --warmup calls (default: also look for a longer warm-up in the calls)")
     p.add_argument("--profile", type=int, nargs="?", const=5, metavar="CALLS",
                    help="after the timed calls, profile CALLS more (default 5) with the framework's own profiler: "
                         "a Chrome trace kept with the run and a top-operations table (forward, gradient, "
@@ -193,16 +178,15 @@ def add_protocol_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _protocol(args: argparse.Namespace) -> dict:
-    out = {}
-    for flag, key in (("warmup", "warmup"), ("min_iters", "min_iters"), ("min_time", "min_time_s"),
-                      ("repeats", "repeats"), ("timeout", "timeout_s"), ("profile", "profile_calls")):
-        value = getattr(args, flag)
-        if value is not None:
-            if key == "timeout_s":
-                value = resolve.timeout(value)
-            elif value < 0 or (value == 0 and key in ("min_iters", "repeats", "profile_calls")):
-                raise UsageError(f"--{flag.replace('_', '-')} must be positive, got {value}")
-            out[key] = value
+    """The protocol's flags, checked by the suite model (:func:`dlbench.resolve.check_settings`): a bad
+    value is one line naming its flag."""
+    out = {key: getattr(args, flag) for flag, key in (
+        ("warmup", "warmup"), ("min_iters", "min_iters"), ("min_time", "min_time_s"), ("repeats", "repeats"),
+        ("timeout", "timeout_s"), ("profile", "profile_calls"), ("target_ci", "target_ci"),
+        ("max_time", "max_cell_s")) if getattr(args, flag, None) is not None}
+    if getattr(args, "fixed_warmup", None):
+        out["find_warmup"] = False
+    resolve.check_settings("protocol", out or None)
     return out
 
 
@@ -259,7 +243,11 @@ def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
     if args.resume:
         store = Store(args.db, create=False)
         try:
-            suite = Suite.model_validate(store.get_run(args.resume)["suite"])
+            # a run stored before a bound was added holds values the suite model now refuses: exit 2, one line
+            run = store.get_run(args.resume)
+            if store.damage:
+                raise UsageError(f"run {args.resume} cannot be resumed: {store.damage[0]}")
+            suite = suite_from_dict(run["suite"], f"run {args.resume}")
             done = store.done_keys(args.resume)
         finally:
             store.close()
@@ -270,9 +258,8 @@ def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
                                    batches=counts(args.batch, "--batch"), threads=counts(args.threads, "--threads"),
                                    devices=names(args.device, "--device"), protocol=_protocol(args) or None,
                                    seed=args.seed, data=args.data, data_dir=args.data_dir,
-                                   convergence=_convergence(args) or None, distributed=distributed_flags(args),
-                                   serving=_serving(args) or None, precisions=names(args.precision, "--precision"),
-                                   generation=_generation(args) or None)
+                                   precisions=names(args.precision, "--precision"),
+                                   **registry.settings_from_flags(args))
         done = set()
     _, cells = runner.plan_cells(suite)
     todo = [c for c in cells if c.key not in done]
@@ -313,11 +300,14 @@ def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate
     from dlbench.estimate import runs_a_process
 
     setup = setup_seconds(cells)
-    total = setup + estimate.remaining(cells)
+    builds = env_builds(sorted({c.framework for c in cells}))
+    build_s = sum(b.seconds for b in builds)
+    total = setup + build_s + estimate.remaining(cells)
     if as_json:
         print(json.dumps({"suite": suite.name, "cells": [{**c.to_dict(), "key": c.key, "runs_a_process": runs_a_process(c),
                                                           "estimate_s": estimate.predict(c)} for c in cells],
-                          "stored": stored, "setup_s": setup, "estimate_s": total, "left_out": left_out}, indent=2))
+                          "stored": stored, "setup_s": setup, "estimate_s": total, "left_out": left_out,
+                          "environments": [asdict(b) for b in builds]}, indent=2))
         return 0
     table = Table(title=f"{suite.name}: {len(cells)} cell(s) to measure" + (f" ({stored} stored)" if stored else ""),
                   title_justify="left")
@@ -328,9 +318,15 @@ def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate
                       else "unsupported: no process")
     console.print(table)
     p = suite.protocol
-    print(f"estimate: about {format_duration(total)} (rough, from the protocol: {p.repeats} process(es) per cell, "
+    for b in builds:
+        print(f"environment to build: {b.framework}, about {format_duration(b.seconds)} and "
+              f"{b.bytes / 2**30:.1f} GiB (from {b.basis})")
+    how = (f"a pilot of {max(p.repeats, 3)} process(es), then as many as +-{p.target_ci:g}% needs for a typical "
+           f"noise, at most {p.max_cell_s:g} s a cell" if p.target_ci is not None else f"{p.repeats} process(es) per cell")
+    envs_text = f", {format_duration(build_s)} of environments to build" if builds else ""
+    print(f"estimate: about {format_duration(total)} (rough, from the protocol: {how}, "
           f"{p.warmup} warm-up + at least {p.min_iters} iterations and {p.min_time_s:g} s each; "
-          f"{format_duration(setup)} of machine peak and equivalence gate)")
+          f"{format_duration(setup)} of machine peak and equivalence gate{envs_text})")
     if left_out:
         print(left_out)
     print("dry run: nothing measured, nothing stored, no run created")
@@ -339,17 +335,17 @@ def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate
 
 def print_summary(res: RunResults, as_json: bool, db) -> int:
     failed = res.failed
+    extras = registry.shown(res, db)  # what the run's scenarios add after the summary
     if as_json:
         data = summary_dict(res)
-        if scaling := scaling_json(res, db):
-            data["scaling"] = scaling
+        data.update((x.key, x.rows) for x in extras if x.key)
         print(json.dumps(data, indent=2, default=str))
         return 1 if res.errors else 0
     tables = summary_rows(res)
     every = [r for rows in tables.values() for r in rows]
     axes = ("framework", "variant", "batch", "threads", "device", "data", "precision")
     shown = [a for a in axes if a in ("framework", "variant") or len({getattr(r, a) for r in every}) > 1]
-    shown_as = {"precision": "precision_text"}
+    shown_as = {"precision": "precision_text", "framework": "shown_name"}  # jax 0.4.38, as the report shows it
     fixed = [f"{a} {getattr(every[0], a)}" for a in axes if a not in shown] if every else []
     for model, rows in tables.items():
         scenarios = summary_scenarios(rows)
@@ -374,19 +370,8 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
             table.add_row(*texts(*(getattr(r, shown_as.get(a, a)) for a in shown), *cols, mem,
                                  {"pass": "yes", "fail": Text("NO", "red")}.get(r.verified, r.verified)))
         console.print(table)
-    agree = agreement(res.cells)
-    if agree:
-        table = Table(title="agreement: first step where a framework's loss departs from the reference by > 1%",
-                      title_justify="left")
-        for col in ("model", "reference", "framework", "steps", "step-1 diff", "first departure"):
-            table.add_column(col)
-        for a in agree:
-            dep = "none" if a["first_departure_step"] is None else str(a["first_departure_step"])
-            table.add_row(*texts(a["model"], a["reference"], a["framework"], a["steps_compared"],
-                                 f"{a['rel_diff_step1']:.1e}" if a["rel_diff_step1"] is not None else "–", dep))
-        console.print(table)
-    print_scaling(res, db)
-    print_generation(console, res)
+    for x in extras:
+        console.print(_rich_table(x.table))
     noisy = [c for c in res.cells if c.cell.warnings]
     if noisy:
         console.print(f"[yellow]{len(noisy)} cell(s) with warnings[/] (dlbench show {escape(res.run_id)} --warnings)",
@@ -398,6 +383,16 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
     console.print(f"run [bold]{escape(res.run_id)}[/] ({escape(res.run['status'])}) stored in {escape(str(db))}",
                   highlight=False)
     return 1 if res.errors else 0
+
+
+def _rich_table(t: ReportTable) -> Table:
+    """A report table (:mod:`dlbench.report.tables`) for the terminal."""
+    table = Table(title=escape(t.title), title_justify="left")
+    for col in t.columns:
+        table.add_column(col.label, justify="right" if col.numeric else "left")
+    for row in t.rows:
+        table.add_row(*texts(*(v.text for v in row)))
+    return table
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -423,6 +418,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     from dlbench import api
 
     res = api.results(args.run_id, args.db)
+    note_damage(res.damaged)
+    if args.cost:
+        from dlbench.report.cost import print_cost
+
+        return print_cost(res, args.json)
     if args.warnings and not args.json:
         for c in res.cells:
             for w in c.cell.warnings:
@@ -437,6 +437,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.out:
         check_output(args.out, args.db)  # before reading: the refusal costs nothing
     res = api.results(args.run_id, args.db)
+    note_damage(res.damaged)
     if args.format == "json":
         data = res.to_dict()
         for cell, c in zip(data["cells"], res.cells, strict=True):
@@ -460,7 +461,8 @@ def register(sub) -> None:
     p.add_argument("--model", help="comma-separated models, e.g. lenet,resnet-56")
     p.add_argument("--framework", help="comma-separated frameworks (default: all installed)")
     p.add_argument("--variant", help="comma-separated variants, or 'all'")
-    p.add_argument("--scenario", help="comma-separated: forward,gradient,train_step,compile,scaling")
+    p.add_argument("--scenario", help=f"comma-separated, of: {', '.join(registry.names())} "
+                                      "(default: the suite's; quick's: forward,train_step)")
     p.add_argument("--batch", help="comma-separated batch sizes")
     p.add_argument("--threads", help="comma-separated thread counts; 'all' or 'half' of the cores")
     p.add_argument("--device", help="comma-separated devices (cpu, cuda)")
@@ -468,29 +470,6 @@ def register(sub) -> None:
                                        "int8 (inference), tf32 (GPU); see docs/precision.md")
     add_protocol_flags(p)
     p.add_argument("--seed", type=int)
-    p.add_argument("--epochs", type=int, help="convergence: epochs of training (default 10)")
-    p.add_argument("--target-accuracy", type=float, dest="target_accuracy",
-                   help="convergence: test accuracy whose time-to-reach is reported (default 0.95)")
-    p.add_argument("--lr", type=float, help="convergence: learning rate (default: the paper's for the model)")
-    p.add_argument("--latency-calls", type=int, dest="latency_calls",
-                   help="latency: single calls timed per process (default 3500)")
-    p.add_argument("--qps", type=float, help="loadgen-server: target queries per second (default: half of one "
-                                             "stream's rate)")
-    p.add_argument("--p99-ms", type=float, dest="p99_ms", help="loadgen-server: bound on the 99th percentile "
-                                                               "latency in ms (default LoadGen's 100)")
-    p.add_argument("--find-peak", action="store_true", dest="find_peak",
-                   help="loadgen-server: search the highest QPS meeting the bound (LoadGen's FindPeakPerformance)")
-    p.add_argument("--loadgen-min-duration", type=float, dest="loadgen_min_duration",
-                   help="LoadGen's minimum run time in s (shorter than LoadGen's rule: the cell is marked so)")
-    p.add_argument("--loadgen-min-queries", type=int, dest="loadgen_min_queries",
-                   help="LoadGen's minimum query count (fewer than LoadGen's rule: the cell is marked so)")
-    p.add_argument("--prompt-len", type=int, dest="prompt_len", help="generate: prompt tokens (default 128)")
-    p.add_argument("--new-tokens", type=int, dest="new_tokens", help="generate: tokens generated (default 64)")
-    p.add_argument("--generations", type=int, help="generate: timed generations per process (default 5)")
-    p.add_argument("--ttft-ms", type=float, dest="ttft_ms",
-                   help="generate-server: bound on the time to first token's p99 in ms (default LoadGen's 100)")
-    p.add_argument("--tpot-ms", type=float, dest="tpot_ms",
-                   help="generate-server: bound on the time per output token's p99 in ms (default LoadGen's 100)")
     p.add_argument("--data", "--dataset", dest="data",
                    help="fill batches from a real data set (digits, mnist, cifar10, imdb, ptb) "
                                   "instead of synthetic samples")
@@ -500,7 +479,7 @@ def register(sub) -> None:
                    help="list the cells and an estimate of the time they take; measure and store nothing")
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.add_argument("--json", action="store_true")
-    add_run_flags(p)
+    registry.add_flags(p)  # each scenario's own flags, in a group per settings section
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("runs", help="list stored runs")
@@ -513,6 +492,9 @@ def register(sub) -> None:
     p.add_argument("--db", default=str(DEFAULT_DB))
     p.add_argument("--json", action="store_true")
     p.add_argument("--warnings", action="store_true", help="list every cell's warnings")
+    p.add_argument("--cost", action="store_true",
+                   help="where the run's wall time went, per cell and in all: process start and imports, build, "
+                        "gate, warm-up, timed calls, the rest; and each cell's precision and variance split")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("export", help="write a run's cells as CSV or JSON (with raw samples)")

@@ -127,3 +127,57 @@ def format_duration(seconds: float) -> str:
         return f"{m} min {s:02d} s" if m < 10 else f"{m} min"
     h, m = divmod(round(s / 60), 60)
     return f"{h} h {m:02d} min"
+
+
+#: a guess at building an environment no earlier build on this host informs (seconds, bytes)
+ENV_BUILD_S = 180.0
+ENV_BUILD_BYTES = 1.5e9
+
+
+@dataclass
+class EnvBuild:
+    """An environment a run will build before it measures (dlbench.envs.ondemand), with a guess at its
+    cost: the time and size of the environments built on this host for the same framework (any
+    version), else of any, else :data:`ENV_BUILD_S` and :data:`ENV_BUILD_BYTES`."""
+
+    framework: str
+    seconds: float
+    bytes: float
+    basis: str  # what the guess comes from
+
+
+def _size(path: str) -> float:
+    from pathlib import Path
+
+    total = 0
+    for p in Path(path).rglob("*"):
+        try:
+            if p.is_file() and not p.is_symlink():
+                total += p.stat().st_size
+        except OSError:
+            pass
+    return float(total)
+
+
+def env_builds(frameworks: list[str]) -> list[EnvBuild]:
+    """The environments a run of ``frameworks`` will build, each with its guessed time and size."""
+    from dlbench import envs
+    from dlbench.frameworks import installed_version
+
+    todo = [f for f in frameworks if framework_info(f).version is not None and installed_version(f) is None]
+    if not todo:
+        return []
+    built = envs.list_envs()
+    out = []
+    for name in todo:
+        base = framework_info(name).base
+        same = [r for r in built if framework_info(r.framework).base == base] if built else []
+        pool, basis = (same, f"{len(same)} earlier {base} environment(s) here") if same else (
+            (built, f"{len(built)} earlier environment(s) of other frameworks here") if built else ([], "a default guess"))
+        if pool:
+            seconds = sorted(r.create_seconds for r in pool)[len(pool) // 2]
+            size = sorted(_size(r.path) for r in pool)[len(pool) // 2]
+        else:
+            seconds, size = ENV_BUILD_S, ENV_BUILD_BYTES
+        out.append(EnvBuild(name, seconds, size, basis))
+    return out

@@ -1,6 +1,8 @@
 """A suite from a name, a file or a built :class:`~dlbench.plan.Suite`, with flag overrides: what
 ``dlbench run``'s flags and :func:`dlbench.api.run`'s arguments mean, the same for both. Each value
-is checked by :mod:`dlbench.resolve`; the result is validated as a suite file is."""
+is checked by :mod:`dlbench.resolve`; the result is validated as a suite file is. A scenario's
+settings come as a section of overrides under its key (``convergence={"epochs": 2}``), validated by
+the scenario's own model."""
 
 from __future__ import annotations
 
@@ -17,15 +19,22 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
                 scenarios: list[str] | None = None, batches: list[int | str] | None = None,
                 threads: list[int | str] | None = None, devices: list[str] | None = None,
                 protocol: dict | None = None, seed: int | None = None, data: str | None = None,
-                data_dir: str | None = None, convergence: dict | None = None,
-                distributed: dict | None = None, serving: dict | None = None,
-                precisions: list[str] | None = None, generation: dict | None = None) -> Suite:
+                data_dir: str | None = None, precisions: list[str] | None = None,
+                **settings: dict | None) -> Suite:
     """A suite from a name, a file or a built :class:`Suite`, and flag overrides (flags alone build one
-    on the spot). None leaves an axis as the suite has it; an empty list is refused."""
+    on the spot). None leaves an axis as the suite has it; an empty list is refused. ``settings``: a
+    scenario's settings section -> the fields to override (:func:`dlbench.scenarios.registry.sections`).
+    Settings are checked by the validator a suite file meets (:func:`dlbench.resolve.check_settings`),
+    each refusal naming its flag."""
+    resolve.check_settings("protocol", protocol)
+    for section, values in settings.items():
+        resolve.check_settings(section, values)
+    if seed is not None:
+        resolve.check_settings("seed", seed)
     if models is not None:
         resolve.models(models)
     if frameworks is not None:
-        resolve.frameworks(frameworks)
+        frameworks = resolve.frameworks(frameworks)
     resolve.not_empty(scenarios, "scenarios")
     resolve.not_empty(devices, "devices")
     if batches is not None:
@@ -44,6 +53,8 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
         base["models"] = models
         if isinstance(base.get("batch_sizes"), dict):
             base["batch_sizes"] = ["default"]
+        if isinstance(base.get("data"), dict):  # a suite's data set for a model the flags leave out goes with it
+            base["data"] = {k: v for k, v in base["data"].items() if k == "default" or k in models}
     if frameworks is not None:
         base["frameworks"] = frameworks
     if scenarios is not None:
@@ -71,15 +82,11 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
     if base.get("data_dir") and all(d == "synthetic" for d in base.get("data", {}).values()):
         raise UsageError("a data directory (--data-dir, data_dir) is given but no data set reads from it "
                          "(--data NAME, data:)")
-    if convergence:
-        base["convergence"] = {**base.get("convergence", {}), **convergence}
-    if distributed:
-        base["distributed"] = {**base.get("distributed", {}), **distributed}
-    if serving:
-        base["serving"] = {**base.get("serving", {}), **serving}
-    if generation:
-        base["generation"] = {**base.get("generation", {}), **generation}
+    for section, values in settings.items():
+        if values:
+            base[section] = {**(base.get(section) or {}), **values}
     if variants is not None:
         base["variants"] = resolve.variant_map(resolve.suite_frameworks(suite_from_dict(base, "command line")),
                                                variants)
     return suite_from_dict(base, "command line")
+

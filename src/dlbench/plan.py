@@ -19,18 +19,10 @@ from pydantic import ValidationError
 from dlbench.cell import Cell
 from dlbench.errors import UsageError
 from dlbench.scenarios import registry
-from dlbench.suite import (
-    ConvergenceModel,
-    DistributedModel,
-    ProtocolModel,
-    ServingModel,
-    Suite,
-    check_batches,
-    check_threads,
-)
+from dlbench.suite import ProtocolModel, Suite, check_batches, check_threads
 
-__all__ = ["BUILTIN", "Cell", "ConvergenceModel", "DistributedModel", "ProtocolModel", "ServingModel", "Suite",
-           "check_batches", "check_threads", "expand", "load_suite", "resolve_threads", "suite_from_dict"]
+__all__ = ["BUILTIN", "Cell", "ProtocolModel", "Suite", "check_batches", "check_threads", "expand", "load_suite",
+           "resolve_threads", "suite_from_dict"]
 
 
 BUILTIN = ("quick", "bahrampour2016", "shi2016", "liu2018")
@@ -71,11 +63,13 @@ def suite_from_dict(data: dict, source: str = "suite") -> Suite:
     except ValidationError as exc:
         errors = exc.errors()
         err = errors[0]
-        loc = ".".join(str(p) if str(p).isprintable() else repr(p) for p in err["loc"]) or "suite"
+        loc = ".".join(str(p) if str(p).isprintable() else repr(p) for p in err["loc"])
+        # a scenario's settings are checked by the suite as a whole: their message names the field itself
         msg = " ".join(str(err["msg"]).removeprefix("Value error, ").split())
+        loc = f"{loc}: " if loc else ""
         others = len({e["loc"][:1] for e in errors} - {err["loc"][:1]})  # a union's alternatives share a field
         more = f" (and problems in {others} more field{'s' if others > 1 else ''})" if others else ""
-        raise UsageError(f"{source}: invalid suite: {loc}: {msg}{more}") from None
+        raise UsageError(f"{source}: invalid suite: {loc}{msg}{more}") from None
     bad = [name for name in suite.scenarios if name not in registry.SCENARIOS]
     if bad:
         raise UsageError(f"{source}: invalid suite: scenarios: unknown scenario(s) {bad}; known: {registry.names()}")

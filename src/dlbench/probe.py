@@ -7,7 +7,10 @@ protocol as any cell: the probe models of the zoo are ordinary models (``gemm``:
 multiply; ``conv``: a ResNet stage-1 3x3 convolution; ``dense-1``: one 1-unit dense layer at batch
 1, whose forward and train step are the framework's overhead floor). So a probe is a stored run
 (suite ``probe``) whose cells passed the gate, and each row says which kernel library the framework
-reports (``Backend.info()["kernels"]``). ``--attach RUN`` copies the figures into another run's
+reports (``Backend.info()["kernels"]``). Like every run, a probe first measures the machine's matmul
+peak per precision (:mod:`dlbench.measure.peak`: float32, and bfloat16 and int8 where the CPU computes
+them natively); each GEMM or convolution row gives its share of its own precision's peak and names
+that peak. ``--attach RUN`` copies the figures into another run's
 environment record (key ``probes``), where its report and ``dlbench explain`` read them.
 """
 
@@ -43,6 +46,8 @@ class ProbeRow:
     kernels: str
     status: str
     reason: str = ""
+    pct_peak: float | None = None
+    peak: str | None = None  # the peak pct_peak is of (``measure.peak.describe``)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,7 +73,9 @@ def rows(res: RunResults) -> list[ProbeRow]:
         kernels = v.get("framework_info", {}).get("kernels") or "not reported by the backend"
         out.append(ProbeRow(c.cell.framework, c.cell.variant, c.cell.model, c.cell.scenario, c.cell.threads,
                             c.time_ms.median if c.ok and c.time_ms else None,
-                            c.gflops if c.cell.model != "dense-1" else None, kernels, c.cell.status, c.cell.reason))
+                            c.gflops if c.cell.model != "dense-1" else None, kernels, c.cell.status, c.cell.reason,
+                            c.pct_peak if c.cell.model != "dense-1" else None,
+                            c.peak if c.cell.model != "dense-1" else None))
     return out
 
 

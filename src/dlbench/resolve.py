@@ -9,15 +9,19 @@ Nothing here imports a framework.
 
 from __future__ import annotations
 
-import math
 import os
 import re
+from typing import Any
+
+from pydantic import ValidationError
 
 from dlbench.errors import UsageError
 from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, framework_info, installed_version
 from dlbench.models import UnknownModelError, get_model, list_models
 from dlbench.plan import Suite, check_batches, check_threads, resolve_threads
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.precision import get_precision
+from dlbench.scenarios import registry
 
 
 def not_empty(values: list | None, what: str) -> None:
@@ -54,6 +58,7 @@ def frameworks(names: list[str] | None) -> list[str]:
     if names is None:
         return installed()
     try:
+        names = list(dict.fromkeys(framework_info(n).name for n in names))  # one spelling per release
         check_frameworks(names)
     except UnknownFrameworkError as exc:
         raise UsageError(str(exc)) from None
@@ -126,7 +131,7 @@ def _device_forms(framework: str) -> list[str]:
 def precisions(names: list[str] | None) -> list[str]:
     """Precision names (dlbench.precision); None: float32 alone; unknown or none: a usage error."""
     if names is None:
-        return ["fp32"]
+        return [DEFAULT_PRECISION]
     not_empty(names, "precisions")
     return list(dict.fromkeys(get_precision(n).name for n in names))
 
@@ -158,8 +163,57 @@ def batches(values: list[int | str]) -> list[int | str]:
 
 
 def timeout(seconds: float) -> float:
-    """Seconds a measuring process may run: positive and finite."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) \
-            or seconds <= 0:
-        raise UsageError(f"timeout must be a positive number of seconds, got {seconds!r}")
+    """Seconds a measuring process may run: the suite's ``protocol.timeout_s`` rule (positive, finite,
+    at most a week), so ``verify --timeout`` and ``run --timeout`` refuse alike."""
+    check_settings("protocol", {"timeout_s": seconds})
     return float(seconds)
+
+
+#: the ``dlbench run`` flag that sets each suite setting outside the scenarios' sections (named in a
+#: refusal beside the suite's key; a scenario's flags are its own, :func:`registry.flag_option`)
+FLAG_OF = {
+    ("protocol", "warmup"): "--warmup", ("protocol", "min_iters"): "--min-iters", ("protocol", "min_time_s"): "--min-time",
+    ("protocol", "repeats"): "--repeats", ("protocol", "timeout_s"): "--timeout", ("protocol", "profile_calls"): "--profile",
+    ("protocol", "target_ci"): "--target-ci", ("protocol", "max_cell_s"): "--max-time", ("seed",): "--seed",
+}
+
+
+def check_settings(section: str, values: dict | int | None) -> None:
+    """Flag values of one suite section (``protocol``, a scenario's settings section such as ``serving``;
+    or ``seed``) checked by the validator a suite file meets (the suite model's fields, or the scenario's
+    settings model through the registry), so a flag and a suite file refuse the same values; a refusal
+    is one line naming the flag (where there is one) and the suite key. None: nothing given."""
+    if values is None:
+        return
+    if section in registry.sections():
+        _check_scenario_settings(section, values)
+        return
+    try:
+        Suite.model_validate({"models": ["_"], section: values})
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = tuple(str(p) for p in err["loc"])
+            msg = " ".join(str(err["msg"]).removeprefix("Value error, ").split())
+            if not loc:  # a model-level check: never passed over in silence
+                raise UsageError(f"{section}: {msg}") from None
+            if loc[:1] != (section,):
+                continue
+            key = ".".join(loc)
+            flag = FLAG_OF.get(loc[:2]) or FLAG_OF.get(loc[:1])
+            value = values.get(loc[1]) if isinstance(values, dict) and len(loc) > 1 else values
+            raise UsageError(f"{flag + ' (' + key + ')' if flag else key}: {msg}, got {value!r}") from None
+
+
+def _check_scenario_settings(section: str, values: Any) -> None:
+    """A scenario's settings section checked by its own model (:func:`registry.validate_settings`)."""
+    try:
+        registry.validate_settings(section, values)
+    except ValueError as exc:
+        where, _, msg = str(exc).partition(": ")
+        # a field's own check names the field (``qps: ...``); a bound of the dataclass's names it first
+        field = where.partition(".")[2].split(".")[0] or msg.split(" ", 1)[0]
+        given = isinstance(values, dict) and field in values
+        key = f"{section}.{field}" if given else where
+        flag = registry.flag_option(section, field) if given else None
+        got = "" if not given or "got " in msg else f", got {values[field]!r}"
+        raise UsageError(f"{flag + ' (' + key + ')' if flag else key}: {msg}{got}") from None

@@ -27,11 +27,14 @@ from dlbench.envs import ondemand
 from dlbench.errors import UsageError
 from dlbench.frameworks import framework_info, installed_version
 from dlbench.interrupt import Interrupted, signals_interrupt
+from dlbench.job import PeakJob, VerifyJob
 from dlbench.launch.ray import RayLauncher
 from dlbench.launch.subprocess import run_job
-from dlbench.measure import environment
+from dlbench.measure import environment, reuse
+from dlbench.measure.cost import PARTS, cell_cost
 from dlbench.models import get_model
 from dlbench.plan import Cell, Suite, expand, suite_from_dict
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.precision import unsupported as precision_unsupported
 from dlbench.scenarios import registry
 from dlbench.scenarios.base import CellOutcome, Context, JobRunner, Progress
@@ -108,22 +111,44 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
             models = groups.setdefault((c.framework, c.variant, c.device, c.precision), [])
             if c.model not in models:
                 models.append(c.model)
+    cache = reuse.GateCache()
+    machine = environment.this_machine() if cache.enabled else {}
     for (fw, variant, device, precision), models in groups.items():
-        at = f" at {precision}" if precision != "fp32" else ""
+        fp = _gate_fingerprint(fw, variant, machine) if cache.enabled else ""
+        for m in list(models):  # a pass kept on this host for the same fingerprint is not re-verified
+            kept = cache.get(reuse.gate_key(fw, variant, m, device, precision, fp))
+            if kept is not None:
+                store.save_verification(run_id, fw, variant, m, device, kept["verdict"], kept["reason"],
+                                        {**kept["data"], "seconds": 0.0, "cached_from": kept["run_id"]}, precision)
+                models.remove(m)
+        if not models:
+            continue
+        at = f" at {precision}" if precision != DEFAULT_PRECISION else ""
         progress("phase", text=f"verify {fw}/{variant}{at}: {len(models)} model(s)")
-        job = {"kind": "verify", "framework": fw, "models": models, "variants": [variant], "device": device,
-               "threads": None, "precision": precision}
+        job = VerifyJob(threads=None, framework=fw, models=models, variants=[variant], device=device,
+                        precision=precision)
         timeout = max(suite.protocol.timeout_s, 60.0) * len(models)
         o = run_job(job, timeout, None, python=envs.python_for(fw), extra_env=framework_info(fw).variant_env.get(variant))
         if o.status == "ok":
             info = o.result.get("info", {})
             for r in o.result["results"]:
-                store.save_verification(run_id, fw, variant, r["model"], device, r["verdict"], r["reason"],
-                                        {**r, "framework_info": info}, precision)
+                # the process's wall time, shared by its models (dlbench show --cost)
+                data = {**r, "framework_info": info, "seconds": o.seconds / len(models)}
+                store.save_verification(run_id, fw, variant, r["model"], device, r["verdict"], r["reason"], data,
+                                        precision)
+                cache.put(reuse.gate_key(fw, variant, r["model"], device, precision, fp),
+                          {"verdict": r["verdict"], "reason": r["reason"], "data": data, "run_id": run_id})
         else:
             for m in models:
                 store.save_verification(run_id, fw, variant, m, device, "fail", f"verification process: {o.reason}", {},
                                         precision)
+
+
+def _gate_fingerprint(framework: str, variant: str, machine: dict[str, Any]) -> str:
+    info = framework_info(framework)
+    module = info.module if info.module.endswith(".py") else None
+    return reuse.fingerprint(framework, variant, installed_version(framework), envs.python_for(framework),
+                             info.variant_env.get(variant), machine, module)
 
 
 def _version_envs(store: Store, run_id: str, cells: list[Cell], frameworks: list[str], progress: Progress) -> None:
@@ -163,7 +188,7 @@ def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress, run
             store.save_peak(run_id, t, cache[key])
             continue
         progress("phase", text=f"machine peak, {t} thread(s)")
-        o = run_job({"kind": "peak", "threads": t}, 300.0, t)
+        o = run_job(PeakJob(threads=t), 300.0, t)
         if o.status == "ok":
             store.save_peak(run_id, t, o.result["gflops"])
             if cache_path is not None:
@@ -213,9 +238,11 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
         measured = (ray.measure_cells(todo, suite, lambda c: gate(c, verdict(c)), progress) if ray is not None
                     and ray.fans_out else _in_turn(todo, ctx, verdict, progress))
         for cell, outcome in stack.enter_context(closing(measured)):  # closed (tasks cancelled) before Ray is
+            metrics = stored_metrics(outcome, verdict(cell))
             store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
-                            outcome.seconds, outcome.warnings, outcome.metrics, outcome.samples)
-            progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples)
+                            outcome.seconds, outcome.warnings, metrics, outcome.samples)
+            progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples,
+                     metrics=metrics)
 
 
 def _in_turn(todo: list[Cell], ctx: Context, verdict: Callable[[Cell], dict[str, Any]],
@@ -225,12 +252,25 @@ def _in_turn(todo: list[Cell], ctx: Context, verdict: Callable[[Cell], dict[str,
         yield cell, measure_cell(cell, ctx, verdict(cell))
 
 
+def stored_metrics(outcome: CellOutcome, verdict: dict[str, Any]) -> dict[str, Any]:
+    """The cell's metrics with where its wall time went (dlbench.measure.cost) and what it reused
+    (dlbench.measure.reuse), for the store."""
+    metrics = {**outcome.metrics, "cost": cell_cost(outcome.processes) if outcome.processes
+               else {**dict.fromkeys(PARTS, 0.0), "rest_s": outcome.seconds, "processes": 0}}
+    reused = dict(outcome.reused)
+    if verdict.get("cached_from"):
+        reused["gate"] = f"the gate's pass of run {verdict['cached_from']} (same environment fingerprint)"
+    if reused:
+        metrics["reused"] = reused
+    return metrics
+
+
 def gate(cell: Cell, verdict: dict[str, Any]) -> CellOutcome | None:
     """What its framework cannot run or the gate refused, as the cell's stored outcome (None: measure it)."""
     scenario = registry.get(cell.scenario)
     why = scenario.unsupported(framework_info(cell.framework)) or precision_unsupported(
         cell.precision, scenario.trains, cell.device) or (
-        scenario.float32_only if cell.precision != "fp32" else None)
+        scenario.float32_only if cell.precision != DEFAULT_PRECISION else None)
     if why is not None:
         return CellOutcome("unsupported", why)
     if verdict["verdict"] == "fail":

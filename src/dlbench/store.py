@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlbench.damage import is_number, load_json
 from dlbench.errors import UsageError
 from dlbench.lease import judge
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 
 SCHEMA_VERSION = 3
 APP = "dlbench"
@@ -59,6 +61,12 @@ CREATE INDEX IF NOT EXISTS samples_by_cell ON samples(cell_id);
 LEASES = """CREATE TABLE IF NOT EXISTS leases (
     run_id TEXT PRIMARY KEY REFERENCES runs(id), pid INTEGER NOT NULL, host TEXT NOT NULL, token TEXT NOT NULL,
     heartbeat REAL NOT NULL)"""
+
+#: ``dlbench bisect``'s bisections (dlbench.bisect): settings and state as JSON, saved after every step so an
+#: interrupted one resumes. Made when the first is saved; no schema version of its own (a database without
+#: the table simply holds none, and an older dlbench ignores it)
+BISECTIONS = """CREATE TABLE IF NOT EXISTS bisections (
+    id TEXT PRIMARY KEY, started_at REAL NOT NULL, updated_at REAL NOT NULL, status TEXT NOT NULL, data TEXT NOT NULL)"""
 
 #: version 2 had no precision: every cell and verdict was float32, and a verdict's key had no
 #: precision (SQLite cannot widen a primary key in place: the table is copied)
@@ -107,7 +115,7 @@ class CellRecord:
     seconds: float
     warnings: list[str]
     metrics: dict[str, Any]
-    precision: str = "fp32"
+    precision: str = DEFAULT_PRECISION
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -224,6 +232,8 @@ class Store:
         self.read_only = read_only
         #: the file's schema version (an older one is migrated when a writing command opens it)
         self.version: int | None = None
+        #: what reading has found damaged and set aside (dlbench.damage), one line each, naming the run and cell
+        self.damage: list[str] = []
         self.conn = self._open(create)
         self._inode: tuple[int, int] | None = _inode(self.path)
         _held(self._inode, +1)
@@ -364,7 +374,18 @@ class Store:
             raise UsageError(f"no run {run_id!r} in {self.path}")
         lease = self.lease(run_id)
         return {"id": row[0], "started_at": row[1], "finished_at": row[2], "status": judge(row[3], lease),
-                "suite_name": row[4], "suite": json.loads(row[5]), "argv": json.loads(row[6] or "[]"), "lease": lease}
+                "suite_name": row[4], "suite": self._json(row[5], dict, f"run {run_id}: its suite", {}),
+                "argv": self._json(row[6], list, f"run {run_id}: its command line", []), "lease": lease}
+
+    def _json(self, text: Any, kind: type, what: str, default: Any) -> Any:
+        """A stored JSON field; a damaged one reads as ``default``, noted in :attr:`damage`."""
+        notes: list[str] = []
+        value = load_json(text, kind, what, notes, default)
+        self._note(*notes)
+        return value
+
+    def _note(self, *notes: str) -> None:
+        self.damage += [n for n in notes if n not in self.damage]
 
     def latest_run_id(self) -> str:
         row = self.conn.execute("SELECT id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1").fetchone()
@@ -423,7 +444,7 @@ class Store:
 
     def environment(self, run_id: str) -> dict:
         row = self.conn.execute("SELECT data FROM environments WHERE run_id=?", (run_id,)).fetchone()
-        return json.loads(row[0]) if row else {}
+        return self._json(row[0], dict, f"run {run_id}: its environment", {}) if row else {}
 
     def save_peak(self, run_id: str, threads: int, rates: dict[str, float]) -> None:
         with self.conn:
@@ -434,11 +455,14 @@ class Store:
         out: dict[int, dict[str, float]] = {}
         rows = self.conn.execute("SELECT threads, engine, gflops FROM peaks WHERE run_id=?", (run_id,))
         for threads, engine, rate in rows:
+            if not is_number(rate) or rate <= 0 or not isinstance(threads, int):
+                self._note(f"run {run_id}: the machine peak of {engine} at {threads!r} thread(s) is {rate!r}: set aside")
+                continue
             out.setdefault(threads, {})[engine] = rate
         return out
 
     def save_verification(self, run_id: str, framework: str, variant: str, model: str, device: str, verdict: str,
-                          reason: str, data: dict, precision: str = "fp32") -> None:
+                          reason: str, data: dict, precision: str = DEFAULT_PRECISION) -> None:
         with self.conn:
             self.conn.execute("INSERT OR REPLACE INTO verifications (run_id, framework, variant, model, device, "
                               "verdict, reason, data, precision) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -449,13 +473,29 @@ class Store:
         """Verdicts by :attr:`dlbench.cell.Cell.group`: (framework, variant, model, device, precision)."""
         rows = self.conn.execute(f"SELECT framework, variant, model, device, {self._precision}, verdict, reason, data "
                                  "FROM verifications WHERE run_id=?", (run_id,))
-        return {tuple(r[:5]): {"verdict": r[5], "reason": r[6], **json.loads(r[7] or "{}")} for r in rows}
+        return {tuple(r[:5]): {"verdict": r[5], "reason": r[6],
+                               **self._json(r[7], dict, f"run {run_id}: the gate's record of {r[0]} {r[2]}", {})}
+                for r in rows}
 
     # --- files kept with a run ---------------------------------------------------------------
     def artifacts_dir(self, run_id: str) -> Path:
         """Where a run's files live beside the database (profiler traces, LoadGen logs): one directory
         per run, made by whoever writes the first file, removed with nothing else."""
         return self.path.parent / "artifacts" / run_id
+
+    # --- bisections (dlbench.bisect) ------------------------------------------------------------
+    def save_bisection(self, bisection_id: str, started_at: float, status: str, data: dict) -> None:
+        with self.conn:
+            self.conn.execute(BISECTIONS)
+            self.conn.execute("INSERT OR REPLACE INTO bisections VALUES (?,?,?,?,?)",
+                              (bisection_id, started_at, time.time(), status, json.dumps(data, default=str)))
+
+    def bisections(self) -> list[dict[str, Any]]:
+        """Every stored bisection's data, oldest first (none where the table was never made)."""
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='bisections'").fetchone() is None:
+            return []
+        rows = self.conn.execute("SELECT data FROM bisections ORDER BY started_at, rowid").fetchall()
+        return [json.loads(r[0]) for r in rows]
 
     # --- cells and samples ------------------------------------------------------------------
     def save_cell(self, run_id: str, cell: dict, status: str, reason: str, seconds: float, warnings: list[str],
@@ -469,7 +509,7 @@ class Store:
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, cell["key"], cell["framework"], cell["variant"], cell["model"], cell["scenario"], cell["batch"],
                  cell["threads"], cell["device"], cell.get("data", "synthetic"), status, reason, time.time(), seconds,
-                 json.dumps(warnings), json.dumps(metrics, default=str), cell.get("precision", "fp32")))
+                 json.dumps(warnings), json.dumps(metrics, default=str), cell.get("precision", DEFAULT_PRECISION)))
             cell_id = cur.lastrowid
             self.conn.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)",
                                   [(cell_id, s.repeat, s.idx, s.phase, s.value_ns, s.loop_k) for s in samples])
@@ -482,8 +522,19 @@ class Store:
         rows = self.conn.execute(
             "SELECT id, run_id, key, framework, variant, model, scenario, batch, threads, device, data, status, reason, "
             f"seconds, warnings, metrics, {self._precision} FROM cells WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
-        return [CellRecord(*r[:12], r[12] or "", r[13] or 0.0, json.loads(r[14] or "[]"), json.loads(r[15] or "{}"),
-                           r[16]) for r in rows]
+        out = []
+        for r in rows:
+            notes: list[str] = []
+            warnings = load_json(r[14], list, "its warnings", notes, [])
+            metrics = load_json(r[15], dict, "its metrics", notes, {})
+            if not isinstance(r[7], int) or not isinstance(r[8], int):
+                notes.append(f"batch {r[7]!r} and threads {r[8]!r} are not counts")
+            if notes:  # a cell whose stored fields cannot be read is set aside, named, not guessed at
+                self._note(f"run {run_id}: cell {r[2]} set aside: {'; '.join(notes)}")
+                continue
+            out.append(CellRecord(*r[:12], r[12] or "", r[13] if is_number(r[13]) else 0.0,
+                                  [str(w) for w in warnings], metrics, r[16]))
+        return out
 
     def samples(self, cell_id: int, phase: str | None = None) -> list[Sample]:
         query = "SELECT repeat, idx, phase, value_ns, loop_k FROM samples WHERE cell_id=?"

@@ -48,10 +48,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from dlbench import reference
+from dlbench.cell import DEFAULT_DEVICE, DEFAULT_SEED
 from dlbench.data.synthetic import Batch, make_batch
 from dlbench.frameworks.base import Backend, UnsupportedError
 from dlbench.mask_checks import check_masks
 from dlbench.models import ModelSpec, verify_spec
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.precision import expected_dtypes, get_precision
 from dlbench.weights import Weights, directions, init_weights
 
@@ -111,7 +113,7 @@ class VerifyResult:
     params_extra_reason: str = ""
     forward_error: float | None = None
     gradient_error: float | None = None
-    precision: str = "fp32"
+    precision: str = DEFAULT_PRECISION
     #: the types the framework reported for the built model (``Backend.precision_info``)
     dtypes: dict = field(default_factory=dict)
     #: gradient-check directions replaced because the reference's finite difference crossed a kink
@@ -153,8 +155,8 @@ def _central_difference(spec: ModelSpec, weights: Weights, v: dict[str, np.ndarr
     return (plus - minus) / (2 * step)
 
 
-def verify_model(backend: Backend, model_ref: str, variant: str | None = None, device: str = "cpu",
-                 seed: int = 0, precision: str = "fp32") -> VerifyResult:
+def verify_model(backend: Backend, model_ref: str, variant: str | None = None, device: str = DEFAULT_DEVICE,
+                 seed: int = DEFAULT_SEED, precision: str = DEFAULT_PRECISION) -> VerifyResult:
     """Run checks (a)-(e); never raises: a crash is a failed verdict with its reason."""
     variant = variant or backend.variants[0]
     started = time.perf_counter()

@@ -16,9 +16,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from packaging.version import InvalidVersion, Version
+
 import dlbench.envs.companions as companions  # the module alone: dlbench.envs itself imports this one
 
-__all__ = ["SEP", "SpecError", "split", "check", "base_of", "label", "labels"]
+__all__ = ["SEP", "SpecError", "split", "normal_version", "normal_name", "same_release", "check", "base_of", "label",
+           "labels"]
 
 SEP = "=="
 _OPERATORS = re.compile(r"[<>=!~]")
@@ -29,7 +32,9 @@ class SpecError(ValueError):
 
 
 def split(name: str) -> tuple[str, str | None]:
-    """``jax==0.4.38`` -> (``jax``, ``0.4.38``); ``jax`` -> (``jax``, None). Only the form is checked here."""
+    """``jax==0.4.38`` -> (``jax``, ``0.4.38``); ``jax`` -> (``jax``, None). The version comes back in its
+    normal form (:func:`normal_version`: ``jax==00.010.002`` and ``jax==0.10.2.0`` are ``0.10.2``); only
+    the form is checked here."""
     if SEP not in name:
         if _OPERATORS.search(name):
             raise SpecError(f"framework {name!r}: only an exact version can be named (like jax==0.4.38)")
@@ -40,10 +45,49 @@ def split(name: str) -> tuple[str, str | None]:
     if not version:
         raise SpecError(f"framework {name!r}: no version after '==' (like {base}==1.2.3, or {base} for this Python's)")
     try:
-        companions.release_key(version)
-    except ValueError:
-        raise SpecError(f"framework {name!r}: {version!r} is not a release number (like 0.4.38)") from None
-    return base, version
+        return base, normal_version(version)
+    except ValueError as exc:
+        raise SpecError(f"framework {name!r}: {exc}") from None
+
+
+def normal_version(text: str) -> str:
+    """A release number in one spelling, so one release is one name (one environment, one identity in
+    the store): PEP 440's reading (:mod:`packaging.version`; leading zeros dropped), the release padded
+    to three parts and trailing zero parts past the third dropped (``2.13`` and ``2.13.0.0`` are
+    ``2.13.0``, as pip holds them equal). ASCII digits only; no epoch, no local tag. ValueError otherwise."""
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not a release number (ASCII digits, like 0.4.38)")
+    try:
+        v = Version(text)
+    except InvalidVersion:
+        raise ValueError(f"{text!r} is not a release number (like 0.4.38)") from None
+    if v.epoch or v.local:
+        raise ValueError(f"{text!r}: name the release alone (like 0.4.38), without an epoch or a local tag")
+    release = list(v.release) + [0] * max(0, 3 - len(v.release))
+    while len(release) > 3 and release[-1] == 0:
+        release.pop()
+    out = ".".join(map(str, release))
+    if v.pre:
+        out += f"{v.pre[0]}{v.pre[1]}"
+    if v.post is not None:
+        out += f".post{v.post}"
+    if v.dev is not None:
+        out += f".dev{v.dev}"
+    return out
+
+
+def normal_name(name: str) -> str:
+    """The name with its version in normal form (``torch==2.13`` -> ``torch==2.13.0``); SpecError when malformed."""
+    base, version = split(name)
+    return base if version is None else f"{base}{SEP}{version}"
+
+
+def same_release(a: str, b: str) -> bool:
+    """Whether two version strings name one release (a local build tag, ``+cpu``, aside)."""
+    try:
+        return Version(a.split("+", 1)[0]) == Version(b.split("+", 1)[0])
+    except InvalidVersion:
+        return a == b
 
 
 def check(base: str, version: str) -> None:

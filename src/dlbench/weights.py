@@ -25,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 
+from dlbench.cell import DEFAULT_SEED
 from dlbench.models.layers import (
     LSTM,
     Attention,
@@ -83,7 +84,7 @@ def bn_state_names(spec: ModelSpec) -> list[str]:
             for s in ("running_mean", "running_var")]
 
 
-def init_weights(spec: ModelSpec, seed: int = 0, mode: Literal["train", "verify"] = "train") -> Weights:
+def init_weights(spec: ModelSpec, seed: int = DEFAULT_SEED, mode: Literal["train", "verify"] = "train") -> Weights:
     """Initial weights of ``spec`` in canonical layout, float32."""
     shapes = spec.param_shapes()
     kinds = {}

@@ -18,6 +18,8 @@ import sys
 import traceback
 from typing import Any
 
+from dlbench.job import CellJob, PeakJob, SurveyJob, VerifyJob, decode
+
 
 def pin_threads(threads: int | None) -> list[int]:
     """Restrict this process to ``threads`` cores (the only limit XLA respects)."""
@@ -29,41 +31,40 @@ def pin_threads(threads: int | None) -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def run_verify(job: dict[str, Any]) -> dict[str, Any]:
+def run_verify(job: VerifyJob) -> dict[str, Any]:
     from dlbench.frameworks import get_backend
     from dlbench.verify import verify_model
 
-    backend = get_backend(job["framework"])
-    if job.get("threads"):
-        backend.set_threads(job["threads"])
+    backend = get_backend(job.framework)
+    if job.threads:
+        backend.set_threads(job.threads)
     results = []
-    for model in job["models"]:
-        for variant in job.get("variants") or backend.variants:
-            results.append(verify_model(backend, model, variant, job.get("device", "cpu"),
-                                        precision=job.get("precision", "fp32")).to_dict())
+    for model in job.models:
+        for variant in job.variants:
+            results.append(verify_model(backend, model, variant, job.device, precision=job.precision).to_dict())
     return {"results": results, "info": backend.info()}
 
 
-def run_peak(job: dict[str, Any]) -> dict[str, Any]:
+def run_peak(job: PeakJob) -> dict[str, Any]:
     from dlbench.measure.peak import measure_peak_gflops
 
-    return {"gflops": measure_peak_gflops(job["threads"])}
+    return {"gflops": measure_peak_gflops(job.threads)}
 
 
-def run_survey(job: dict[str, Any]) -> dict[str, Any]:
+def run_survey(job: SurveyJob) -> dict[str, Any]:
     """``dlbench survey``: live checks and introspection (see :mod:`dlbench.survey.jobs`)."""
     from dlbench.survey.jobs import run
 
-    return run(job)
+    return run(job.payload)
 
 
-def run_scenario(job: dict[str, Any]) -> dict[str, Any]:
+def run_scenario(job: CellJob) -> dict[str, Any]:
     """One job of a cell: what its scenario does in a measuring process."""
     from dlbench.frameworks.base import UnsupportedError
     from dlbench.scenarios import registry
 
     try:
-        return registry.get(job["scenario"]).work(job)
+        return registry.get(job.cell.scenario).work(job)
     except UnsupportedError as exc:  # e.g. a precision the backend cannot build at (set in prepare)
         return {"unsupported": str(exc)}
 
@@ -77,10 +78,11 @@ def main(argv: list[str]) -> int:
     exit_with_driver()
     job_path, result_path = argv[1], argv[2]
     with open(job_path) as f:
-        job = json.load(f)
+        data = json.load(f)
     try:
-        cores = pin_threads(job.get("threads"))
-        result = JOBS[job["kind"]](job)
+        job = decode(data)
+        cores = pin_threads(job.threads)
+        result = JOBS[job.kind](job)
         result["cores"] = cores
         code = 0
     except Exception as exc:

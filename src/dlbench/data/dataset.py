@@ -8,6 +8,7 @@ from typing import Literal
 
 import numpy as np
 
+from dlbench.cell import DEFAULT_SEED
 from dlbench.data.errors import DataError
 from dlbench.data.synthetic import Batch
 
@@ -58,7 +59,8 @@ class Dataset:
         full, rest = divmod(len(self), batch_size)
         return full + (1 if rest and not drop_last else 0)
 
-    def batches(self, batch_size: int, seed: int = 0, shuffle: bool = True, drop_last: bool = True) -> Iterator[Batch]:
+    def batches(self, batch_size: int, seed: int = DEFAULT_SEED, shuffle: bool = True,
+                drop_last: bool = True) -> Iterator[Batch]:
         """One epoch of :class:`Batch` objects, in an order fixed by ``seed`` alone.
 
         Samples (images, vectors, token sequences): the order is

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dlbench.cell import DEFAULT_SEED
 from dlbench.models.spec import ModelSpec
 
 
@@ -23,7 +24,7 @@ class Batch:
         return int(self.x.shape[0])
 
 
-def make_batch(spec: ModelSpec, batch_size: int, seed: int = 0) -> Batch:
+def make_batch(spec: ModelSpec, batch_size: int, seed: int = DEFAULT_SEED) -> Batch:
     """A reproducible batch for ``spec``: standard-normal images/vectors (sigmoid models get
     values in [0, 1), like pixels), uniform token ids, uniform labels, and for variable-length
     inputs lengths uniform in [min_length, max_len] padded to the longest in the batch."""

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from dlbench.cell_result import CellResult
 from dlbench.distributed import model as sm
-from dlbench.results import CellResult, RunResults
+from dlbench.report.document import DASH, Column, Table, Value
 from dlbench.store import Store
 
 ALGORITHM = {"allreduce": "ring", "ps-sync": "ps", "ps-async": "ps"}
@@ -44,9 +45,9 @@ def link_of(metrics: dict[str, Any]) -> tuple[float | None, float, str]:
     return None, 0.0, "unknown"
 
 
-def scaling_rows(res: RunResults, store: Store) -> list[dict[str, Any]]:
-    """One row per scaling cell, with speedup and efficiency against the W=1 cell of its group."""
-    cells = [c for c in res.cells if c.cell.scenario == "scaling"]
+def scaling_rows(cells: list[CellResult], store: Store) -> list[dict[str, Any]]:
+    """One row per scaling cell (``cells``: the scaling scenario's), with speedup and efficiency against
+    the W=1 cell of its group."""
     base: dict[tuple, CellResult] = {}
     for c in cells:
         if c.ok and c.cell.metrics.get("workers") == 1:
@@ -79,14 +80,14 @@ def scaling_rows(res: RunResults, store: Store) -> list[dict[str, Any]]:
     return rows
 
 
-def model_rows(res: RunResults, store: Store) -> list[dict[str, Any]]:
+def model_rows(cells: list[CellResult], store: Store) -> list[dict[str, Any]]:
     """The scaling model's prediction for every measured scaling cell: from the W=1 cell's compute
     time, the gradient bytes and the link's bandwidth and latency. A second figure puts the same
     modelled exchange on the compute time measured in the cell itself (its no-exchange step, run
     while the other workers run): where workers share a machine's cores, that separates what
     the network costs from what sharing the cores costs, which the model does not describe."""
-    rows = scaling_rows(res, store)
-    by_key = {c.cell.key: c for c in res.cells}
+    rows = scaling_rows(cells, store)
+    by_key = {c.cell.key: c for c in cells}
     base: dict[tuple, dict] = {}
     for r in rows:
         if r["workers"] == 1 and r.get("compute_ms") is not None:
@@ -121,13 +122,13 @@ def model_rows(res: RunResults, store: Store) -> list[dict[str, Any]]:
     return out
 
 
-def extrapolation_rows(res: RunResults, store: Store, workers=(8, 16, 32, 64, 128, 256, 512, 1024),
+def extrapolation_rows(cells: list[CellResult], store: Store, workers=(8, 16, 32, 64, 128, 256, 512, 1024),
                        compute_ms: float | None = None) -> list[dict]:
     """For each measured model: its W=1 compute time (or ``compute_ms``, e.g. a GPU's step time)
     and gradient bytes carried to 8..1024 workers on the stated links (:data:`dlbench.distributed.model.LINKS`)."""
     out = []
     seen = set()
-    for r in scaling_rows(res, store):
+    for r in scaling_rows(cells, store):
         if r["workers"] != 1 or r.get("compute_ms") is None or r["exchange"] != "allreduce":
             continue
         key = (r["model"], r["framework"], r["scaling"], r["per_worker_batch"])
@@ -139,3 +140,32 @@ def extrapolation_rows(res: RunResults, store: Store, workers=(8, 16, 32, 64, 12
             out.append({"model": r["model"], "framework": r["framework"], "batch_per_worker": r["per_worker_batch"],
                         "compute_1_ms": compute, "grad_bytes": r["grad_bytes"], **row})
     return out
+
+
+def _fmt(v, spec: str = ".3g") -> str:
+    return DASH if v is None else format(v, spec)
+
+
+def _mib(v) -> str:
+    return DASH if v is None else f"{v / 2**20:.2f}"
+
+
+def scaling_table(rows: list[dict[str, Any]]) -> Table:
+    """:func:`scaling_rows` as the table ``dlbench run`` and ``show`` print after the summary."""
+    text = ("model", "framework", "exchange", "scaling", "network")
+    cols = [Column(c, c, numeric=c not in text) for c in (
+        *text, "W", "batch/worker", "step ms", "compute ms", "comm ms", "samples/s", "speedup", "efficiency",
+        "grad MiB", "wire MiB/step", "same params", "staleness")]
+    out = []
+    for r in rows:
+        head = [Value(str(r[k])) for k in (*text, "workers", "per_worker_batch")]
+        if r["status"] != "ok":
+            out.append(head + [Value(f"{DASH} ({r['status']})")] + [Value("")] * 9)
+            continue
+        st = r.get("staleness") or {}
+        out.append(head + [Value(x) for x in (
+            _fmt(r["step_ms"]), _fmt(r.get("compute_ms")), _fmt(r.get("comm_ms")), _fmt(r.get("samples_per_s"), ",.0f"),
+            _fmt(r.get("speedup"), ".2f"), _fmt(r.get("efficiency"), ".2f"), _mib(r.get("grad_bytes")),
+            _mib(r.get("wire_bytes_per_step")), {True: "yes", False: "NO", None: DASH}[r.get("params_identical")],
+            f"mean {st['mean']:.2f}, p95 {st['p95']:.0f}, max {st['max']}" if st else DASH)])
+    return Table("scaling (train step, synchronous unless ps-async)", cols, out)

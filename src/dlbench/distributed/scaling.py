@@ -37,8 +37,8 @@ from dlbench.launch.torchrun import Node, free_port, run_agents
 from dlbench.scenarios.base import CellOutcome
 from dlbench.store import Sample
 
-if TYPE_CHECKING:  # the suite model (pydantic) is the parent's; annotations only
-    from dlbench.suite import Suite
+if TYPE_CHECKING:
+    from dlbench.scenarios.base import SuiteView  # the suite model (pydantic) is the parent's; annotations only
 
 #: framework -> the module run by each data-parallel worker
 WORKERS = {"torch": "dlbench.distributed.torch_ddp", "jax": "dlbench.distributed.jax_dp",
@@ -78,13 +78,13 @@ class Network:
 class Session:
     """Run-scoped resources of the scaling scenario (a context manager)."""
 
-    def __init__(self, suite: Suite, cells: list[Cell], ray=None, progress=None):
+    def __init__(self, suite: SuiteView, cells: list[Cell], ray=None, progress=None):
         self.suite, self.cells, self.ray, self.progress = suite, cells, ray, progress
         self.network = Network()
         self.owned_cluster = False
 
     def __enter__(self) -> Session:
-        scaling = [c for c in self.cells if c.scenario == "scaling"]
+        scaling = self.cells  # the scaling scenario's cells (its session)
         try:
             if any(c.cluster == "netns" for c in scaling):
                 self._cluster(max(c.workers for c in scaling))
@@ -98,7 +98,7 @@ class Session:
         return self
 
     def _cluster(self, workers: int) -> None:
-        d = self.suite.distributed
+        d = self.suite.settings("distributed")
         state = netns.load_state()
         if state is None:
             why = netns.unavailable()
@@ -126,10 +126,10 @@ class Session:
 
 
 # --- one cell ---------------------------------------------------------------------------------------
-def _job(cell: Cell, suite: Suite) -> dict[str, Any]:
+def _job(cell: Cell, suite: SuiteView) -> dict[str, Any]:
     protocol = suite.protocol.timer_fields()
     job = {**cell.to_dict(), "seed": suite.seed, "protocol": protocol, "global_batch": cell.global_batch,
-           "per_worker_batch": cell.per_worker_batch, "ps_shards": suite.distributed.ps_shards,
+           "per_worker_batch": cell.per_worker_batch, "ps_shards": suite.settings("distributed").ps_shards,
            "collective_timeout_s": max(10.0, min(suite.protocol.timeout_s / 2, 300.0))}
     if os.environ.get("DLBENCH_FAULT"):  # tests: {"rank": r, "step": k} kills rank r at step k
         job["fault"] = json.loads(os.environ["DLBENCH_FAULT"])
@@ -140,7 +140,7 @@ def _rdzv_id(cell: Cell, repeat: int) -> str:
     return "dlbench-" + hashlib.sha1(cell.key.encode()).hexdigest()[:12] + f"-r{repeat}"
 
 
-def launch(cell: Cell, suite: Suite, network: Network, job_dir: Path, repeat: int) -> GroupOutcome:
+def launch(cell: Cell, suite: SuiteView, network: Network, job_dir: Path, repeat: int) -> GroupOutcome:
     """One repeat of a cell: the processes it needs, on the network the run uses."""
     job = _job(cell, suite)
     timeout = suite.protocol.timeout_s
@@ -152,7 +152,7 @@ def launch(cell: Cell, suite: Suite, network: Network, job_dir: Path, repeat: in
     module = WORKERS.get(cell.framework)
     if module is None:
         raise _Unsupported(f"no data-parallel worker for {cell.framework} (written: {', '.join(sorted(WORKERS))})")
-    d = suite.distributed
+    d = suite.settings("distributed")
     if cell.framework != "torch":
         return _launch_plain(module, job, cell, network, job_dir, timeout)
     if d.launcher == "torchrun" and d.nnodes > 1:
@@ -202,7 +202,7 @@ class _Unsupported(Exception):
     pass
 
 
-def measure_cell(cell: Cell, suite: Suite, network: Network) -> CellOutcome:
+def measure_cell(cell: Cell, suite: SuiteView, network: Network) -> CellOutcome:
     """R repeats of the cell, each a fresh set of processes; samples and metrics for the store."""
     out = CellOutcome("ok")
     results: list[dict[str, Any]] = []

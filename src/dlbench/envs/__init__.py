@@ -4,7 +4,8 @@ measures them there: a cell or a verification of framework F runs ``ENV/bin/pyth
 when F has an environment (it takes precedence over the main Python).
 
 Layout: ``$DLBENCH_ENVS_DIR`` (default ``~/.cache/dlbench/envs``) holds one directory per framework,
-a plain venv plus ``dlbench-env.json``, its record (interpreter, every installed distribution's
+a plain venv (without a pip of its own where this Python's pip can install into it: see
+:func:`_driver_pip`) plus ``dlbench-env.json``, its record (interpreter, every installed distribution's
 version read from that interpreter, creation date and seconds, the requirement files used). The
 record is written last, so a directory without one is a failed or interrupted build and is ignored.
 
@@ -15,8 +16,9 @@ release line (:mod:`dlbench.envs.companions`); the rest is as for any environmen
 What goes in: the framework's pinned requirements, kept in this package
 (``requirements/FRAMEWORK.txt``; if ``requirements/FRAMEWORK.build.txt`` exists it is installed
 first and the framework is built without build isolation, for sdists whose ``setup.py`` needs an
-old setuptools), then dlbench itself with ``--no-deps`` (editable from the checkout when there is
-one). The measuring process imports only NumPy besides the framework (the worker, the backends'
+old setuptools), then dlbench itself with ``--no-deps``; from a checkout, its ``src`` is put on the
+environment's path by a ``.pth`` file instead (an editable install without the build: see
+:func:`_link_checkout`). The measuring process imports only NumPy besides the framework (the worker, the backends'
 base, models, weights, reference, verify, timer and memory modules use the standard library and
 NumPy), so no other dlbench dependency is installed: the framework's NumPy pin stays the only one.
 
@@ -26,13 +28,17 @@ these records to report an environment's framework as installed.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
@@ -58,7 +64,7 @@ RECORD = "dlbench-env.json"
 LOG = "create.log"
 
 __all__ = ["EnvError", "EnvRecord", "envs_dir", "recipes", "requirements", "load", "list_envs", "python_for",
-           "stale", "worker_env", "create", "remove", "env_path", "log_path"]
+           "stale", "worker_env", "create", "build_lock", "remove", "env_path", "log_path"]
 
 
 class EnvError(Exception):
@@ -192,14 +198,61 @@ def _repo_root() -> Path | None:
 
 
 def _run(cmd: list[str], log: Path, what: str) -> None:
+    """Run one build step (pip, venv) in a process group of its own, killed as a whole when this
+    process is stopped (SIGTERM, Ctrl-C: :func:`create` turns both into an exception): pip and the
+    build backends it starts never outlive dlbench."""
     with open(log, "a") as f:
         f.write(f"\n$ {' '.join(cmd)}\n")
         f.flush()
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
         env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env).returncode
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+        try:
+            rc = proc.wait()
+        except BaseException:
+            _kill_group(proc)
+            raise
     if rc:
         raise EnvError(f"{what} failed (exit {rc}):\n{_error_lines(log.read_text())}")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@contextmanager
+def build_lock(framework: str, progress: Callable[[str], None] = lambda s: None) -> Iterator[None]:
+    """Hold the framework's build lock (``FRAMEWORK.lock`` beside the environments, ``flock``): two
+    ``dlbench envs create`` (or two runs building on demand) of one environment never build into one
+    folder at once. The second waits, saying which process holds the lock, then reuses what the first
+    built. The kernel drops the lock when its holder dies, however it dies."""
+    path = env_path(framework)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.parent / f"{path.name}.lock"
+    with open(lock, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            progress(f"{framework}: {holder} is building this environment; waiting for it to finish")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.seek(0)
+            f.truncate()
+            f.flush()
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _error_lines(text: str, limit: int = 25) -> str:
@@ -252,6 +305,13 @@ def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
 
     Raises :class:`EnvError` with pip's exact error when something cannot be installed; the
     half-built directory is removed and the full log kept beside it (``FRAMEWORK.log``)."""
+    from dlbench.interrupt import signals_interrupt
+
+    with signals_interrupt(), build_lock(info.name, progress):
+        return _create(info, python, force, progress)
+
+
+def _create(info: FrameworkEntry, python: str | None, force: bool, progress: Callable[[str], None]) -> EnvRecord:
     framework = info.name
     reqs, build = requirements(framework)
     existing = load(framework)
@@ -270,10 +330,12 @@ def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
     started = time.perf_counter()
     base = python or getattr(sys, "_base_executable", None) or sys.executable
     try:
+        own_pip = python is not None or bool(build) or not _driver_pip()
         progress(f"{framework}: creating a venv with {base}")
-        _run([base, "-m", "venv", str(path)], log, "creating the venv")
+        _run([base, "-m", "venv", *([] if own_pip else ["--without-pip"]), str(path)], log, "creating the venv")
         env_python = path / "bin" / "python"
-        pip = [str(env_python), "-m", "pip", "install", "--no-input"]
+        pip = ([str(env_python), "-m", "pip"] if own_pip else [sys.executable, "-m", "pip", "--python", str(env_python)])
+        pip += ["install", "--no-input"]
         if build:
             progress(f"{framework}: installing build prerequisites: {' '.join(build)}")
             _run([*pip, *build], log, f"installing {' '.join(build)}")
@@ -282,7 +344,10 @@ def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
         repo = _repo_root()
         source = str(repo) if repo else f"dlbench=={_dlbench_version()}"
         progress(f"{framework}: installing dlbench's measuring code (--no-deps) from {source}")
-        _run([*pip, "--no-deps", *(["-e", source] if repo else [source])], log, "installing dlbench")
+        if repo:
+            _link_checkout(env_python, repo, log)
+        else:
+            _run([*pip, "--no-deps", source], log, "installing dlbench")
         probe = _probe(env_python, info.import_name)
         if probe["import_error"]:
             raise EnvError(f"the new environment cannot run dlbench's measuring code: {probe['import_error']}")
@@ -302,6 +367,37 @@ def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
     dist = info.distribution if isinstance(info.distribution, str) else info.distribution[0]
     progress(f"{framework}: {dist} {record.framework_version} ready in {record.create_seconds:.0f} s")
     return record
+
+
+def _driver_pip() -> bool:
+    """Whether this Python's pip can install into another interpreter (``--python``, pip 22.3 and later).
+    Then an environment is a venv without a pip of its own, installed into by this pip (the same
+    configuration, the same index): ensurepip is most of the time a venv takes to make, and the
+    environment's packages are the same. An environment on another Python (``python=``) or with build
+    prerequisites (an sdist built without isolation, which expects the venv's own setuptools) keeps its own pip."""
+    from importlib.metadata import version
+
+    try:
+        major, minor = (int(x) for x in version("pip").split(".")[:2])
+    except Exception:  # no pip here (PackageNotFoundError), or a version that is not numbers
+        return False
+    return (major, minor) >= (22, 3)
+
+
+def _link_checkout(env_python: Path, repo: Path, log: Path) -> None:
+    """Put the checkout's ``src`` on the environment's path with a ``.pth`` file: what an editable
+    install of dlbench's src layout amounts to, without building it. An editable install needs
+    dlbench's build backend (setuptools >= 77, wheel) fetched from the index into a build environment
+    for every environment built, which a local or offline index (a framework team's mirror, the
+    bisect test's) may not hold; the measuring code needs none of it."""
+    out = subprocess.run([str(env_python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if out.returncode:
+        raise EnvError(f"the environment's interpreter failed: {out.stderr.strip()[-2000:]}")
+    pth = Path(out.stdout.strip()) / "dlbench-checkout.pth"
+    pth.write_text(str(repo / "src") + "\n")
+    with open(log, "a") as f:
+        f.write(f"\n$ echo {repo / 'src'} > {pth}\n")
 
 
 def _dlbench_version() -> str:

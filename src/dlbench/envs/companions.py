@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Line", "LINES", "BEFORE", "DISTRIBUTION", "release_key", "line_for", "companions", "pinnable"]
+__all__ = ["Line", "LINES", "BEFORE", "DISTRIBUTION", "release_key", "line_for", "companions", "pinnable", "register"]
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ BEFORE = {
     "torch": "PyTorch before 2.1 has no torch.export, which the backend's compile variant and the ONNX export use",
 }
 
-_RELEASE = re.compile(r"(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?")
+_RELEASE = re.compile(r"([0-9]+(?:\.[0-9]+)*)(?:(a|b|rc)([0-9]+))?(?:\.post([0-9]+))?(?:\.dev([0-9]+))?")
 
 
 def release_key(version: str) -> tuple:
@@ -115,3 +115,12 @@ def companions(framework: str, version: str) -> list[str]:
     """The requirements of ``framework==version``'s environment: the framework first, then its line's pins."""
     line = line_for(framework, version)
     return [f"{DISTRIBUTION[framework]}=={version}", *(p.format(v=version) for p in line.pins)]
+
+
+def register(framework: str, distribution: str, lines: tuple[Line, ...], before: str) -> None:
+    """Make a plugin's framework pinnable (``fakerel==1.3``): its pip distribution, its release lines and
+    why releases before the first are refused. A plugin calls this when it is imported, so every process
+    that loads it (``DLBENCH_PLUGINS``) knows the lines."""
+    LINES[framework] = tuple(lines)
+    DISTRIBUTION[framework] = distribution
+    BEFORE[framework] = before

@@ -1,6 +1,8 @@
 """Registry of framework backends.
 
-Nothing here imports a framework: whether one is installed is read from package metadata, and
+A built-in backend's variants, devices and scenarios are its backend class's own declarations, read
+from its source (:mod:`dlbench.frameworks.declared`): one place to change them. Nothing here imports a
+framework: whether one is installed is read from package metadata, and
 a backend module is imported only by :func:`get_backend`, inside the process that measures it
 (thread settings must come before the import).
 """
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from dlbench import envs, versions
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.declared import declared
 
 __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "FrameworkInfo", "list_frameworks",
            "get_backend", "framework_info", "UnknownFrameworkError", "check_frameworks"]
@@ -38,13 +41,13 @@ class FrameworkInfo:
     description: str
     #: environment a variant needs before the framework is imported (e.g. KERAS_BACKEND)
     variant_env: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: scenarios the backend can run (mirrors ``Backend.scenarios``, readable without the import)
+    #: scenarios the backend can run (a built-in's: its ``Backend.scenarios``, read without the import)
     scenarios: tuple[str, ...] = ("forward", "gradient", "train_step")
     #: other import names the backend needs (onnxruntime's models are exported from torch)
     requires: tuple[str, ...] = ()
     #: per-batch scenario -> the whole-data-set scenario measured in its place (H2O: train_step -> epoch)
     stands_in: dict[str, str] = field(default_factory=dict)
-    #: devices the backend can build on (mirrors ``Backend.devices``, readable without the import);
+    #: devices the backend can build on (a built-in's: its ``Backend.devices``, read without the import);
     #: ``cuda`` also admits ``cuda:N``
     devices: tuple[str, ...] = ("cpu",)
     #: the pinned version of a name like ``jax==0.4.38`` (dlbench.versions); None: the main Python's
@@ -56,42 +59,38 @@ class FrameworkInfo:
         return versions.base_of(self.name)
 
 
-FRAMEWORKS: dict[str, FrameworkInfo] = {
-    "torch": FrameworkInfo("torch", "dlbench.frameworks.torch", "torch", "torch", ("eager", "compile"),
-                           "PyTorch (torch.nn, torch.compile)", devices=("cpu", "cuda")),
-    "jax": FrameworkInfo("jax", "dlbench.frameworks.jax", "jax", "jax", ("jit",), "JAX + Flax + Optax (jax.jit)",
-                         devices=("cpu", "cuda")),
-    "onnxruntime": FrameworkInfo("onnxruntime", "dlbench.frameworks.onnxruntime", ("onnxruntime", "onnxruntime-gpu"),
-                                 "onnxruntime", ("default", "fused"), "ONNX Runtime (exported from torch)",
-                                 scenarios=("forward",), requires=("torch", "onnx", "onnxscript"),
-                                 devices=("cpu", "cuda")),
-    "openvino": FrameworkInfo("openvino", "dlbench.frameworks.openvino", "openvino", "openvino", ("default",),
-                              "OpenVINO (Intel's inference engine, from the ONNX export)", scenarios=("forward",),
-                              requires=("torch", "onnx", "onnxscript")),
-    "tensorflow": FrameworkInfo("tensorflow", "dlbench.frameworks.tensorflow", ("tensorflow-cpu", "tensorflow"),
-                                "tensorflow", ("function", "xla"), "TensorFlow 2 (Keras 3 layers, tf.function, XLA)",
-                                requires=("keras",), devices=("cpu", "cuda")),
-    "keras": FrameworkInfo("keras", "dlbench.frameworks.keras", "keras", "keras",
-                           ("keras-jax", "keras-tensorflow", "keras-torch"),
-                           "Keras 3 (one model on the JAX, TensorFlow and PyTorch backends; compile, train_on_batch)",
-                           variant_env={"keras-jax": {"KERAS_BACKEND": "jax"},
-                                        "keras-tensorflow": {"KERAS_BACKEND": "tensorflow"},
-                                        "keras-torch": {"KERAS_BACKEND": "torch"}},
-                           devices=("cpu", "cuda")),
+def _builtin(name: str, distribution: str | tuple[str, ...], import_name: str, description: str,
+             **kw) -> FrameworkInfo:
+    """A built-in backend's entry: its variants, devices and scenarios as its backend class declares
+    them (read from dlbench.frameworks.NAME's source, :mod:`dlbench.frameworks.declared`)."""
+    module = f"dlbench.frameworks.{name}"
+    return FrameworkInfo(name, module, distribution, import_name, description=description, **declared(module, name),
+                         **kw)
+
+
+FRAMEWORKS: dict[str, FrameworkInfo] = {i.name: i for i in (
+    _builtin("torch", "torch", "torch", "PyTorch (torch.nn, torch.compile)"),
+    _builtin("jax", "jax", "jax", "JAX + Flax + Optax (jax.jit)"),
+    _builtin("onnxruntime", ("onnxruntime", "onnxruntime-gpu"), "onnxruntime", "ONNX Runtime (exported from torch)",
+             requires=("torch", "onnx", "onnxscript")),
+    _builtin("openvino", "openvino", "openvino", "OpenVINO (Intel's inference engine, from the ONNX export)",
+             requires=("torch", "onnx", "onnxscript")),
+    _builtin("tensorflow", ("tensorflow-cpu", "tensorflow"), "tensorflow",
+             "TensorFlow 2 (Keras 3 layers, tf.function, XLA)", requires=("keras",)),
+    _builtin("keras", "keras", "keras",
+             "Keras 3 (one model on the JAX, TensorFlow and PyTorch backends; compile, train_on_batch)",
+             variant_env={"keras-jax": {"KERAS_BACKEND": "jax"}, "keras-tensorflow": {"KERAS_BACKEND": "tensorflow"},
+                          "keras-torch": {"KERAS_BACKEND": "torch"}}),
     # The backends below usually live in a per-framework environment (dlbench envs create NAME),
     # because their pins clash with the main Python's (see dlbench.envs and docs/environments.md).
-    "mxnet": FrameworkInfo("mxnet", "dlbench.frameworks.mxnet", "mxnet", "mxnet", ("imperative", "hybridize"),
-                           "Apache MXNet 1.9 (Gluon; hybridize = static graph)"),
-    "chainer": FrameworkInfo("chainer", "dlbench.frameworks.chainer", "chainer", "chainer", ("default",),
-                             "Chainer 7 (define-by-run)"),
-    "pytensor": FrameworkInfo("pytensor", "dlbench.frameworks.pytensor", "pytensor", "pytensor", ("numba", "c"),
-                              "PyTensor (Theano's successor: compiled graphs; Numba or C linker)"),
-    "paddle": FrameworkInfo("paddle", "dlbench.frameworks.paddle", ("paddlepaddle", "paddlepaddle-gpu"), "paddle",
-                            ("dynamic", "to_static"), "PaddlePaddle 3 (dynamic graph; paddle.jit.to_static)"),
-    "h2o": FrameworkInfo("h2o", "dlbench.frameworks.h2o", "h2o", "h2o", ("default",),
-                         "H2O-3 deep learning (JVM cluster; multilayer perceptrons, whole epochs)",
-                         scenarios=("epoch", "predict"), stands_in={"train_step": "epoch", "forward": "predict"}),
-}
+    _builtin("mxnet", "mxnet", "mxnet", "Apache MXNet 1.9 (Gluon; hybridize = static graph)"),
+    _builtin("chainer", "chainer", "chainer", "Chainer 7 (define-by-run)"),
+    _builtin("pytensor", "pytensor", "pytensor", "PyTensor (Theano's successor: compiled graphs; Numba or C linker)"),
+    _builtin("paddle", ("paddlepaddle", "paddlepaddle-gpu"), "paddle",
+             "PaddlePaddle 3 (dynamic graph; paddle.jit.to_static)"),
+    _builtin("h2o", "h2o", "h2o", "H2O-3 deep learning (JVM cluster; multilayer perceptrons, whole epochs)",
+             stands_in={"train_step": "epoch", "forward": "predict"}),
+)}
 
 
 def register(info: FrameworkInfo) -> None:
@@ -143,12 +142,7 @@ def framework_info(name: str) -> FrameworkInfo:
         versions.check(base, version)
     except versions.SpecError as exc:
         raise UnknownFrameworkError(str(exc)) from None
-    return replace(FRAMEWORKS[base], name=name, version=version)
-
-
-def _strip_local(version: str) -> str:
-    """``2.13.0+cpu`` -> ``2.13.0``: a local build tag does not change the release."""
-    return version.split("+", 1)[0]
+    return replace(FRAMEWORKS[base], name=f"{base}{versions.SEP}{version}", version=version)
 
 
 def installed_version(name: str) -> str | None:
@@ -157,11 +151,11 @@ def installed_version(name: str) -> str | None:
     A pinned name (``jax==0.4.38``) is installed in its own environment, or in this Python when this
     Python has exactly that version."""
     info = framework_info(name)
-    record = envs.load(name)
+    record = envs.load(info.name)
     if record is not None and record.framework_version:
         return record.framework_version
     here = _version_here(info)
-    if info.version is not None and (here is None or _strip_local(here) != info.version):
+    if info.version is not None and (here is None or not versions.same_release(here, info.version)):
         return None
     return here
 
@@ -206,7 +200,7 @@ def get_backend(name: str) -> Backend:
     info = framework_info(name)
     if info.version is not None:
         here = _version_here(info)
-        if here is None or _strip_local(here) != info.version:
+        if here is None or not versions.same_release(here, info.version):
             raise UnsupportedError(f"{name}: this interpreter ({sys.executable}) has {info.base} {here or 'missing'}, "
                                    f"not {info.version} (dlbench envs create {name})")
     module = import_plugin(info.module)

@@ -31,9 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.measure.profile import ProfileTrace
 from dlbench.models.spec import ModelSpec
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.weights import Weights
 
 
@@ -64,7 +66,7 @@ class Backend(ABC):
     #: why the gate checks only the forward, for a backend without ``gradient`` (None: the default text)
     forward_only_reason: str | None = None
     #: the precisions (dlbench.precision) the backend can build at; the cell's is set before ``build``
-    precisions: tuple[str, ...] = ("fp32",)
+    precisions: tuple[str, ...] = (DEFAULT_PRECISION,)
 
     # --- set-up -----------------------------------------------------------------
     @abstractmethod
@@ -74,7 +76,7 @@ class Backend(ABC):
     def set_precision(self, precision: str) -> None:
         """Build at ``precision`` from now on (dlbench.precision names); called before ``build``.
         Raise :class:`UnsupportedError` with the reason for one the framework cannot run."""
-        if precision != "fp32":
+        if precision != DEFAULT_PRECISION:
             raise UnsupportedError(f"{self.name} has no {precision} path in dlbench")
 
     def precision_info(self, model: Any) -> dict[str, str]:
@@ -84,7 +86,7 @@ class Backend(ABC):
         return {"param_dtype": "float32", "compute_dtype": "float32"}
 
     @abstractmethod
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> Any:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE, variant: str | None = None) -> Any:
         """The spec as a framework model holding ``weights`` (converted from canonical layout)."""
 
     @abstractmethod

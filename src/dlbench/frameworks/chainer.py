@@ -52,8 +52,10 @@ import chainer.functions as F
 import chainer.links as CL
 import numpy as np
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.builder import LayerBuilder
 from dlbench.measure.profile import ProfileTrace, write_trace
 from dlbench.models import layers as L
 from dlbench.models.layers import _pool_out
@@ -100,8 +102,10 @@ def MARK(x, ctx):  # pragma: no cover - a sentinel; Net keeps the activation
     return x
 
 
-class Builder:
+class Builder(LayerBuilder):
     """Turns layers into links (registered on the Net) and step functions over them."""
+
+    builds_for = "chainer backend"
 
     def __init__(self) -> None:
         self.links: list[chainer.Link] = []
@@ -114,16 +118,6 @@ class Builder:
     def add(self, link: chainer.Link) -> chainer.Link:
         self.links.append(link)
         return link
-
-    def sequence(self, layers: tuple[L.Layer, ...], shape: tuple[int, ...]) -> list[Callable]:
-        steps = []
-        for layer in layers:
-            method = getattr(self, f"make_{layer.kind.lower()}", None)
-            if method is None:
-                raise UnsupportedError(f"chainer backend has no rule for layer {layer.kind}")
-            steps.append(method(layer, shape))
-            shape = layer.out_shape(shape)
-        return steps
 
     def make_conv2d(self, layer: L.Conv2d, shape) -> Callable:
         link = self.add(CL.Convolution2D(shape[0], layer.out_channels, layer.kernel, layer.stride, layer.padding,
@@ -274,7 +268,7 @@ class Builder:
         return lambda x, ctx: F.pad(x[:, :, ::s, ::s], ((0, 0), (0, extra), (0, 0), (0, 0)), "constant")
 
     def make_residual(self, layer: L.Residual, shape) -> Callable:
-        body, short = self.sequence(layer.body, shape), self.sequence(layer.shortcut, shape)
+        body, short = self.sequence(layer.body, shape)[0], self.sequence(layer.shortcut, shape)[0]
         relu = layer.post == "relu"
 
         def run(x, ctx):
@@ -349,14 +343,15 @@ class ChainerBackend(Backend):
         threadpoolctl.threadpool_limits(n)
         return {"blas": [{"api": d["internal_api"], "threads": d["num_threads"]} for d in threadpoolctl.threadpool_info()]}
 
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> ChainerModel:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE,
+              variant: str | None = None) -> ChainerModel:
         variant = variant or "default"
         if variant not in self.variants:
             raise UnsupportedError(f"chainer has no variant {variant!r}")
         if device != "cpu":
             raise UnsupportedError(f"the chainer backend runs on NumPy (CPU); no device {device!r} (CuPy is not installed)")
         builder = Builder()
-        steps = builder.sequence(spec.layers, spec.input.shape)
+        steps, _ = builder.sequence(spec.layers, spec.input.shape)
         net = Net(builder.links)
         net.steps = steps
         for name, (params, split, _) in builder.params.items():

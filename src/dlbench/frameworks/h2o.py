@@ -78,6 +78,7 @@ import h2o
 import numpy as np
 from h2o.estimators import H2ODeepLearningEstimator
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.models import layers as L
@@ -293,7 +294,7 @@ class H2OBackend(Backend):
                     mini_batch_size=1, seed=0, variable_importances=False, diagnostics=False, quiet_mode=True,
                     export_weights_and_biases=False)
 
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> H2OModel:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE, variant: str | None = None) -> H2OModel:
         variant = variant or "default"
         if variant not in self.variants:
             raise UnsupportedError(f"h2o has no variant {variant!r}")

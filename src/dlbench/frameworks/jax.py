@@ -79,13 +79,16 @@ import numpy as np
 import optax
 from flax import nnx
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.builder import LayerBuilder
 from dlbench.frameworks.profilers import jax_profile
 from dlbench.measure.profile import ProfileTrace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.split import differentiates_input
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.precision import get_precision
 from dlbench.weights import Weights
 
@@ -442,12 +445,14 @@ def _flatten_rows(chw: tuple[int, int, int]) -> tuple[Callable, Callable]:
     return to_flax, from_flax
 
 
-class Builder:
+class Builder(LayerBuilder):
     """Turns layers into Flax modules holding the canonical weights, and records where each
     canonical parameter lives. Tests may subclass it to plant bugs.
 
     Each layer's initialisers return the converted canonical value: Flax's own random
     initialisers would compile one kernel per shape only to be overwritten."""
+
+    builds_for = "jax backend"
 
     def __init__(self, weights: Weights, dtype: Any = None, param_dtype: Any = jnp.float32) -> None:
         self.weights = weights
@@ -473,19 +478,12 @@ class Builder:
         return initializer
 
     def sequence(self, layers: tuple[L.Layer, ...], shape: tuple[int, ...]) -> tuple[Seq, tuple[int, ...]]:
-        mods = []
-        for layer in layers:
-            mods.append(self.layer(layer, shape))
-            if not isinstance(layer, L.Flatten | L.Activation | L.Dropout | L.Dense):
-                self.flattened = None
-            shape = layer.out_shape(shape)
+        mods, shape = super().sequence(layers, shape)
         return Seq(mods), shape
 
-    def layer(self, layer: L.Layer, shape: tuple[int, ...]) -> nnx.Module:
-        method = getattr(self, f"make_{layer.kind.lower()}", None)
-        if method is None:
-            raise UnsupportedError(f"jax backend has no rule for layer {layer.kind}")
-        return method(layer, shape)
+    def after(self, layer: L.Layer) -> None:
+        if not isinstance(layer, L.Flatten | L.Activation | L.Dropout | L.Dense):
+            self.flattened = None
 
     def make_conv2d(self, layer: L.Conv2d, shape) -> nnx.Module:
         w, b = f"{layer.name}.weight", f"{layer.name}.bias"
@@ -688,7 +686,7 @@ class JaxModel:
     name to (collection, path in that collection, to_flax, from_flax)."""
 
     def __init__(self, spec: ModelSpec, net: Seq, builder: Builder, device: jax.Device, variant: str,
-                 precision: str = "fp32"):
+                 precision: str = DEFAULT_PRECISION):
         self.spec, self.device, self.variant, self.precision = spec, device, variant, precision
         #: the type ``place`` gives a float input: the compute type for a cast model (bf16, fp16);
         #: float32 otherwise (under amp-* the first layer casts it, as Flax's ``dtype`` does)
@@ -861,7 +859,7 @@ class JaxBackend(Backend):
     packages = ("jax", "jaxlib", "flax", "optax")
     builder_class = Builder
     precisions = tuple(_FLAX_DTYPES)
-    precision = "fp32"
+    precision = DEFAULT_PRECISION
 
     def set_precision(self, precision: str) -> None:
         """bf16/fp16: every layer's Flax ``param_dtype`` and ``dtype`` the low type, inputs cast in
@@ -903,7 +901,7 @@ class JaxBackend(Backend):
             "note": "XLA has no runtime thread setting; its CPU thread pool follows the process's CPU affinity",
         }
 
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> JaxModel:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE, variant: str | None = None) -> JaxModel:
         variant = variant or "jit"
         if variant not in self.variants:
             raise UnsupportedError(f"jax has no variant {variant!r}")

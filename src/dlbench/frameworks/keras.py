@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.frameworks.cache import cache_dir, set_tf_xla_cache, set_torch_inductor_cache
 
 _requested = os.environ.get("KERAS_BACKEND", "tensorflow")
@@ -162,7 +163,8 @@ class KerasBackend(km.PolicyPrecision, Backend):
         return {"affinity_cores": len(os.sched_getaffinity(0)),
                 "note": "XLA's CPU client has no thread setting; the pinned CPU affinity limits it"}
 
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> KerasModel:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE,
+              variant: str | None = None) -> KerasModel:
         variant = variant or VARIANT
         if variant not in self.variants:
             raise UnsupportedError(f"keras has no variant {variant!r}")

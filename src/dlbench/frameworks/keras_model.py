@@ -55,9 +55,11 @@ import numpy as np
 from keras import ops
 
 from dlbench.frameworks.base import UnsupportedError
+from dlbench.frameworks.builder import LayerBuilder
 from dlbench.models import layers as L
 from dlbench.models.layers import _pool_out
 from dlbench.models.spec import ModelSpec
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.precision import get_precision
 from dlbench.weights import Weights
 
@@ -488,7 +490,7 @@ class PolicyPrecision:
     and Keras 3's backends): the precisions it offers, the one asked, and the types a built model holds."""
 
     precisions = tuple(POLICIES)
-    precision = "fp32"
+    precision = DEFAULT_PRECISION
 
     def set_precision(self, precision: str) -> None:
         get_precision(precision)
@@ -565,7 +567,7 @@ class KerasBuild:
     params: dict[str, Binding]
     state: dict[str, Binding]
     trainable_names: list[str] = field(default_factory=list)  # aligned with model.trainable_variables
-    precision: str = "fp32"
+    precision: str = DEFAULT_PRECISION
 
     @property
     def loss_scale(self) -> float | None:
@@ -579,9 +581,11 @@ class KerasBuild:
         return [b.get() for b in self.state.values()]
 
 
-class Builder:
+class Builder(LayerBuilder):
     """Turns spec layers into Keras layers and records where each canonical parameter lives.
     Tests may subclass it to plant bugs, as with the torch backend's builder."""
+
+    builds_for = "the Keras model builder"
 
     def __init__(self) -> None:
         self.params: dict[str, Binding] = {}
@@ -589,21 +593,9 @@ class Builder:
         self.dense: dict[str, keras.layers.Dense] = {}
         self._flattened: tuple[int, int, int] | None = None  # canonical (C, H, W) of a pending Flatten
 
-    def sequence(self, layers: tuple[L.Layer, ...], shape: tuple[int, ...]) -> tuple[list, tuple]:
-        out = []
-        for layer in layers:
-            made = self.layer(layer, shape)
-            out += made if isinstance(made, list) else [made]
-            if not isinstance(layer, L.Flatten | L.Activation | L.Dropout | L.Dense):
-                self._flattened = None
-            shape = layer.out_shape(shape)
-        return out, shape
-
-    def layer(self, layer: L.Layer, shape: tuple[int, ...]):
-        method = getattr(self, f"make_{layer.kind.lower()}", None)
-        if method is None:
-            raise UnsupportedError(f"the Keras model builder has no rule for layer {layer.kind}")
-        return method(layer, shape)
+    def after(self, layer: L.Layer) -> None:
+        if not isinstance(layer, L.Flatten | L.Activation | L.Dropout | L.Dense):
+            self._flattened = None
 
     def make_conv2d(self, layer: L.Conv2d, shape):
         k, p, s = layer.kernel, layer.padding, layer.stride
@@ -771,7 +763,7 @@ def keras_inputs(spec: ModelSpec, x: np.ndarray, mask: np.ndarray | None) -> Any
 
 
 def build_keras_model(spec: ModelSpec, weights: Weights, builder: Builder | None = None,
-                      precision: str = "fp32") -> KerasBuild:
+                      precision: str = DEFAULT_PRECISION) -> KerasBuild:
     """The spec as a :class:`SpecModel` holding ``weights`` (converted from canonical layout), its
     layers made under ``precision``'s dtype policy (:data:`POLICIES`)."""
     builder = builder or Builder()

@@ -39,8 +39,10 @@ import numpy as np
 from mxnet import autograd, gluon
 from mxnet.gluon import nn, rnn
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.builder import LayerBuilder
 from dlbench.measure.profile import ProfileTrace, paired_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
@@ -177,8 +179,10 @@ def _t(a: np.ndarray) -> np.ndarray:
 Binding = tuple[gluon.Parameter, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]
 
 
-class Builder:
+class Builder(LayerBuilder):
     """Turns layers into Gluon blocks and records where each canonical parameter lives."""
+
+    builds_for = "mxnet backend"
 
     def __init__(self) -> None:
         self.params: dict[str, Binding] = {}
@@ -186,19 +190,6 @@ class Builder:
         self.dense: dict[str, nn.Dense] = {}
         self.frozen: list[gluon.Parameter] = []
         self.extra: list[gluon.Parameter] = []  # MXNet parameters outside the spec (LSTM h2h bias)
-
-    def sequence(self, layers: tuple[L.Layer, ...], shape: tuple[int, ...]) -> list[gluon.Block]:
-        blocks = []
-        for layer in layers:
-            blocks.append(self.layer(layer, shape))
-            shape = layer.out_shape(shape)
-        return blocks
-
-    def layer(self, layer: L.Layer, shape: tuple[int, ...]) -> gluon.Block:
-        method = getattr(self, f"make_{layer.kind.lower()}", None)
-        if method is None:
-            raise UnsupportedError(f"mxnet backend has no rule for layer {layer.kind}")
-        return method(layer, shape)
 
     def make_conv2d(self, layer: L.Conv2d, shape) -> gluon.Block:
         b = nn.Conv2D(layer.out_channels, layer.kernel, layer.stride, layer.padding, groups=layer.groups,
@@ -279,7 +270,8 @@ class Builder:
         return ZeroPadShortcut(shape[0], layer.out_channels, layer.stride)
 
     def make_residual(self, layer: L.Residual, shape) -> gluon.Block:
-        return Residual(self.sequence(layer.body, shape), self.sequence(layer.shortcut, shape), layer.post == "relu")
+        return Residual(self.sequence(layer.body, shape)[0], self.sequence(layer.shortcut, shape)[0],
+                        layer.post == "relu")
 
 
 class MxModel:
@@ -306,7 +298,7 @@ class MxnetBackend(Backend):
         return {"omp_threads": n, "omp_env": os.environ.get("OMP_NUM_THREADS"),
                 "engine_workers": int(os.environ.get("MXNET_CPU_WORKER_NTHREADS", "1"))}
 
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> MxModel:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE, variant: str | None = None) -> MxModel:
         variant = variant or "imperative"
         if variant not in self.variants:
             raise UnsupportedError(f"mxnet has no variant {variant!r}")
@@ -314,7 +306,7 @@ class MxnetBackend(Backend):
             raise UnsupportedError(f"the mxnet environment is the CPU build (mxnet==1.9.1); no device {device!r}")
         mx.random.seed(0)
         builder = Builder()
-        blocks = builder.sequence(spec.layers, spec.input.shape)
+        blocks, _ = builder.sequence(spec.layers, spec.input.shape)
         net = Seq(blocks)
         net.initialize(mx.init.Zero(), ctx=CTX)
         for p in builder.frozen + builder.extra:

@@ -57,6 +57,7 @@ import onnx
 import openvino as ov
 import torch
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks import torch as torch_backend
 from dlbench.frameworks.base import UnsupportedError
@@ -157,7 +158,7 @@ class OpenVinoBackend(ExportEngine):
     def build_info(self, model: Any) -> dict[str, Any]:
         return dict(model.build_info)
 
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> OvModel:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE, variant: str | None = None) -> OvModel:
         variant = variant or "default"
         if variant not in self.variants:
             raise UnsupportedError(f"openvino has no variant {variant!r}")

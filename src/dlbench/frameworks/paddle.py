@@ -43,8 +43,10 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.builder import LayerBuilder
 from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
@@ -166,23 +168,17 @@ def _t(a: np.ndarray) -> np.ndarray:
 Binding = tuple[Any, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]
 
 
-class Builder:
+class Builder(LayerBuilder):
+    """Turns layers into Paddle layers and records where each canonical parameter lives."""
+
+    builds_for = "paddle backend"
+
     def __init__(self) -> None:
         self.params: dict[str, Binding] = {}
         self.state: dict[str, Any] = {}
         self.linears: dict[str, nn.Linear] = {}
         self.frozen: list = []
         self.extra: list = []
-
-    def sequence(self, layers: tuple[L.Layer, ...], shape: tuple[int, ...]) -> list[nn.Layer]:
-        out = []
-        for layer in layers:
-            method = getattr(self, f"make_{layer.kind.lower()}", None)
-            if method is None:
-                raise UnsupportedError(f"paddle backend has no rule for layer {layer.kind}")
-            out.append(method(layer, shape))
-            shape = layer.out_shape(shape)
-        return out
 
     def make_conv2d(self, layer: L.Conv2d, shape) -> nn.Layer:
         m = nn.Conv2D(shape[0], layer.out_channels, layer.kernel, layer.stride, layer.padding, groups=layer.groups,
@@ -265,7 +261,8 @@ class Builder:
         return ZeroPadShortcut(shape[0], layer.out_channels, layer.stride)
 
     def make_residual(self, layer: L.Residual, shape) -> nn.Layer:
-        return Residual(self.sequence(layer.body, shape), self.sequence(layer.shortcut, shape), layer.post == "relu")
+        return Residual(self.sequence(layer.body, shape)[0], self.sequence(layer.shortcut, shape)[0],
+                        layer.post == "relu")
 
 
 class PaddleModel:
@@ -302,7 +299,8 @@ class PaddleBackend(Backend):
         return {"paddle_num_threads": paddle.get_flags(["FLAGS_paddle_num_threads"])["FLAGS_paddle_num_threads"],
                 "omp_env": os.environ.get("OMP_NUM_THREADS")}
 
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> PaddleModel:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE,
+              variant: str | None = None) -> PaddleModel:
         variant = variant or "dynamic"
         if variant not in self.variants:
             raise UnsupportedError(f"paddle has no variant {variant!r}")
@@ -311,7 +309,7 @@ class PaddleBackend(Backend):
         paddle.set_device("cpu")
         paddle.seed(0)
         builder = Builder()
-        net = Seq(builder.sequence(spec.layers, spec.input.shape))
+        net = Seq(builder.sequence(spec.layers, spec.input.shape)[0])
         for p in builder.frozen:
             p.stop_gradient = True
         with paddle.no_grad():

@@ -67,6 +67,7 @@ with warnings.catch_warnings():  # the "no BLAS for the C backend" warning; reco
 from pytensor.compile.mode import Mode  # noqa: E402
 from pytensor.tensor.random.utils import RandomStream  # noqa: E402
 
+from dlbench.cell import DEFAULT_DEVICE  # noqa: E402
 from dlbench.data.synthetic import Batch  # noqa: E402
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
 from dlbench.models import layers as L  # noqa: E402
@@ -303,7 +304,8 @@ class PyTensorBackend(Backend):
             pass
         return out
 
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> PyTensorModel:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE,
+              variant: str | None = None) -> PyTensorModel:
         variant = variant or self.variants[0]
         if variant not in self.variants:
             raise UnsupportedError(f"pytensor has no variant {variant!r}")

@@ -46,6 +46,7 @@ from __future__ import annotations
 import os
 import sys
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.frameworks.cache import set_tf_xla_cache
 
 if "keras" not in sys.modules:
@@ -137,7 +138,7 @@ class TensorFlowBackend(km.PolicyPrecision, Backend):
     def set_threads(self, n: int) -> dict[str, Any]:
         return set_tf_threads(n)
 
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> TFModel:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE, variant: str | None = None) -> TFModel:
         variant = variant or self.variants[0]
         if variant not in self.variants:
             raise UnsupportedError(f"tensorflow has no variant {variant!r}")

@@ -29,7 +29,8 @@ Precisions (dlbench.precision), each torch's own idiom:
   ``nn.Embedding`` (8-bit rows with a float scale each: torch's qconfig for embeddings), inference
   only; torch's dynamic quantization has no convolution, so a model whose parameters are mostly in
   convolutions is ``unsupported`` (static quantization needs a calibration set dlbench does not define). torch 2.13
-  warns that this API moves to torchao.
+  warns that this API moves to torchao. The gate's precision check observes the quantized network
+  as it runs (``precision_info``): every dense and LSTM layer must run its int8 kernel.
 * ``tf32`` (CUDA only): ``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32`` on.
 """
 
@@ -46,14 +47,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks import torch_layers as TL
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.builder import LayerBuilder
 from dlbench.frameworks.profilers import torch_profile
 from dlbench.measure.profile import ProfileTrace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.split import differentiates_input
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.weights import Weights
 
 
@@ -147,28 +151,17 @@ def _t(a: np.ndarray) -> np.ndarray:
     return a.T
 
 
-class Builder:
+class Builder(LayerBuilder):
     """Turns layers into modules and records where each canonical parameter lives.
     Tests subclass it to plant bugs (a transposed kernel, a dropped bias, ...)."""
+
+    builds_for = "torch backend"
 
     def __init__(self) -> None:
         self.params: dict[str, Binding] = {}
         self.state: dict[str, torch.Tensor] = {}
         self.linears: dict[str, nn.Linear] = {}
         self.frozen: list[nn.Module] = []
-
-    def sequence(self, layers: tuple[L.Layer, ...], shape: tuple[int, ...]) -> tuple[list[nn.Module], tuple]:
-        mods = []
-        for layer in layers:
-            mods.append(self.layer(layer, shape))
-            shape = layer.out_shape(shape)
-        return mods, shape
-
-    def layer(self, layer: L.Layer, shape: tuple[int, ...]) -> nn.Module:
-        method = getattr(self, f"make_{layer.kind.lower()}", None)
-        if method is None:
-            raise UnsupportedError(f"torch backend has no rule for layer {layer.kind}")
-        return method(layer, shape)
 
     def make_conv2d(self, layer: L.Conv2d, shape) -> nn.Module:
         m = nn.Conv2d(shape[0], layer.out_channels, layer.kernel, layer.stride, layer.padding,
@@ -322,8 +315,9 @@ QCONFIGS = {nn.Linear: torch.ao.quantization.default_dynamic_qconfig,
             nn.LSTM: torch.ao.quantization.default_dynamic_qconfig,
             nn.Embedding: torch.ao.quantization.float_qparams_weight_only_qconfig}
 QUANTIZABLE = tuple(QCONFIGS)
-#: the layers whose output type is the network's compute type (they hold the matrix products)
-COMPUTING = (nn.Linear, nn.Conv2d, nn.LSTM)
+#: the layers that compute (what precision_info observes), float and dynamically quantized
+COMPUTING = (nn.Conv2d, nn.Linear, nn.LSTM, TiedLinear, TL.TiedLMHead)
+QUANTIZED = (torch.ao.nn.quantized.dynamic.Linear, torch.ao.nn.quantized.dynamic.LSTM)
 
 
 class TorchModel:
@@ -331,7 +325,7 @@ class TorchModel:
     precision's context (autocast), loss scaler and quantized copy."""
 
     def __init__(self, spec: ModelSpec, net: Seq, builder: Builder, device: torch.device, variant: str,
-                 precision: str = "fp32"):
+                 precision: str = DEFAULT_PRECISION):
         self.spec, self.net, self.device, self.variant, self.precision = spec, net, device, variant, precision
         self.bindings, self.state = builder.params, builder.state
         self.trainable = [p for p in net.parameters() if p.requires_grad]
@@ -382,7 +376,7 @@ class TorchBackend(Backend):
     precisions = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "int8", "tf32")
 
     def __init__(self) -> None:
-        self.precision = "fp32"
+        self.precision = DEFAULT_PRECISION
 
     def set_precision(self, precision: str) -> None:
         if precision not in self.precisions:
@@ -397,7 +391,8 @@ class TorchBackend(Backend):
             pass
         return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
 
-    def build(self, spec: ModelSpec, weights: Weights, device: str = "cpu", variant: str | None = None) -> TorchModel:
+    def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE,
+              variant: str | None = None) -> TorchModel:
         variant = variant or "eager"
         if variant not in self.variants:
             raise UnsupportedError(f"torch has no variant {variant!r}")
@@ -448,34 +443,42 @@ class TorchBackend(Backend):
         return {"x": put(batch.x), "y": put(batch.y), "mask": put(batch.mask)}
 
     def precision_info(self, model: TorchModel) -> dict[str, str]:
-        """The parameters' storage type (int8: the type holding most parameters, quantized weights
-        counted as int8) and the type a forward's inner activations come out in, read from a forward
-        hook on the first dense, convolution or LSTM layer (not an embedding, a lookup, nor a norm, both of
-        which autocast leaves in float32), run in eval mode (batch norm's statistics untouched)
-        on a zero input of the model's shape."""
-        if model.qnet is not None:
-            packed = sum(m.weight().numel() for m in model.qnet.modules()
-                         if isinstance(m, torch.ao.nn.quantized.dynamic.Linear | torch.ao.nn.quantized.Embedding))
-            packed += sum(p.numel() for m in model.net.modules() if isinstance(m, nn.LSTM) for p in m.parameters())
-            kind = "int8" if 2 * packed > sum(p.numel() for p in model.net.parameters()) else "float32"
-            return {"param_dtype": kind, "compute_dtype": kind}
-        param = next(iter(model.net.parameters())).dtype
-        seen: list[torch.dtype] = []
-        layer = next(m for m in model.net.modules() if isinstance(m, COMPUTING))
-        hook = layer.register_forward_hook(lambda m, i, o: seen.append((o[0] if isinstance(o, tuple) else o).dtype))
-        training = model.net.training
-        model.net.eval()
+        """What the built model holds and computes, observed over all of it: ``param_dtype`` the type of
+        every parameter (``"mixed:a,b"`` when they differ); ``compute_dtype`` the type every computing
+        layer (convolution, dense, LSTM, tied decoder, tied LM head) computed in, read from forward hooks on each of
+        them during one forward of a zero input in eval mode (batch norm's statistics untouched), in the
+        precision's context. int8: the network that runs is the quantized copy; a dense or LSTM layer
+        counts as int8 when its dynamically quantized kernel ran, and any float one left makes the
+        compute mixed (convolutions stay float32: torch's dynamic quantization has none, see ``build``);
+        the parameters are int8 when no dense, LSTM or embedding weight is left in floating point."""
+        net = model.qnet if model.qnet is not None else model.net
+        seen: list[str] = []
+
+        def observe(m, inputs, output):
+            if isinstance(m, QUANTIZED):
+                seen.append("int8")
+            elif not (model.qnet is not None and isinstance(m, nn.Conv2d)):
+                seen.append(_np_name((output[0] if isinstance(output, tuple) else output).dtype))
+        hooks = [m.register_forward_hook(observe) for m in net.modules() if isinstance(m, COMPUTING + QUANTIZED)]
+        training = net.training
+        net.eval()
         try:
             spec = model.spec
             shape = (1, *spec.input.shape) if spec.input.kind != "tokens" else (1, spec.input.shape[0])
             x = torch.zeros(shape, dtype=CAST.get(model.precision, torch.float32)
                             if spec.input.kind != "tokens" else torch.long, device=model.device)
             with torch.inference_mode(), model.compute():
-                model.net(x, None)
+                net(x, None)
         finally:
-            hook.remove()
-            model.net.train(training)
-        return {"param_dtype": _np_name(param), "compute_dtype": _np_name(seen[0])}
+            for h in hooks:
+                h.remove()
+            net.train(training)
+        if model.qnet is not None:
+            floats = {_np_name(p.dtype) for m in net.modules() if isinstance(m, nn.Linear | nn.LSTM | nn.Embedding)
+                      for p in m.parameters(recurse=False)}
+            return {"param_dtype": _one_name({"int8", *floats}), "compute_dtype": _one_name(seen)}
+        return {"param_dtype": _one_name(_np_name(p.dtype) for p in model.net.parameters()),
+                "compute_dtype": _one_name(seen)}
 
     def forward(self, model: TorchModel, batch) -> Callable[[], Any]:
         model.net.eval()
@@ -621,3 +624,11 @@ Backend_ = TorchBackend
 def _np_name(dtype: torch.dtype) -> str:
     """torch's dtype as numpy names it ("bfloat16" included, which numpy itself lacks)."""
     return str(dtype).removeprefix("torch.")
+
+
+def _one_name(names) -> str:
+    """The one type in ``names``, or ``"mixed:a,b"`` listing them (as the JAX backend reports)."""
+    found = sorted(set(names))
+    if not found:
+        return "none"
+    return found[0] if len(found) == 1 else "mixed:" + ",".join(found)

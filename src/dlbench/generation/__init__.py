@@ -8,9 +8,7 @@ served (prefill of the prompt, then one token per step), in each framework's idi
   ONNX Runtime and OpenVINO): the decoder over a fixed-size cache;
 * :mod:`~dlbench.generation.gate`: the generation gate (cache against recomputation, tokens against
   the float64 reference with ties at the reference's top-1 margin);
-* :mod:`~dlbench.generation.settings`: the ``generate`` scenarios' settings (prompt, new tokens,
-  TTFT/TPOT targets).
 
-The scenarios that time and load them are :mod:`dlbench.scenarios.generate` and
-:mod:`dlbench.scenarios.generate_loadgen`.
+The scenarios that time and load them, with their settings (prompt, new tokens, TTFT/TPOT targets),
+are :mod:`dlbench.scenarios.generate` and :mod:`dlbench.scenarios.generate_loadgen`.
 """

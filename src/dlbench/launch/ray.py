@@ -33,6 +33,7 @@ from typing import Any
 from dlbench.cell import Cell
 from dlbench.distributed.scaling import Network, measure_cell
 from dlbench.errors import UsageError
+from dlbench.job import Job, PeakJob
 from dlbench.launch.subprocess import JobOutcome, run_job
 from dlbench.scenarios.base import CellOutcome, Context
 
@@ -73,7 +74,7 @@ def _ran_on() -> dict[str, Any]:
     return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": platform.node()}
 
 
-def _run_job_task(job: dict[str, Any], timeout_s: float, threads: int | None, extra_env: dict[str, str] | None):
+def _run_job_task(job: Job, timeout_s: float, threads: int | None, extra_env: dict[str, str] | None):
     return run_job(job, timeout_s, threads, extra_env=extra_env), _ran_on()
 
 
@@ -168,11 +169,11 @@ class RayLauncher:
     def _gpus(self, device: str, count: int = 1) -> int:
         return count if str(device).startswith("cuda") else 0
 
-    def run_job(self, job: dict[str, Any], timeout_s: float, threads: int | None = None, python: str | None = None,
+    def run_job(self, job: Job, timeout_s: float, threads: int | None = None, python: str | None = None,
                 extra_env: dict[str, str] | None = None) -> JobOutcome:
         """Same contract as :func:`dlbench.launch.subprocess.run_job`, on a Ray node."""
         task = self.ray.remote(_run_job_task).options(num_cpus=threads or 1,
-                                                      num_gpus=self._gpus(job.get("device", "cpu")), max_retries=0)
+                                                      num_gpus=self._gpus(job.on_device()), max_retries=0)
         ref = task.remote(job, timeout_s, threads, extra_env)
         try:
             outcome, node = self.ray.get(ref, timeout=timeout_s + 120)
@@ -181,8 +182,8 @@ class RayLauncher:
             return JobOutcome("timeout", None, f"Ray task did not return within {timeout_s + 120:g} s", timeout_s, None)
         except self.ray.exceptions.RayError as exc:
             return JobOutcome("failed", None, f"Ray task failed: {_first_line(exc)}", 0.0, None)
-        if job["kind"] == "peak":
-            self.peak_nodes[job["threads"]] = node
+        if isinstance(job, PeakJob):
+            self.peak_nodes[job.threads] = node
         return outcome
 
     def measure_scaling(self, cell, suite):

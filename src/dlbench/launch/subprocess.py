@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlbench.job import Job, encode
+
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 #: the pid of the driver that started a worker (see exit_with_driver)
@@ -65,13 +67,14 @@ def _last_error_line(text: str) -> str:
     return lines[-1][:500] if lines else ""
 
 
-def run_job(job: dict[str, Any], timeout_s: float, threads: int | None = None, python: str | None = None,
+def run_job(job: Job | dict[str, Any], timeout_s: float, threads: int | None = None, python: str | None = None,
             extra_env: dict[str, str] | None = None) -> JobOutcome:
-    """Run ``job`` in ``python -m dlbench.worker``; never raises for what the job does."""
+    """Run ``job`` in ``python -m dlbench.worker``; never raises for what the job does. A plain dict is
+    a survey's job (:func:`dlbench.job.encode`)."""
     with tempfile.TemporaryDirectory(prefix="dlbench-job-") as tmp:
         tmpdir = Path(tmp)
         job_path, result_path, log_path = tmpdir / "job.json", tmpdir / "result.json", tmpdir / "log.txt"
-        job_path.write_text(json.dumps(job))
+        job_path.write_text(json.dumps(encode(job)))
         env = thread_env(threads)
         if python:
             from dlbench.envs import worker_env

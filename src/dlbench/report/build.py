@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlbench.errors import UsageError
-from dlbench.report import generation, latency, layers, precision, profile, versions
+from dlbench.report import cost, precision, profile, versions
 from dlbench.report.export import write_csv
 from dlbench.report.html import render_report
 from dlbench.report.markdown import render_markdown
 from dlbench.report.plots import Skipped, make_plots
 from dlbench.report.tables import build_content
 from dlbench.results import RunResults
+from dlbench.scenarios import registry
 from dlbench.store import check_output
 
 DEFAULT_DIR = Path("dlbench-results")
@@ -62,11 +63,10 @@ def write_report(res: RunResults, out: str | Path | None = None, survey: dict | 
     if out.exists() and not out.is_dir():
         raise UsageError(f"report directory {out} is a file")
     content = build_content(res)
-    content.sections = [s for s in (precision.section(res), layers.section(res), versions.section(res),
-                                    latency.section(res), generation.section(res), profile.section(res)) if s]
-    plots, skipped = make_plots(res, (precision.speed_error, latency.latency_cdf, latency.server_qps_p99,
-                                      generation.token_cdfs, generation.server_rate_ttft,
-                                      versions.trend_plots))
+    # the run-wide sections, and those of the run's scenarios (the registry asks each scenario)
+    content.sections = [s for s in (precision.section(res), *registry.report_sections(res), versions.section(res),
+                                    profile.section(res), cost.section(res)) if s]
+    plots, skipped = make_plots(res, (precision.speed_error, versions.trend_plots, registry.report_plots))
     files = ReportFiles(out, out / "index.html", out / "report.md", out / "cells.csv", skipped=skipped)
     plot_paths = {p.name: out / "plots" / f"{p.name}.svg" for p in plots}
     for path in (files.html, files.markdown, files.csv, *plot_paths.values()):

@@ -12,7 +12,10 @@ first) called two runs of identical code "significantly different" with p ~ 1e-2
 runs have >= 2 processes per cell, the ratio is that of the geometric means of the per-process
 medians, p comes from Welch's t-test on their logarithms and the interval is the matching Welch
 interval; only with a single process on a side does it fall back to the ratio of pooled medians
-with a bootstrap interval and Mann-Whitney on the iterations, and says so in ``test``.
+with a bootstrap interval and Mann-Whitney on the iterations, and says so in ``test``. The A and B
+figures a row prints are the ones its ratio is computed from (``basis_a_ms``/``basis_b_ms``: the
+geometric means of the process medians, or the pooled medians), so B/A and the change read
+consistently with them; the pooled medians are kept beside them in the JSON.
 Detecting a change of X% needs the process-to-process spread to be well under X%: use more
 repeats (``--repeats``) for fine comparisons.
 
@@ -63,6 +66,16 @@ class CellChange:
     test: str = "welch-log-process-medians"  # or "mann-whitney-iterations" (one process on a side)
     processes_a: int = 1
     processes_b: int = 1
+    #: what ``ratio`` is basis_b_ms / basis_a_ms of (the figures a row prints)
+    basis_a_ms: float = float("nan")
+    basis_b_ms: float = float("nan")
+
+    @property
+    def basis(self) -> str:
+        """What the printed A and B figures are."""
+        if self.test.startswith("welch"):
+            return "geometric mean of the process medians"
+        return "pooled median"
 
     @property
     def change_pct(self) -> float:
@@ -97,7 +110,8 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_a": self.run_a, "run_b": self.run_b, "alpha": self.alpha, "threshold": self.threshold,
-                "matched": [{**asdict(m), "axes": dict(zip(AXES, m.axes, strict=True)), "change_pct": m.change_pct}
+                "matched": [{**asdict(m), "axes": dict(zip(AXES, m.axes, strict=True)), "change_pct": m.change_pct,
+                  "basis": m.basis}
                             for m in self.matched],
                 "only_a": self.only_a, "only_b": self.only_b,
                 "not_compared": [{"key": k, "why": w} for k, w in self.not_compared], "broke": self.broke,
@@ -125,11 +139,15 @@ def compare_cells(a: CellResult, b: CellResult, alpha: float = ALPHA, threshold:
     else:
         test, p = "mann-whitney-iterations", mann_whitney_p(a.samples_ms, b.samples_ms)
         ratio, lo, hi = ratio_ci(a.samples_ms, b.samples_ms, groups_a=_groups(a), groups_b=_groups(b))
+    if test.startswith("welch"):
+        basis_a, basis_b = (float(np.exp(np.mean(np.log(m)))) for m in (a.repeat_medians_ms, b.repeat_medians_ms))
+    else:
+        basis_a, basis_b = float(np.median(a.samples_ms)), float(np.median(b.samples_ms))
     significant = p < alpha and abs(ratio - 1.0) > threshold
     verdict = ("slower" if ratio > 1 else "faster") if significant else "same"
     return CellChange(key_of(axes_of(a)), axes_of(a), float(np.median(a.samples_ms)), float(np.median(b.samples_ms)),
                       ratio, lo, hi, p, len(a.samples_ms), len(b.samples_ms), significant, verdict,
-                      test, max(pa, 1), max(pb, 1))
+                      test, max(pa, 1), max(pb, 1), basis_a, basis_b)
 
 
 def compare_runs(a: RunResults, b: RunResults, alpha: float = ALPHA, threshold: float = THRESHOLD) -> Comparison:
@@ -180,9 +198,9 @@ def compare_rows(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
     """The comparison as text rows (shared by the terminal table and the HTML page)."""
     from dlbench.report.tables import fmt_num
 
-    header = ["cell", "A median ms", "B median ms", "B/A [95% CI]", "change", "processes A/B", "p", "verdict"]
-    rows = [[m.key, fmt_num(m.median_a_ms), fmt_num(m.median_b_ms),
-             f"{m.ratio:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}]", f"{m.change_pct:+.1f}%",
+    header = ["cell", "A ms", "B ms", "B/A [95% CI]", "change", "A and B are", "processes A/B", "p", "verdict"]
+    rows = [[m.key, fmt_num(m.basis_a_ms), fmt_num(m.basis_b_ms),
+             f"{m.ratio:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}]", f"{m.change_pct:+.1f}%", m.basis,
              f"{m.processes_a}/{m.processes_b}",
              f"{m.p_value:.2g}" + ("" if m.test.startswith("welch") else " (iterations)"), m.verdict]
             for m in cmp.matched]

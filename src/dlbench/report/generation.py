@@ -3,16 +3,22 @@
 findings, and LoadGen's token-latency cells (``generate-server``, ``generate-offline``); plots of the
 TTFT and TPOT distributions and of a server's rate against its TTFT p99.
 
-Plain data (:class:`~dlbench.report.tables.Table`) and plots, like the rest of the report.
+Plain data (:class:`~dlbench.report.document.Table`) and plots, like the rest of the report. Reached
+through the generate scenarios' report hooks; it reads only the cells' stored metrics, so it imports no
+scenario.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from dlbench.report.plots import Plot, Skipped, _by, _figure, _safe, _svg
-from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_bytes_mib, fmt_num
-from dlbench.results import CellResult, RunResults
+from dlbench.cell_result import CellResult, RunResults
+from dlbench.report.document import DASH, Column, Section, Table, Value, fmt_bytes_mib, fmt_num
+from dlbench.report.figures import Plot, Skipped
+from dlbench.report.figures import by as _by
+from dlbench.report.figures import figure as _figure
+from dlbench.report.figures import safe as _safe
+from dlbench.report.figures import svg as _svg
 
 INTRO = ("Greedy decoding with a key/value cache (dlbench's decoders, one per framework). TTFT: the prompt's "
          "prefill through the first token on the host; TPOT: each later token; tokens/s: new tokens over a "
@@ -21,6 +27,7 @@ INTRO = ("Greedy decoding with a key/value cache (dlbench's decoders, one per fr
          "cell passed the generation gate (cached logits = recomputed, tokens = the float64 reference's outside "
          "ties). LoadGen: its token-latency mode's own verdict and figures.")
 QS = ("50", "90", "99")
+LOADGEN_TITLE = "MLPerf LoadGen, token latencies"
 
 
 def _generate_cells(res: RunResults) -> list[CellResult]:
@@ -35,6 +42,39 @@ def _loadgen_cells(res: RunResults) -> list[CellResult]:
 
 def section(res: RunResults) -> Section:
     return Section("Generation", INTRO, tables(res))
+
+
+def plots(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
+    """The section's plots: TTFT/TPOT CDFs and a server's request rate against its TTFT p99."""
+    out, skipped = [], []
+    for make in (token_cdfs, server_rate_ttft):
+        p, k = make(res)
+        out += p
+        skipped += k
+    return out, skipped
+
+
+def figures_table(res: RunResults) -> Table | None:
+    """``dlbench show``'s table after the summary: every generate cell's figures, one row each (None: none)."""
+    cells = sorted(_generate_cells(res), key=lambda c: (c.cell.model, c.cell.batch, c.cell.threads,
+                                                        c.cell.precision, c.cell.framework))
+    if not cells:
+        return None
+    cols = [Column("model", "model", numeric=False), *WHO, Column("ttft", "TTFT ms", better="low"),
+            Column("tpot", "TPOT ms", better="low"), Column("total", "tokens/s total", better="high"),
+            Column("ties", "gate ties")]
+    rows = []
+    for c in cells:
+        g = c.cell.metrics["generation"]
+        rows.append([Value(c.cell.model), *_who(c), _interval(g["ttft_ms"]), _interval(g["tpot_ms"]),
+                     _interval(g["tokens_per_s_total"]),
+                     Value(str(len(c.cell.metrics.get("generation_gate", {}).get("ties", []))))])
+    return Table("generation: TTFT, TPOT and tokens/s [95% CI]", cols, rows)
+
+
+def loadgen_table(res: RunResults) -> Table | None:
+    """LoadGen's token-latency cells (None: the run has none)."""
+    return next((t for t in tables(res) if t.title == LOADGEN_TITLE), None)
 
 
 def _interval(s: dict) -> Value:
@@ -110,7 +150,7 @@ def tables(res: RunResults) -> list[Table]:
                     Value(fmt_num(settings.get("tpot_latency_ns", 0) / 1e6) if server else DASH),
                     Value("met" if f.get("meets_rules") else "short")]
             rows.append(row)
-        out.append(Table("MLPerf LoadGen, token latencies", cols, rows))
+        out.append(Table(LOADGEN_TITLE, cols, rows))
     return out
 
 
@@ -164,17 +204,3 @@ def server_rate_ttft(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
                           "One point per generate-server cell; points above the dashed bound fail it. Runs at "
                           "several --qps trace the curve.", _svg(fig)))
     return plots, []
-
-
-def print_tables(console, res: RunResults) -> None:
-    """The section's tables in the terminal (``dlbench show`` and ``dlbench run``), details in brackets."""
-    from rich.markup import escape
-    from rich.table import Table as RichTable
-
-    for t in tables(res):
-        table = RichTable(title=escape(t.title), title_justify="left")
-        for col in t.columns:
-            table.add_column(escape(col.label), justify="right" if col.numeric else "left")
-        for row in t.rows:
-            table.add_row(*(escape(v.text + (f" {v.detail}" if v.detail and v.text != DASH else "")) for v in row))
-        console.print(table)

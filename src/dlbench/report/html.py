@@ -127,8 +127,9 @@ def render_report(content: ReportContent, plots: list[Plot], skipped: list[Skipp
     body += [el("h2", "Environment"), kv_table(content.environment)]
     body.append(el("h2", "Machine peak"))
     if content.peaks.rows:
-        body.append(el("p", "Measured float32 matrix-multiply rate per thread count (the fastest engine is the "
-                            "peak that “% of peak” refers to)."))
+        body.append(el("p", "Measured matrix-multiply rate per engine and thread count; the fastest engine of a "
+                            "precision is that precision's peak, which “% of peak” of a cell of that precision "
+                            "refers to (bf16 and int8 where the CPU computes them natively)."))
         body.append(table_html(content.peaks))
     else:
         body.append(el("p", "No peak was measured in this run (no CPU cells)."))
@@ -141,13 +142,6 @@ def render_report(content: ReportContent, plots: list[Plot], skipped: list[Skipp
     notes = footnotes_html(content.footnotes)
     if notes:
         body += [el("h3", "Notes"), notes]
-    if content.convergence:
-        body += [el("h2", "Convergence"),
-                 el("p", "Every framework trained from the same canonical weights on the same sequence of batches; "
-                         "accuracy computed by dlbench over the full splits in eval mode. The agreement check "
-                         "compares the training loss step by step with the reference framework (repeat 0).")]
-        for t in content.convergence:
-            body += [el("h3", t.title), table_html(t)]
     for section in content.sections:
         body += [el("h2", section.title), el("p", section.intro)]
         for t in section.tables:
@@ -156,6 +150,8 @@ def render_report(content: ReportContent, plots: list[Plot], skipped: list[Skipp
             body += [el("h3", section.text[0]), el("pre", "\n\n".join(section.text[1]))]
     if content.verification:
         body += [el("h3", "Equivalence gate: not passed"), kv_table(content.verification)]
+    if content.unsupported:
+        body += [el("h3", "Not gated: unsupported by the framework"), kv_table(content.unsupported)]
     body.append(el("h2", "Plots"))
     body += [plot_figure(p) for p in plots]
     if skipped:

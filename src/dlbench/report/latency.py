@@ -2,36 +2,71 @@
 verdicts and figures of ``loadgen-*`` cells, a latency CDF per model and the server's achieved QPS
 against its 99th percentile with the bound.
 
-Plain data (:class:`~dlbench.report.tables.Table`) and plots, like the rest of the report: the HTML
-and Markdown writers render them.
+Plain data (:class:`~dlbench.report.document.Table`) and plots, like the rest of the report: the HTML
+and Markdown writers render them. Reached through the latency and LoadGen scenarios' report hooks; it
+reads only the cells' stored metrics, so it imports no scenario.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from dlbench.report.plots import Plot, Skipped, _by, _figure, _safe, _svg
-from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_num
-from dlbench.results import CellResult, RunResults
-from dlbench.scenarios.latency import tail
+from dlbench.cell_result import CellResult, RunResults
+from dlbench.report.document import DASH, Column, Section, Table, Value, fmt_num
+from dlbench.report.figures import Plot, Skipped
+from dlbench.report.figures import by as _by
+from dlbench.report.figures import figure as _figure
+from dlbench.report.figures import safe as _safe
+from dlbench.report.figures import svg as _svg
 
 #: what the section says before its tables
 INTRO = ("Latency: single forward calls timed one by one (no loop averaging), pooled over the fresh processes; "
-         "95% bootstrap interval in brackets; a percentile with fewer than 10 samples above it is not given. "
-         "LoadGen: MLPerf LoadGen's own verdict and figures for the cell; “short” marks settings below LoadGen's "
-         "rules (--loadgen-min-duration/--loadgen-min-queries).")
+         "95% interval in brackets, over the processes (processes, then calls); a percentile with fewer than 10 "
+         "samples above it is not given. LoadGen: MLPerf LoadGen's own verdict and figures for the cell; its rules "
+         "are met only by a VALID result under LoadGen's own minimum duration and query count (“short”: settings "
+         "below them, --loadgen-min-duration/--loadgen-min-queries). An offline run is one query holding every "
+         "sample, so it has no per-sample latency to show: its percentiles are the whole run's length. The harness "
+         "floor is the same LoadGen settings against a system under test that completes every query at once, on "
+         "the same cores: latency below it is LoadGen's and the serving thread's, not the framework's.")
+
+
+def tail(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """A latency cell's pooled percentiles, as stored."""
+    return metrics.get("latency", {}).get("pooled", [])
 
 
 def _latency_cells(res: RunResults) -> list[CellResult]:
-    return [c for c in res.cells if c.ok and c.cell.scenario == "latency" and tail(c.cell.metrics)]
+    """Cells with pooled tail percentiles (the latency scenario's)."""
+    return [c for c in res.cells if c.ok and tail(c.cell.metrics)]
 
 
 def _loadgen_cells(res: RunResults) -> list[CellResult]:
-    return [c for c in res.cells if c.ok and c.cell.scenario.startswith("loadgen-") and "loadgen" in c.cell.metrics]
+    """Cells with LoadGen's figures (the loadgen-* scenarios')."""
+    return [c for c in res.cells if c.ok and c.cell.metrics.get("loadgen")]
+
+
+def _mode(c: CellResult) -> str | None:
+    """The LoadGen scenario a cell ran (``Server``, ``Offline``, ``SingleStream``: LoadGen's summary names it)."""
+    f = c.cell.metrics["loadgen"]
+    return (f.get("settings") or {}).get("scenario", f.get("scenario"))
+
+
+def _server(c: CellResult) -> bool:
+    """A LoadGen run of its Server scenario."""
+    return _mode(c) == "Server"
 
 
 def section(res: RunResults) -> Section:
+    """The section the latency and LoadGen scenarios share (each asks for it; the report shows it once)."""
     return Section("Latency and load", INTRO, latency_tables(res))
+
+
+def plots(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
+    cdf, skipped = latency_cdf(res)
+    qps, more = server_qps_p99(res)
+    return cdf + qps, skipped + more
 
 
 def latency_tables(res: RunResults) -> list[Table]:
@@ -67,17 +102,33 @@ def latency_tables(res: RunResults) -> list[Table]:
         for c in sorted(lg, key=lambda c: (c.cell.model, c.cell.scenario, c.cell.threads, c.cell.framework)):
             f = c.cell.metrics["loadgen"]
             pct, settings = f.get("percentiles_ms", {}), f.get("settings", {})
-            server = c.cell.scenario == "loadgen-server"
+            server, offline = _mode(c) == "Server", _mode(c) == "Offline"
+            floor = (f.get("floor") or {}).get("percentiles_ms", {})
             rows.append([Value(c.cell.model), Value(c.cell.scenario.removeprefix("loadgen-")),
                          Value(f"{c.cell.framework}/{c.cell.variant}"), Value(str(c.cell.threads)),
                          Value(str(c.cell.batch)), Value(str(f.get("result", DASH))),
                          Value(fmt_num(c.samples_per_s), c.samples_per_s)]
-                        + [Value(fmt_num(pct.get(q))) for q in ("50", "90", "99")]
+                        + [Value(DASH, detail=OFFLINE) if offline else
+                           Value(fmt_num(pct.get(q)), detail=f"floor {fmt_num(floor[q])}" if q in floor else "")
+                           for q in ("50", "90", "99")]
                         + [Value(fmt_num(settings.get("server_target_qps")) if server else DASH),
                            Value(fmt_num(settings.get("server_target_latency_ns", 0) / 1e6) if server else DASH),
-                           Value("met" if f.get("meets_rules") else "short")])
+                           Value(rules_text(f))])
         out.append(Table("MLPerf LoadGen", cols, rows))
     return out
+
+
+#: why an offline cell shows no latency percentiles
+OFFLINE = "offline: one query of every sample; its latency is the run's length, not a sample's"
+
+
+def rules_text(figures: dict) -> str:
+    """Whether a LoadGen cell meets LoadGen's rules: a VALID result under LoadGen's own settings."""
+    if not figures.get("meets_rules"):
+        return "short (settings below LoadGen's)"
+    if figures.get("valid") is False:
+        return "not met (INVALID)"
+    return "met"
 
 
 def _bold(t: Table) -> Table:
@@ -115,8 +166,7 @@ def latency_cdf(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
 
 def server_qps_p99(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
     """LoadGen server cells: the QPS reached against the 99th percentile latency, with the bound."""
-    cells = [c for c in _loadgen_cells(res) if c.cell.scenario == "loadgen-server"
-             and "99" in c.cell.metrics["loadgen"].get("percentiles_ms", {})]
+    cells = [c for c in _loadgen_cells(res) if _server(c) and "99" in c.cell.metrics["loadgen"].get("percentiles_ms", {})]
     plots = []
     for (model,), mcells in _by(cells, lambda c: (c.cell.model,)).items():
         fig, (ax,) = _figure(1)

@@ -17,11 +17,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dlbench.cell_result import CellResult, RunResults
 from dlbench.errors import UsageError
 from dlbench.models import UnknownModelError, get_model
+from dlbench.models.flops import closure_flops_per_sample
 from dlbench.models.split import parse_part, split
-from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_num
-from dlbench.results import CellResult, RunResults
+from dlbench.report.document import DASH, Column, Section, Table, Value, fmt_num
+from dlbench.scenarios.timed import FORWARD, GRADIENT
+
+#: FLOPs of a part's call as a multiple of its forward pass, by the scenario it is timed in (the
+#: layers scenario times parts in these two; more than 1: the call runs a backward pass)
+FLOP_FACTORS = {s.name: s.flop_factor for s in (FORWARD, GRADIENT)}
 
 #: a profiled whole model's operations an explanation names, by self time
 PROFILE_OPS = 3
@@ -29,17 +35,29 @@ PROFILE_OPS = 3
 #: what the report's section says before its tables
 INTRO = ("Each part of the model (models/split.py: a layer with its activation and pooling, a residual block, the "
          "LSTM) built alone through the framework's builders, gated, and timed in fresh processes like every cell: "
-         "median ms, its share of the parts' sum and the GFLOP/s it reached. The whole model's own time is below the "
-         "sum: fusion across layers makes it smaller, per-call overhead larger.")
+         "median ms, its share of the parts' sum and the GFLOP/s it reached, counted from what the part's closure "
+         "computes (models/flops.py: the forward; for a gradient also the weight gradients and, after the first "
+         "part, the input gradient). A rate above the machine's measured peak for its precision is marked. Below "
+         "the parts, their sum and the whole model's own time: where the whole model is faster than the sum, fusion "
+         "across parts saved time; where it is slower, per-call overhead added some. A difference within the 95% "
+         "intervals of the whole model and of the parts' sum is marked as noise: neither.")
 
 
 @dataclass
 class PartTime:
     index: int
     label: str
-    gflop: float  # per call (the cell's batch)
+    gflop: float  # per call (the cell's batch): what the part's closure computes (models/flops.py)
     ms: float | None
     status: str
+    ci: tuple[float, float] | None = None  # the median's 95% interval
+    pct_peak: float | None = None  # of its precision's measured peak (``CellResult.pct_peak``)
+    peak: str | None = None  # that peak, named
+
+    @property
+    def above_peak(self) -> bool:
+        """A rate above the machine's measured peak for its precision: the count or the peak is wrong."""
+        return self.pct_peak is not None and self.pct_peak > 100
 
     @property
     def gflops(self) -> float | None:
@@ -66,6 +84,20 @@ class Breakdown:
         return None if any(t is None for t in times) else sum(times)  # type: ignore[arg-type]
 
     @property
+    def sum_ci(self) -> tuple[float, float] | None:
+        """The parts' sum's interval, conservatively: the sums of the parts' interval ends."""
+        cis = [p.ci for p in self.parts]
+        if any(c is None for c in cis):
+            return None
+        return sum(c[0] for c in cis), sum(c[1] for c in cis)  # type: ignore[index]
+
+    @property
+    def difference_is_noise(self) -> bool:
+        """Whether whole - sum lies within the two figures' intervals (they overlap)."""
+        a, b = self.whole_ci, self.sum_ci
+        return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
+
+    @property
     def measured_ms(self) -> float:
         """The sum over the parts that have a time (every part's share is of this)."""
         return sum(p.ms for p in self.parts if p.ms is not None)
@@ -77,6 +109,10 @@ class Breakdown:
 
 def _ms(c: CellResult | None) -> float | None:
     return c.time_ms.median if c is not None and c.ok and c.time_ms is not None else None
+
+
+def _ci(c: CellResult | None) -> tuple[float, float] | None:
+    return (c.time_ms.ci_low, c.time_ms.ci_high) if _ms(c) is not None else None
 
 
 def breakdowns(res: RunResults) -> list[Breakdown]:
@@ -95,9 +131,12 @@ def breakdowns(res: RunResults) -> list[Breakdown]:
             parts = split(get_model(whole))
         except UnknownModelError:  # a stored run of a model this dlbench no longer has
             continue
-        factor = 3.0 if scenario == "gradient" else 1.0
-        times = [PartTime(p.index, p.label, p.spec.flops_per_sample * batch * factor / 1e9, _ms(cells.get(p.index)),
-                          cells[p.index].cell.status if p.index in cells else "not measured") for p in parts]
+        backward = (FLOP_FACTORS.get(scenario) or 1.0) > 1  # the closure runs a backward pass
+        times = [PartTime(p.index, p.label, closure_flops_per_sample(p.spec, backward) * batch / 1e9,
+                          _ms(cells.get(p.index)), cells[p.index].cell.status if p.index in cells else "not measured",
+                          _ci(cells.get(p.index)), cells[p.index].pct_peak if p.index in cells else None,
+                          cells[p.index].peak if p.index in cells else None)
+                 for p in parts]
         whole_cell = by_key.get((fw, variant, whole, scenario, batch, threads, device))
         ci = ((whole_cell.time_ms.ci_low, whole_cell.time_ms.ci_high) if _ms(whole_cell) is not None else None)
         profile = whole_cell.cell.metrics.get("profile") if whole_cell is not None else None
@@ -113,6 +152,16 @@ def _sum_value(b: Breakdown) -> Value:
         return Value(fmt_num(b.sum_ms), b.sum_ms)
     measured = sum(p.ms is not None for p in b.parts)
     return Value(DASH, detail=f"{measured} of {len(b.parts)} parts measured: {fmt_num(b.measured_ms)}")
+
+
+def _difference(b: Breakdown) -> Value:
+    """whole - sum, marked as noise where it lies within the two figures' 95% intervals."""
+    if b.whole_ms is None or b.sum_ms is None:
+        return Value(DASH)
+    d = b.whole_ms - b.sum_ms
+    if b.difference_is_noise:
+        return Value(f"{fmt_num(d)} (noise)", d, detail="within the 95% intervals of the whole and of the sum")
+    return Value(fmt_num(d), d)
 
 
 def layer_tables(res: RunResults) -> list[Table]:
@@ -137,14 +186,14 @@ def layer_tables(res: RunResults) -> list[Table]:
                     row.append(Value(DASH, detail=p.status))
                 else:
                     share = f"{100 * p.ms / total:.0f}%"
-                    row.append(Value(fmt_num(p.ms), p.ms, detail=f"{share}, {fmt_num(p.gflops)} GFLOP/s"))
+                    over = (f" (above the {p.peak}: the FLOP count or the peak is wrong)" if p.above_peak else "")
+                    row.append(Value(fmt_num(p.ms), p.ms, detail=f"{share}, {fmt_num(p.gflops)} GFLOP/s{over}"))
             rows.append(row)
         rows.append([Value("sum of parts"), Value(""), Value("")] + [_sum_value(b) for b in group])
         rows.append([Value("whole model (measured)"), Value(""), Value("")]
                     + [Value(fmt_num(b.whole_ms), b.whole_ms) for b in group])
-        rows.append([Value("whole − sum"), Value("fusion saves (<0) or per-call overhead adds (>0)"), Value("")] + [
-            Value(fmt_num(b.whole_ms - b.sum_ms) if b.whole_ms is not None and b.sum_ms is not None else DASH)
-            for b in group])
+        rows.append([Value("whole − sum"), Value("fusion saved (<0) or per-call overhead added (>0), unless noise"),
+                     Value("")] + [_difference(b) for b in group])
         tables.append(Table(f"{model} {scenario}: per part (batch {batch}, {threads} thread(s), {device})", cols, rows))
     return tables
 
@@ -205,9 +254,9 @@ class Explanation:
     def text(self, top: int = 5) -> str:
         wa, wb = self.whole_ms[self.a], self.whole_ms[self.b]
         lines = [f"{self.model} {self.scenario}, batch {self.batch}, {self.threads} thread(s), {self.device}: "
-                 f"{self.b} {fmt_num(wb)} ms vs {self.a} {fmt_num(wa)} ms (whole model; gap "
+                 f"{self.a} {fmt_num(wa)} ms vs {self.b} {fmt_num(wb)} ms (whole model; gap B - A "
                  f"{fmt_num(self.gap_ms) if self.gap_ms is not None else DASH} ms); sum of parts "
-                 f"{fmt_num(self.sum_ms[self.b])} vs {fmt_num(self.sum_ms[self.a])} ms"]
+                 f"{fmt_num(self.sum_ms[self.a])} vs {fmt_num(self.sum_ms[self.b])} ms"]
         if self.within_noise or self.covered is None:
             account = (f"  the whole-model gap is within the two medians' 95% intervals: noise, nothing to attribute; "
                        f"the parts differ by {self.parts_gap_ms:+.3g} ms")
@@ -253,7 +302,9 @@ def explain(res: RunResults, a: str, b: str, model: str, scenario: str, threads:
         raise UsageError(f"run {res.run_id} has no {model} {scenario} layers cells of {', '.join(missing)} "
                          f"(it has {', '.join(sorted(x.framework for x in found))})")
     probes = res.environment.get("probes", [])
-    forwards = [x for x in breakdowns(res) if x.model == model and x.scenario == "forward"] if scenario == "gradient" else []
+    # a scenario with a backward pass: the same parts' forward times split each difference
+    forward = FORWARD.name
+    forwards = [x for x in breakdowns(res) if x.model == model and x.scenario == forward] if scenario != forward else []
     out = []
     wheres = dict.fromkeys(x.where for x in found)
     for where in wheres:

@@ -52,11 +52,6 @@ def render_markdown(content: ReportContent, plots: list[Plot], skipped: list[Ski
             "value; the note says why.", ""]
     for t in content.tables:
         out += [f"### {md(t.title)}", ""] + table_md(t)
-    if content.convergence:
-        out += ["## Convergence", "", "Same canonical weights, same batches in every framework; accuracy computed by "
-                "dlbench over the full splits in eval mode.", ""]
-        for t in content.convergence:
-            out += [f"### {md(t.title)}", ""] + table_md(t)
     for section in content.sections:
         out += [f"## {md(section.title)}", "", section.intro, ""]
         for t in section.tables:
@@ -66,6 +61,9 @@ def render_markdown(content: ReportContent, plots: list[Plot], skipped: list[Ski
     if content.verification:
         out += ["### Equivalence gate: not passed", ""] + [f"- {md(k)}: {md(v)}" for k, v in content.verification]
         out.append("")
+    if content.unsupported:
+        out += ["### Not gated: unsupported by the framework", ""]
+        out += [f"- {md(k)}: {md(v)}" for k, v in content.unsupported] + [""]
     out += ["## Plots", ""]
     for p in plots:
         out += [f"![{md(p.title)}]({plot_files[p.name]})", "", f"*{md(p.title)}.* {md(p.caption)}", ""]

@@ -13,56 +13,16 @@ reproducible (fixed hash salt, no date).
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-
-import numpy as np
-
+from dlbench.report.figures import Plot, Skipped, by, figure, safe, svg
 from dlbench.report.summary import summary_rows
 from dlbench.report.tables import row_memory_bytes
 from dlbench.results import CellResult, RunResults
 from dlbench.scenarios import registry
 
 MAX_LINES = 10
-
-
-@dataclass
-class Plot:
-    name: str  # file-name safe id
-    title: str
-    caption: str
-    svg: str
-
-
-@dataclass
-class Skipped:
-    title: str
-    reason: str
-
-
-def _figure(ncols: int):
-    import matplotlib
-
-    matplotlib.use("Agg")  # never a GUI backend, even if something later imports pyplot
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(5.2 * ncols, 3.9))
-    # fixed margins: a layout engine (constrained/tight) draws every figure twice, doubling the cost
-    fig.subplots_adjust(left=0.6 / (5.2 * ncols) * 1.6, right=1 - 0.15 / ncols, bottom=0.14, top=0.91,
-                        wspace=0.28)
-    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
-    return fig, axes
-
-
-def _svg(fig) -> str:
-    import matplotlib
-
-    buf = io.StringIO()
-    with matplotlib.rc_context({"svg.hashsalt": "dlbench", "svg.fonttype": "none"}):
-        fig.savefig(buf, format="svg", metadata={"Date": None})
-    text = buf.getvalue()
-    return text[text.index("<svg"):]  # drop the XML prolog and doctype
+# the names the report's modules have used
+_by, _figure, _safe, _svg = by, figure, safe, svg
+__all__ = ["Plot", "Skipped", "make_plots"]
 
 
 def _label(c: CellResult, *axes: str) -> str:
@@ -74,13 +34,6 @@ def _label(c: CellResult, *axes: str) -> str:
 
 def _timed_ok(res: RunResults) -> list[CellResult]:
     return [c for c in res.cells if c.ok and c.cell.scenario in registry.per_batch() and c.time_ms is not None]
-
-
-def _by(cells: Iterable[CellResult], key: Callable[[CellResult], tuple]) -> dict[tuple, list[CellResult]]:
-    out: dict[tuple, list[CellResult]] = {}
-    for c in cells:
-        out.setdefault(key(c), []).append(c)
-    return out
 
 
 def _sweep(res: RunResults, axis: str, title: str, xlabel: str, what: str) -> tuple[list[Plot], list[Skipped]]:
@@ -203,42 +156,7 @@ def warmup_series(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
     return plots, skipped
 
 
-def convergence_curves(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
-    """Test accuracy against epoch and against training wall-clock, mean with a +-1 std band over
-    repeats, one line per framework/variant (Liu et al. Fig. 8)."""
-    cells = [c for c in res.cells if c.cell.scenario == "convergence" and c.convergence]
-    if not cells:
-        return [], []
-    plots = []
-    for (model, data), mcells in _by(cells, lambda c: (c.cell.model, c.cell.data)).items():
-        fig, (ax_e, ax_t) = _figure(2)
-        for c in mcells:
-            curves = c.convergence["curves"]
-            mean = np.array(curves["test_acc"]["mean"])
-            std = np.array(curves["test_acc"]["std"])
-            epochs = np.arange(1, len(mean) + 1)
-            elapsed = np.array(curves["elapsed_train_s"]["mean"])
-            label = f"{c.cell.framework}/{c.cell.variant} (b{c.cell.batch}, t{c.cell.threads})"
-            (line,) = ax_e.plot(epochs, mean, marker="o", label=label)
-            ax_e.fill_between(epochs, mean - std, mean + std, alpha=0.2, color=line.get_color())
-            ax_t.plot(elapsed, mean, marker="o", label=label, color=line.get_color())
-            ax_t.fill_between(elapsed, mean - std, mean + std, alpha=0.2, color=line.get_color())
-        target = mcells[0].convergence["target_accuracy"]
-        for ax, xlabel in ((ax_e, "epoch"), (ax_t, "training time (s, evaluation excluded)")):
-            ax.axhline(target, color="grey", ls="--", lw=0.8, label=f"target {target:.0%}")
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel("test accuracy (fraction)")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize="small")
-        ax_e.set_title(f"{model} on {data}: accuracy per epoch")
-        ax_t.set_title(f"{model} on {data}: accuracy over time")
-        plots.append(Plot(f"convergence-{_safe(model)}-{_safe(data)}", f"{model} on {data}: test accuracy",
-                          "Mean over repeats (different seeds) with a band of ±1 standard deviation; the dashed "
-                          "line is the target accuracy of the time-to-accuracy column.", _svg(fig)))
-    return plots, []
-
-
-PLOTTERS = (time_vs_batch, time_vs_threads, memory_vs_batch, warmup_series, convergence_curves)
+PLOTTERS = (time_vs_batch, time_vs_threads, memory_vs_batch, warmup_series)
 
 
 def make_plots(res: RunResults, extra: tuple = ()) -> tuple[list[Plot], list[Skipped]]:
@@ -255,7 +173,3 @@ def make_plots(res: RunResults, extra: tuple = ()) -> tuple[list[Plot], list[Ski
         plots += p
         skipped += s
     return plots, skipped
-
-
-def _safe(text: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text)

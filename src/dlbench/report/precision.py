@@ -10,10 +10,12 @@ is its emulation, not the framework's).
 from __future__ import annotations
 
 from dlbench.cell_result import CellResult
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.precision import PRECISIONS
 from dlbench.report.plots import Plot, Skipped, _by, _figure, _safe, _svg
 from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_num
 from dlbench.results import RunResults
+from dlbench.scenarios import registry
 
 INTRO = ("Each framework at each precision (docs/precision.md): its median time, the speed-up over its own float32 "
          "cell of the same model, scenario, batch, threads and device (>1: faster), and the equivalence gate's "
@@ -22,7 +24,7 @@ INTRO = ("Each framework at each precision (docs/precision.md): its median time,
 
 
 def _reduced(res: RunResults) -> bool:
-    return any(c.cell.precision != "fp32" for c in res.cells)
+    return any(c.cell.precision != DEFAULT_PRECISION for c in res.cells)
 
 
 def _gate(res: RunResults, c: CellResult) -> dict:
@@ -41,9 +43,10 @@ def _same_at_fp32(c: CellResult) -> tuple:
 def precision_tables(res: RunResults) -> list[Table]:
     if not _reduced(res):
         return []
-    fp32 = {_same_at_fp32(c): c for c in res.cells if c.cell.precision == "fp32" and c.ok and c.time_ms}
+    fp32 = {_same_at_fp32(c): c for c in res.cells if c.cell.precision == DEFAULT_PRECISION and c.ok and c.time_ms}
     tables = []
-    for (model,), cells in _by([c for c in res.cells if c.cell.scenario in ("forward", "gradient", "train_step")],
+    closures = registry.batch_closures()
+    for (model,), cells in _by([c for c in res.cells if c.cell.scenario in closures],
                                lambda c: (c.cell.model,)).items():
         cols = [Column("framework", "framework", numeric=False), Column("precision", "precision", numeric=False),
                 Column("scenario", "scenario", numeric=False), Column("threads", "threads"), Column("batch", "batch"),
@@ -88,7 +91,8 @@ def speed_error(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
     precision (float32 included, at its own small error)."""
     if not _reduced(res):
         return [], []
-    cells = [c for c in res.cells if c.cell.scenario == "forward" and c.ok and c.time_ms is not None
+    forward = registry.batch_closures()[0]  # the forward pass: the error the gate measured is its outputs'
+    cells = [c for c in res.cells if c.cell.scenario == forward and c.ok and c.time_ms is not None
              and _gate(res, c).get("forward_error")]
     plots = []
     for (model, threads), mcells in _by(cells, lambda c: (c.cell.model, c.cell.threads)).items():

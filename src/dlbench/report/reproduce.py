@@ -424,8 +424,9 @@ def check_selection(name: str, only: tuple[str, ...]) -> None:
 def reproduce(name: str, env: Environment | None = None, protocol: dict[str, Any] | None = None,
               db: str | Path | None = None, progress=None, dry_run: bool = False) -> Reproduction:
     """Plan the table's settings, run the runnable ones as one suite, and line them up with the paper."""
-    from dlbench import api
+    from dlbench import runner
     from dlbench.measure.environment import capture
+    from dlbench.results import read_run
     from dlbench.store import DEFAULT_DB
 
     get_target(name)
@@ -436,7 +437,9 @@ def reproduce(name: str, env: Environment | None = None, protocol: dict[str, Any
     suite = None if dry_run else suite_for(name, settings, protocol)
     res = None
     if suite is not None:
-        res = api.run(suite, db=db or DEFAULT_DB, progress=progress, argv=["reproduce", name])
+        # the runner itself, not the API: the report sits below the API in the layers (docs/architecture.md)
+        handle = runner.start(suite, db or DEFAULT_DB, ["reproduce", name], **({"progress": progress} if progress else {}))
+        res = read_run(handle.run_id, db or DEFAULT_DB)
     machine = machine_summary(res.environment if res else capture())
     return Reproduction(name, targets()[name], paper_of(name), mapping_of(name, env.backends), compare_lines(settings, res),
                         res.run_id if res else None, machine, protocol)

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlbench import versions
+from dlbench.measure.peak import by_precision
 from dlbench.models.split import parse_part
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.report.convergence import agreement
 from dlbench.results import CellResult, RunResults
 from dlbench.scenarios import registry
@@ -34,11 +36,16 @@ class SummaryRow:
     @property
     def precision_text(self) -> str:
         """The precision, and beside a reduced one its forward error against float64."""
-        if self.precision == "fp32" or self.forward_error is None:
+        if self.precision == DEFAULT_PRECISION or self.forward_error is None:
             return self.precision
         return f"{self.precision} (error {self.forward_error:.1e})"
     #: how the framework is shown (``jax 0.4.38`` when the run has several versions of it: dlbench.versions)
     label: str = ""
+
+    @property
+    def shown_name(self) -> str:
+        """The framework as every table shows it: its label, else its name."""
+        return self.label or self.framework
 
     def text(self, scenario: str) -> str:
         """The scenario's cell, as the scenario writes it ("" when the row has no such cell)."""
@@ -69,8 +76,7 @@ class SummaryRow:
                    if s in per_batch},
                 **{f"{s}_samples_per_s": self.throughput(s) for s in self.cells},
                 "peak_rss_mib": self.peak_rss_mib,
-                "compile_ms": self.cells["compile"].compile_ms if "compile" in self.cells else None,
-                "convergence": self.cells["convergence"].convergence if "convergence" in self.cells else None,
+                **{k: v for s in registry.SCENARIOS.values() for k, v in s.summary_fields(self.cells.get(s.name)).items()},
                 "statuses": {s: c.cell.status for s, c in self.cells.items()}}
 
 
@@ -104,9 +110,11 @@ def summary_scenarios(rows: list[SummaryRow]) -> list[str]:
 def summary_dict(results: RunResults) -> dict[str, Any]:
     return {
         "run_id": results.run_id, "status": results.run["status"], "suite": results.run["suite_name"],
-        "peak_gflops": {str(t): max(r.values()) for t, r in results.peaks.items()},
+        "peak_gflops": {str(t): results.peak_gflops(t) for t in results.peaks},
+        "peak_gflops_by_precision": {str(t): by_precision(r) for t, r in results.peaks.items()},
         "models": {m: [r.to_dict() for r in rows] for m, rows in summary_rows(results).items()},
         "failed": [{"key": c.cell.key, "status": c.cell.status, "reason": c.cell.reason} for c in results.failed],
-        "warnings": [{"key": c.cell.key, "warnings": c.cell.warnings} for c in results.cells if c.cell.warnings],
+        "warnings": [{"key": c.cell.key, "warnings": [*c.cell.warnings, *c.rate_warnings]} for c in results.cells
+                     if c.cell.warnings or c.rate_warnings],
         "agreement": agreement(results.cells),
     }

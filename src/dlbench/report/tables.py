@@ -11,63 +11,30 @@ bold the smallest). A cell that produced no time shows "–" and a footnote with
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from dlbench.measure.peak import by_precision, engine_precision, peak_precision
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
+from dlbench.report.document import (
+    DASH,
+    Column,
+    Footnote,
+    Section,
+    Table,
+    Value,
+    fmt_bytes_mib,
+    fmt_num,
+    mark_best,
+)
 from dlbench.report.summary import SummaryRow, summary_rows
 from dlbench.results import CellResult, RunResults
 from dlbench.scenarios import registry
 
-DASH = "–"
-
-
-def fmt_num(x: float | None, sig: int = 3) -> str:
-    """``sig`` significant digits, no exponent: 43152 -> "43,152", 12.34 -> "12.3", 0.01234 -> "0.0123"."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return DASH
-    if x == 0:
-        return "0"
-    decimals = sig - 1 - math.floor(math.log10(abs(x)))
-    return f"{x:,.0f}" if decimals <= 0 else f"{x:.{decimals}f}"
-
-
-def fmt_bytes_mib(n: float | None) -> str:
-    return DASH if not n else fmt_num(n / 2**20)
-
-
-@dataclass
-class Value:
-    """One table cell: its text, the number it ranks by (None: not ranked), and its marks."""
-
-    text: str
-    number: float | None = None
-    best: bool = False
-    note: int | None = None  # footnote number
-    detail: str = ""  # secondary text (a CI), rendered smaller
-
-
-@dataclass
-class Column:
-    key: str
-    label: str
-    better: str | None = None  # "low", "high" or None (not ranked)
-    numeric: bool = True
-
-
-@dataclass
-class Table:
-    title: str
-    columns: list[Column]
-    rows: list[list[Value]]
-    groups: list[tuple] = field(default_factory=list)  # per row: what makes rows comparable
-
-
-@dataclass
-class Footnote:
-    number: int
-    text: str
+# the report's plain-data primitives, shared with the scenarios' own sections (re-exported)
+__all__ = ["DASH", "Column", "Footnote", "ReportContent", "Section", "Table", "Value", "fmt_bytes_mib", "fmt_num",
+           "mark_best"]
 
 
 @dataclass
@@ -80,24 +47,11 @@ class ReportContent:
     tables: list[Table]
     footnotes: list[Footnote]
     warnings: list[tuple[str, str]]  # (cell key, warning)
-    verification: list[tuple[str, str]]  # (framework/variant/model/device, verdict and reason) for non-passes
-    convergence: list[Table] = field(default_factory=list)  # final accuracy, time-to-accuracy; the agreement check
+    verification: list[tuple[str, str]]  # (framework/variant/model/device, verdict and reason): failed the gate
     #: the scenario-specific sections after the results (layers, latency, profiles), each from its own module
     sections: list[Section] = field(default_factory=list)
-
-
-@dataclass
-class Section:
-    """A report section a module of ``dlbench.report`` makes: its tables, then preformatted text."""
-
-    title: str
-    intro: str
-    tables: list[Table]
-    #: (sub-title, lines) shown preformatted after the tables
-    text: tuple[str, list[str]] | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.tables or (self.text and self.text[1]))
+    #: (framework/variant/model/device, reason): what a framework cannot run, so the gate had nothing to check
+    unsupported: list[tuple[str, str]] = field(default_factory=list)
 
 
 class _Notes:
@@ -139,27 +93,29 @@ def _time_value(c: CellResult | None, notes: _Notes) -> Value:
     return Value(fmt_num(t.median), t.median, detail=f"[{fmt_num(t.ci_low)}, {fmt_num(t.ci_high)}]")
 
 
-def _compile_value(c: CellResult | None, notes: _Notes) -> Value:
+def _own_value(scenario: str, c: CellResult | None, notes: _Notes) -> Value:
+    """A scenario's value in its own column (:attr:`~dlbench.scenarios.base.Scenario.report_column`)."""
     if c is None:
         return Value("")
-    if not c.ok or not c.compile_ms:
+    if not c.ok:
         return _failed(c, notes)
-    cold = sum(d.get("cold", 0.0) for d in c.compile_ms.values()) / 1e3
-    warm = sum(d.get("warm", 0.0) for d in c.compile_ms.values()) / 1e3
-    return Value(fmt_num(cold), cold, detail=f"warm {fmt_num(warm)}")
+    text, number, detail = registry.of_stored(scenario).report_value(c)
+    return Value(text, number, detail=detail)
 
 
 def _no_peak(c: CellResult) -> str:
     if c.cell.device != "cpu":
-        return "no peak FLOP/s is measured for accelerators (the peak is the CPU's float32 matmul rate)"
+        return "no peak FLOP/s is measured for accelerators (the peaks are the CPU's matmul rates)"
     if c.gflops is None:
         return f"model {c.cell.model} has no FLOP count"
-    return f"no peak FLOP/s was measured for {c.cell.threads} thread(s)"
+    return (f"no {peak_precision(c.cell.precision)} peak was measured for {c.cell.threads} thread(s) (a cell is "
+            "divided by its own precision's peak, never by another's)")
 
 
 def _rate_scenario(rows: list[SummaryRow]) -> str | None:
-    """The scenario whose throughput a table shows: the same one for every row, so they compare."""
-    for s in ("train_step", "gradient", "forward"):
+    """The scenario whose throughput a table shows: the same one for every row, so they compare (the
+    most work per call of the scenarios that time one batch's closure)."""
+    for s in reversed(registry.batch_closures()):
         if any(s in r.cells for r in rows):
             return s
     return None
@@ -171,8 +127,8 @@ VERIFIED = {"pass": "yes", "fail": "NO", "unsupported": "unsupported", "unknown"
 def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
     scenarios = [s for s in registry.per_batch() if any(s in r.cells for r in rows)]
     rate = _rate_scenario(rows)
-    has_compile = any("compile" in r.cells for r in rows)
-    reduced = any(r.precision != "fp32" for r in rows)
+    own = [s for s in registry.names() if registry.get(s).report_column and any(s in r.cells for r in rows)]
+    reduced = any(r.precision != DEFAULT_PRECISION for r in rows)
     columns = [Column("framework", "framework", numeric=False), Column("variant", "variant", numeric=False),
                Column("device", "device", numeric=False), Column("threads", "threads"), Column("batch", "batch")]
     if reduced:
@@ -180,10 +136,9 @@ def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
     columns += [Column(s, f"{s} ms (median [95% CI])", "low") for s in scenarios]
     if rate:
         columns += [Column("samples_per_s", f"samples/s ({rate})", "high"),
-                    Column("pct_peak", f"% of peak FLOP/s ({rate})", "high")]
+                    Column("pct_peak", f"% of its precision's peak FLOP/s ({rate})", "high")]
     columns.append(Column("memory", "peak memory MiB", "low"))
-    if has_compile:
-        columns.append(Column("compile", "compile s (cold first calls)", "low"))
+    columns += [Column(s, registry.get(s).report_column, "low") for s in own]
     columns.append(Column("verified", "verified", numeric=False))
 
     out: list[list[Value]] = []
@@ -202,37 +157,18 @@ def model_table(model: str, rows: list[SummaryRow], notes: _Notes) -> Table:
                 values += [_failed(c, notes), _failed(c, notes)]
             else:
                 values.append(Value(fmt_num(c.samples_per_s), c.samples_per_s))
-                values.append(Value(fmt_num(c.pct_peak), c.pct_peak) if c.pct_peak is not None
-                              else Value(DASH, note=notes.add(_no_peak(c))))
+                values.append(Value(fmt_num(c.pct_peak), c.pct_peak, detail=f"of the {c.peak}",
+                                    note=notes.add(c.rate_warnings[0]) if c.rate_warnings else None)
+                              if c.pct_peak is not None else Value(DASH, note=notes.add(_no_peak(c))))
         mem = row_memory_bytes(r)
         values.append(Value(fmt_bytes_mib(mem), mem / 2**20 if mem else None))
-        if has_compile:
-            values.append(_compile_value(r.cells.get("compile"), notes))
+        values += [_own_value(s, r.cells.get(s), notes) for s in own]
         values.append(Value(VERIFIED.get(r.verified, r.verified)))
         out.append(values)
         groups.append((r.batch, r.threads, r.device, r.precision))  # the best of each precision is bold
     table = Table(model, columns, out, groups)
     mark_best(table)
     return table
-
-
-def mark_best(table: Table) -> None:
-    """Bold the best value of each ranked column within each group of comparable rows (ties: all)."""
-    for j, col in enumerate(table.columns):
-        if col.better is None:
-            continue
-        by_group: dict[tuple, list[int]] = {}
-        for i, g in enumerate(table.groups or [()] * len(table.rows)):
-            if table.rows[i][j].number is not None:
-                by_group.setdefault(g, []).append(i)
-        for members in by_group.values():
-            if len(members) < 2:
-                continue
-            pick = min if col.better == "low" else max
-            best = table.rows[pick(members, key=lambda i: table.rows[i][j].number)][j]
-            for i in members:  # equal as shown is equal: "323" and "323" are both bold
-                if table.rows[i][j].text == best.text:
-                    table.rows[i][j].best = True
 
 
 def _when(ts: float | None) -> str:
@@ -272,74 +208,36 @@ def environment_items(res: RunResults) -> list[tuple[str, str]]:
 
 
 def peaks_table(res: RunResults) -> Table:
-    engines = sorted({e for rates in res.peaks.values() for e in rates})
+    """Each engine's matmul rate per thread count, then each precision's peak (the fastest of its engines):
+    what a cell of that precision's "% of peak" divides by."""
+    engines = sorted({e for rates in res.peaks.values() for e in rates}, key=lambda e: (engine_precision(e), e))
+    precisions = sorted({engine_precision(e) for e in engines}, key=lambda p: (p != DEFAULT_PRECISION, p))
     columns = [Column("threads", "threads")] + [Column(e, f"{e} GFLOP/s") for e in engines] + \
-        [Column("peak", "peak GFLOP/s (the max)")]
+        [Column(f"peak {p}", f"{p} peak GFLOP/s") for p in precisions]
     rows = []
     for t in sorted(res.peaks):
-        rates = res.peaks[t]
+        rates, best = res.peaks[t], by_precision(res.peaks[t])
         rows.append([Value(str(t))] + [Value(fmt_num(rates.get(e)), rates.get(e)) for e in engines]
-                    + [Value(fmt_num(max(rates.values())), max(rates.values()))])
-    return Table("measured float32 matmul peak", columns, rows)
+                    + [Value(fmt_num(best.get(p)), best.get(p)) for p in precisions])
+    return Table("measured matmul peak per precision", columns, rows)
 
 
-def convergence_tables(res: RunResults) -> list[Table]:
-    """Per-framework final accuracy with its spread and time-to-accuracy (Liu et al. Fig. 8, DAWNBench),
-    and the agreement check: the first step where a framework's loss leaves the reference's."""
-    from dlbench.report.convergence import agreement
-
-    cells = [c for c in res.cells if c.cell.scenario == "convergence"]
-    if not cells:
-        return []
-    cols = [Column("model", "model", numeric=False), Column("framework", "framework", numeric=False),
-            Column("variant", "variant", numeric=False), Column("data", "data", numeric=False),
-            Column("batch", "batch"), Column("threads", "threads"), Column("epochs", "epochs"),
-            Column("acc", "final test accuracy (mean ± std over repeats)", "high"),
-            Column("range", "min – max", numeric=False), Column("tta", "seconds to target accuracy", "low"),
-            Column("rate", "training samples/s", "high")]
-    rows, groups = [], []
-    for c in cells:
-        v = c.convergence
-        head = [Value(c.cell.model), Value(c.cell.framework), Value(c.cell.variant), Value(c.cell.data),
-                Value(str(c.cell.batch)), Value(str(c.cell.threads))]
-        if not v:
-            rows.append(head + [Value(DASH), Value(f"{c.cell.status}: {c.cell.reason}"), Value(DASH), Value(DASH),
-                                Value(DASH)])
-        else:
-            tta = v["time_to_accuracy_s"]
-            rows.append(head + [
-                Value(str(v["epochs"])),
-                Value(f"{v['final_test_acc_mean']:.4f} ± {v['final_test_acc_std']:.4f}", v["final_test_acc_mean"]),
-                Value(f"{v['final_test_acc_min']:.4f} – {v['final_test_acc_max']:.4f}"),
-                Value(fmt_num(tta), tta) if tta is not None else
-                Value(f"not reached ({v['reached']} repeats reached {v['target_accuracy']:.0%})"),
-                Value(fmt_num(v["train_samples_per_s"]), v["train_samples_per_s"])])
-        groups.append((c.cell.model, c.cell.data, c.cell.batch, c.cell.threads, c.cell.device))
-    table = Table("convergence", cols, rows, groups)
-    mark_best(table)
-    out = [table]
-    agree = agreement(res.cells)
-    if agree:
-        cols = [Column(k, label, numeric=k in ("steps", "diff1", "maxdiff", "first")) for k, label in (
-            ("model", "model"), ("reference", "reference"), ("framework", "framework"), ("steps", "steps compared"),
-            ("diff1", "relative loss difference at step 1"), ("maxdiff", "largest relative difference"),
-            ("first", "first step > 1% apart"))]
-        out.append(Table("agreement check (same weights, same batches)", cols, [[
-            Value(a["model"]), Value(a["reference"]), Value(a["framework"]), Value(str(a["steps_compared"])),
-            Value(f"{a['rel_diff_step1']:.1e}" if a["rel_diff_step1"] is not None else DASH),
-            Value(f"{a['max_rel_diff']:.1e}" if a["max_rel_diff"] is not None else DASH),
-            Value("none" if a["first_departure_step"] is None else str(a["first_departure_step"]))] for a in agree]))
-    return out
+def _per_batch(row: SummaryRow) -> bool:
+    """The row has a cell the per-model table shows (a convergence-only row has its own section)."""
+    return any(registry.of_stored(s).per_iteration for s in row.cells)
 
 
 def build_content(res: RunResults) -> ReportContent:
     notes = _Notes()
-    tables = [model_table(m, [r for r in rows if set(r.cells) - {"convergence"}], notes)
-              for m, rows in summary_rows(res).items() if any(set(r.cells) - {"convergence"} for r in rows)]
-    warnings = [(c.cell.key, w) for c in res.cells for w in c.cell.warnings]
-    verification = [("/".join([fw, variant, model, device] + ([precision] if precision != "fp32" else [])),
-                     f"{v['verdict']}: {v.get('reason') or ''}".strip(": "))
-                    for (fw, variant, model, device, precision), v in res.verifications.items()
-                    if v.get("verdict") != "pass"]
+    tables = [model_table(m, [r for r in rows if _per_batch(r)], notes)
+              for m, rows in summary_rows(res).items() if any(_per_batch(r) for r in rows)]
+    warnings = [(c.cell.key, w) for c in res.cells for w in (*c.cell.warnings, *c.rate_warnings)]
+    verification, unsupported = [], []
+    for (fw, variant, model, device, precision), v in res.verifications.items():
+        name = "/".join([fw, variant, model, device] + ([precision] if precision != DEFAULT_PRECISION else []))
+        if v.get("verdict") == "unsupported":  # not a failure of the gate: nothing to check
+            unsupported.append((name, v.get("reason") or ""))
+        elif v.get("verdict") != "pass":
+            verification.append((name, f"{v['verdict']}: {v.get('reason') or ''}".strip(": ")))
     return ReportContent(res.run, environment_items(res), peaks_table(res), tables, notes.list(), warnings,
-                         verification, convergence_tables(res))
+                         verification, unsupported=unsupported)

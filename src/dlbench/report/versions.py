@@ -14,16 +14,19 @@ Pure over analysed results, except :func:`history`, which reads the store (only 
 
 from __future__ import annotations
 
+import importlib.util
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from dlbench import versions
 from dlbench.envs.companions import release_key
+from dlbench.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.report.compare import CellChange, compare_cells
 from dlbench.report.plots import Plot, Skipped, _figure, _safe, _svg
 from dlbench.report.tables import Column, Section, Table, Value, fmt_num
-from dlbench.results import CellResult, RunResults, analyse_cell
+from dlbench.results import CellResult, RunResults, analyse_or_set_aside
 from dlbench.scenarios import registry
 from dlbench.store import Store
 
@@ -69,12 +72,12 @@ class Series:
     threads: int
     device: str
     variant: str
-    precision: str = "fp32"
+    precision: str = DEFAULT_PRECISION
     points: list[Point] = field(default_factory=list)
 
     @property
     def title(self) -> str:
-        at = f", {self.precision}" if self.precision != "fp32" else ""
+        at = f", {self.precision}" if self.precision != DEFAULT_PRECISION else ""
         return (f"{self.base}/{self.variant} {self.model} {self.scenario}, batch {self.batch}, "
                 f"{self.threads} thread(s), {self.device}{at}")
 
@@ -123,7 +126,7 @@ def run_series(res: RunResults) -> list[Series]:
 
 
 def history(store: Store, base: str, model: str, scenario: str, batch: int | None = None,
-            threads: int | None = None, variant: str | None = None, precision: str = "fp32") -> list[Series]:
+            threads: int | None = None, variant: str | None = None, precision: str = DEFAULT_PRECISION) -> list[Series]:
     """Every stored run's timed cells of the figure, for every version of ``base``, at ``precision``."""
     points = []
     for run in store.list_runs():
@@ -138,29 +141,45 @@ def history(store: Store, base: str, model: str, scenario: str, batch: int | Non
         for cell in cells:
             verdict = verdicts.get((cell.framework, cell.variant, cell.model, cell.device, cell.precision),
                                    {}).get("verdict", "unknown")
-            rates = peaks.get(cell.threads)
-            res = analyse_cell(store, cell, verdict, max(rates.values()) if rates else None)
-            if _timed(res):
+            res = analyse_or_set_aside(store, cell, verdict, peaks.get(cell.threads))
+            if res is not None and _timed(res):
                 points.append(Point(run_id, run["started_at"], env.get("hostname", ""), cell.framework,
                                     (env.get("frameworks") or {}).get(cell.framework), res))
     return build_series(points)
 
 
-def series_table(s: Series, across_runs: bool = False) -> Table:
+def _shown(points: list[Point]) -> dict[int, str]:
+    """Each point's label, told apart where one run measured the same release twice: a pinned release
+    in its own environment beside the main Python's (``jax==0.10.2`` and ``jax``, both 0.10.2)."""
+    seen = Counter((p.run_id, p.label) for p in points)
+    return {id(p): p.label + ("" if seen[(p.run_id, p.label)] == 1 else
+                              " (own environment)" if versions.SEP in p.framework else " (main Python)")
+            for p in points}
+
+
+def series_table(s: Series, across_runs: bool = False, changes: list | None = None) -> Table:
+    """The series as rows; with ``changes`` (:func:`dlbench.report.changes.detect_series`), a column marks
+    the first point after each detected step with its size and significance."""
+    steps = {c.index: c.text for c in changes or []}
     cols = [Column("version", "version", numeric=False)]
     if across_runs:
         cols += [Column("date", "date (UTC)", numeric=False), Column("host", "host", numeric=False),
                  Column("run", "run", numeric=False)]
     cols += [Column("time", "ms per batch (median [95% CI])", "low"), Column("processes", "processes"),
              Column("change", "change from the row above", numeric=False)]
+    if changes is not None:
+        cols.append(Column("step", "step change (history)", numeric=False))
     rows = []
-    for p in s.points:
+    shown = _shown(s.points)
+    for i, p in enumerate(s.points):
         t = p.cell.time_ms
-        row = [Value(p.label)]
+        row = [Value(shown[id(p)])]
         if across_runs:
             row += [Value(p.date), Value(p.host), Value(p.run_id)]
         row += [Value(f"{fmt_num(t.median)} [{fmt_num(t.ci_low)}, {fmt_num(t.ci_high)}]", t.median),
                 Value(str(len(p.cell.repeat_medians_ms) or 1)), Value(p.change_text)]
+        if changes is not None:
+            row.append(Value(steps.get(i, "")))
         rows.append(row)
     return Table(s.title, cols, rows)
 
@@ -169,12 +188,23 @@ def section(res: RunResults) -> Section:
     return Section("Versions", INTRO, versions_tables(res))
 
 
+def series_changes(s: Series) -> list | None:
+    """The detected steps (:mod:`dlbench.report.changes`) of a series long enough to hold one (4 points or
+    more); None for a shorter one, or where ruptures is not installed (the report then shows no column)."""
+    if len(s.points) < 4 or importlib.util.find_spec("ruptures") is None:
+        return None
+    from dlbench.report.changes import detect_series
+
+    return detect_series(s)
+
+
 def versions_tables(res: RunResults) -> list[Table]:
-    return [series_table(s) for s in run_series(res)]
+    return [series_table(s, changes=series_changes(s)) for s in run_series(res)]
 
 
-def series_figure(s: Series, across_runs: bool = False):
-    """The series' medians with their intervals; a significant change is marked with its size."""
+def series_figure(s: Series, across_runs: bool = False, changes: list | None = None):
+    """The series' medians with their intervals; a significant change is marked with its size, and each
+    detected step (``changes``) by a dashed line before its first point, with the step's size."""
     fig, (ax,) = _figure(1)
     x = list(range(len(s.points)))
     med = [p.cell.time_ms.median for p in s.points]
@@ -187,7 +217,17 @@ def series_figure(s: Series, across_runs: bool = False):
             ax.plot([i], [med[i]], marker="o", markersize=10, markerfacecolor="none", color=color)
             ax.annotate(f"{p.change.change_pct:+.0f}%", (i, med[i]), textcoords="offset points", xytext=(6, 6),
                         color=color, fontsize="small")
-    ax.set_xticks(x, [p.label + (f"\n{p.date[:10]}" if across_runs else "") for p in s.points], fontsize="small")
+    for c in changes or []:
+        color = "red" if c.verdict == "slower" else "green"
+        ax.axvline(c.index - 0.5, color=color, linestyle="--", alpha=0.7)
+        ax.annotate(f"step {c.change_pct:+.0f}%", (c.index - 0.5, min(med)), textcoords="offset points",
+                    xytext=(4, 2), color=color, fontsize="small")
+    crowded = len(s.points) > 6  # many runs: slanted labels that do not run into each other
+    sep = " " if crowded else "\n"
+    ax.set_xticks(x, [p.label + (f"{sep}{p.date[:10]}" if across_runs else "") for p in s.points], fontsize="small",
+                  rotation=45 if crowded else 0, ha="right" if crowded else "center")
+    if crowded:
+        fig.subplots_adjust(bottom=0.32)
     ax.set_ylabel("ms per batch (median, 95% CI)")
     ax.set_title(s.title, fontsize="small")
     ax.grid(True, alpha=0.3)
@@ -200,5 +240,6 @@ def trend_plots(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
         name = _safe(f"versions-{s.base}-{s.variant}-{s.model}-{s.scenario}-b{s.batch}-t{s.threads}-{s.device}")
         plots.append(Plot(name, f"{s.title}: across versions",
                           "Oldest release on the left; circled points changed significantly from the one before "
-                          "(red slower, green faster), by the test `dlbench compare` uses.", _svg(series_figure(s))))
+                          "(red slower, green faster), by the test `dlbench compare` uses; a dashed line marks a step "
+                          "change over the whole series.", _svg(series_figure(s, changes=series_changes(s)))))
     return plots, []

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,8 @@ import numpy as np
 from dlbench import envs
 from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.frameworks.base import UnsupportedError
+from dlbench.job import CellJob
+from dlbench.report.document import fmt_num
 from dlbench.scenarios.base import CellOutcome, Context, Scenario, failure, framework_env
 from dlbench.scenarios.prepare import prepare, versions
 from dlbench.scenarios.timed import CLOSURES, make_closure
@@ -53,7 +56,7 @@ class Compile(Scenario):
                 with tempfile.TemporaryDirectory(prefix="dlbench-cache-") as cache:
                     env = {**(framework_env(cell) or {}), "DLBENCH_CACHE_DIR": cache,
                            "TORCHINDUCTOR_CACHE_DIR": cache, "DLBENCH_EXPORT_CACHE": ""}
-                    job = {**self.job(cell, suite), "closures": [closure], "build_compile": not build_taken}
+                    job = replace(self.job(cell, suite), extra={"closures": [closure], "build_compile": not build_taken})
                     for phase in ("cold", "warm"):
                         o = ctx.run_job(job, suite.protocol.timeout_s, cell.threads,
                                         python=envs.python_for(cell.framework), extra_env=env)
@@ -83,19 +86,19 @@ class Compile(Scenario):
         closures = len(set(framework_info(cell.framework).scenarios) & set(CLOSURES))
         return suite.protocol.repeats * closures * 2 * (start_s + step_s)
 
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
-        """First-call wall time of each of ``job["closures"]`` (default all) in this process, and of
-        compile work done in build when ``job["build_compile"]``."""
+    def work(self, job: CellJob) -> dict[str, Any]:
+        """First-call wall time of each of the job's ``closures`` in this process, and of compile work
+        done in build when its ``build_compile``."""
         p = prepare(job)
         backend = p.backend
         t0 = time.perf_counter_ns()
-        model = backend.build(p.spec, p.weights, job.get("device", "cpu"), job["variant"])
+        model = backend.build(p.spec, p.weights, job.cell.device, job.cell.variant)
         placed = backend.place(p.batch, model)
         build_ns = time.perf_counter_ns() - t0
-        first = dict(backend.build_compile_ns(model)) if job.get("build_compile", True) else {}
+        first = dict(backend.build_compile_ns(model)) if job.extra["build_compile"] else {}
         # what the backend cannot do at all is said for every closure, so the parent starts no process for it
         unsupported = {s: f"{backend.name} does not support {s}" for s in CLOSURES if s not in backend.scenarios}
-        for closure in job.get("closures") or CLOSURES:
+        for closure in job.extra["closures"]:
             if closure in unsupported:
                 continue
             try:
@@ -129,6 +132,16 @@ class Compile(Scenario):
     @property
     def column(self) -> str:
         return "compile cold/warm"
+
+    report_column = "compile s (cold first calls)"
+
+    def report_value(self, res) -> tuple[str, float | None, str]:
+        cold = sum(d.get("cold", 0.0) for d in res.compile_ms.values()) / 1e3
+        warm = sum(d.get("warm", 0.0) for d in res.compile_ms.values()) / 1e3
+        return fmt_num(cold), cold, f"warm {fmt_num(warm)}"
+
+    def summary_fields(self, res) -> dict[str, Any]:
+        return {"compile_ms": res.compile_ms if res is not None else None}
 
 
 SCENARIOS = (Compile(),)

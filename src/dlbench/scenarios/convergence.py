@@ -13,21 +13,40 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from dlbench.cell import DEFAULT_DEVICE
 from dlbench.data import DataError, adapt, load_dataset
 from dlbench.data.dataset import Dataset
 from dlbench.errors import UsageError
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.job import CellJob
 from dlbench.models import get_model
 from dlbench.models.spec import ModelSpec
-from dlbench.scenarios.base import CellOutcome, Context, Scenario, run_in_turn
+from dlbench.scenarios.base import MAX_COUNT, CellOutcome, Context, Flag, Scenario, Shown, check_range, run_in_turn
 from dlbench.scenarios.prepare import backend_for, versions
 from dlbench.store import Sample
 from dlbench.weights import init_weights
+
+
+@dataclass
+class ConvergenceSettings:
+    """Settings of the convergence scenario (a suite file's ``convergence:``)."""
+
+    __pydantic_config__ = {"extra": "forbid"}  # noqa: RUF012  (read by pydantic, the registry's validator)
+    epochs: int = 10
+    target_accuracy: float = 0.95
+    lr: float | None = None  # None: the spec's (the papers') learning rate
+    log_steps: int = 50
+
+    def __post_init__(self) -> None:
+        check_range(self, "epochs", ge=1, le=100_000)
+        check_range(self, "target_accuracy", gt=0, le=1)
+        check_range(self, "lr", gt=0, le=1000)
+        check_range(self, "log_steps", ge=1, le=MAX_COUNT)
 
 
 @dataclass(frozen=True)
@@ -60,7 +79,7 @@ def evaluate(backend: Backend, model: Any, predict, dataset: Dataset, batch_size
 
 
 def train(backend: Backend, spec: ModelSpec, train_set: Dataset, test_set: Dataset, batch_size: int, seed: int,
-          config: ConvergenceConfig, device: str = "cpu", variant: str | None = None) -> dict[str, Any]:
+          config: ConvergenceConfig, device: str = DEFAULT_DEVICE, variant: str | None = None) -> dict[str, Any]:
     """Train and evaluate; returns the per-epoch curves and the first steps' losses."""
     model = backend.build(spec, init_weights(spec, seed), device, variant)
     step = backend.trainer(model, OptimizerSpec(lr=config.lr or spec.learning_rate, momentum=config.momentum))
@@ -93,15 +112,6 @@ def time_to_accuracy(epochs: list[dict], target: float) -> float | None:
     for e in epochs:
         if e["test_acc"] >= target:
             return e["elapsed_train_s"]
-    return None
-
-
-def first_departure(reference: list[float], other: list[float], tolerance: float = 0.01) -> int | None:
-    """The first step (1-based) where ``other``'s loss differs from ``reference``'s by more than
-    ``tolerance`` relative; None when they agree over all the steps both logged."""
-    for i, (a, b) in enumerate(zip(reference, other, strict=False)):
-        if abs(b - a) > tolerance * max(abs(a), 1e-12):
-            return i + 1
     return None
 
 
@@ -138,6 +148,11 @@ class Convergence(Scenario):
     # accuracy curves do not depend on the thread count: train to accuracy once, on every core, unless
     # --threads asks for more (1 and all cores doubled the run's time)
     default_threads = ["all"]
+    settings_model = ConvergenceSettings
+    flags = (Flag("--epochs", "epochs", "convergence: epochs of training (default 10)", int),
+             Flag("--target-accuracy", "target_accuracy",
+                  "convergence: test accuracy whose time-to-reach is reported (default 0.95)", float),
+             Flag("--lr", "lr", "convergence: learning rate (default: the paper's for the model)", float))
 
     def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
         """On a real data set, at least ten steps an epoch."""
@@ -157,31 +172,33 @@ class Convergence(Scenario):
     def measure(self, cell, ctx: Context) -> CellOutcome:
         suite = ctx.suite
         out = CellOutcome("ok")
-        jobs = ({**self.job(cell, suite), "seed": suite.seed + r} for r in range(suite.protocol.repeats))
-        results = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s * suite.convergence.epochs, out)
+        jobs = (replace(self.job(cell, suite), seed=suite.seed + r) for r in range(suite.protocol.repeats))
+        settings = self.settings_of(suite)
+        results = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s * settings.epochs, out)
         if out.status == "unsupported":
             return out
         repeats = [result["curves"] for result in results]
         for r, curves in enumerate(repeats):
             out.samples += [Sample(r, e["epoch"] - 1, "epoch_train", e["train_s"] * 1e9) for e in curves["epochs"]]
-        out.metrics = {"convergence": repeats, "target_accuracy": suite.convergence.target_accuracy}
+        out.metrics = {"convergence": repeats, "target_accuracy": settings.target_accuracy}
         return out
 
     def estimate(self, cell, suite, step_s: float, start_s: float, epoch_samples: int) -> float:
         """``epochs`` passes over the training split per process (evaluation not counted)."""
-        steps = suite.convergence.epochs * -(-epoch_samples // cell.batch)
+        steps = self.settings_of(suite).epochs * -(-epoch_samples // cell.batch)
         return suite.protocol.repeats * (start_s + steps * step_s)
 
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+    def work(self, job: CellJob) -> dict[str, Any]:
         """Train on the real data set for the configured epochs; curves measured by dlbench itself."""
         backend, readback = backend_for(job)
-        spec = get_model(job["model"])
-        train_set = adapt(load_dataset(job["data"], job.get("data_dir"), "train"), spec)
-        test_set = adapt(load_dataset(job["data"], job.get("data_dir"), "test"), spec)
-        config = ConvergenceConfig(**{k: v for k, v in job["convergence"].items() if k != "target_accuracy"})
+        spec = get_model(job.cell.model)
+        train_set = adapt(load_dataset(job.cell.data, job.data_dir, "train"), spec)
+        test_set = adapt(load_dataset(job.cell.data, job.data_dir, "test"), spec)
+        settings = ConvergenceSettings(**job.settings)
+        config = ConvergenceConfig(epochs=settings.epochs, lr=settings.lr, log_steps=settings.log_steps)
         try:
-            curves = train(backend, spec, train_set, test_set, job["batch"], job.get("seed", 0), config,
-                           job.get("device", "cpu"), job["variant"])
+            curves = train(backend, spec, train_set, test_set, job.cell.batch, job.seed, config, job.cell.device,
+                           job.cell.variant)
         except UnsupportedError as exc:
             return {"unsupported": str(exc)}
         return {"curves": curves, "threads_readback": readback, "python": sys.executable, "versions": versions(backend)}
@@ -205,6 +222,26 @@ class Convergence(Scenario):
     @property
     def column(self) -> str:
         return "convergence"
+
+    def summary_fields(self, res) -> dict[str, Any]:
+        return {"convergence": res.convergence if res is not None else None}
+
+    # --- its report -------------------------------------------------------------------------------
+    def report_sections(self, res):
+        from dlbench.report.convergence import section
+
+        return [section(self.cells_of(res))]
+
+    def report_plots(self, res):
+        from dlbench.report.convergence import convergence_curves
+
+        return convergence_curves(self.cells_of(res))
+
+    def show(self, res, db) -> Shown | None:
+        from dlbench.report.convergence import agreement_table
+
+        table = agreement_table(self.cells_of(res))
+        return Shown(table) if table.rows else None
 
 
 SCENARIOS = (Convergence(),)

@@ -26,7 +26,7 @@ only language model, and a framework without a decoder, are ``unsupported`` with
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,11 +42,24 @@ from dlbench.generation.decoder import (
     make_decoder,
     unsupported_reason,
 )
+from dlbench.job import CellJob
 from dlbench.measure.memory import current_rss_bytes, peak_rss_bytes
 from dlbench.measure.percentiles import percentiles
 from dlbench.measure.stats import summarize
 from dlbench.models import UnknownModelError, get_model
-from dlbench.scenarios.base import CellOutcome, Context, Scenario, cell_artifacts, run_in_turn
+from dlbench.scenarios.base import (
+    MAX_COUNT,
+    MAX_SECONDS,
+    CellOutcome,
+    Context,
+    Flag,
+    Scenario,
+    Shown,
+    SuiteView,
+    cell_artifacts,
+    check_range,
+    run_in_turn,
+)
 from dlbench.scenarios.prepare import backend_for, versions
 from dlbench.store import Sample
 from dlbench.weights import init_weights
@@ -55,12 +68,72 @@ if TYPE_CHECKING:
     from dlbench.cell_result import CellResult
     from dlbench.frameworks import FrameworkInfo
     from dlbench.models.spec import ModelSpec
-    from dlbench.suite import Suite
 
 #: the batches a suite's default batch becomes
 DEFAULT_BATCHES = (1, 4)
 #: percentiles of TTFT and TPOT reported
 QUANTILES = (50.0, 90.0, 99.0)
+
+
+#: the most tokens a setting may name (the models' contexts are far below it)
+MAX_TOKENS = 1_000_000
+
+
+@dataclass
+class GenerationSettings:
+    """The generate scenarios' settings (a suite file's ``generation:``, the flags below): prompt and
+    output lengths, timed generations, the LoadGen scenarios' bounds and rates. A zero or negative length
+    is refused here (exit 2); a prompt and new tokens beyond a model's context by :meth:`Generate.check`."""
+
+    __pydantic_config__ = {"extra": "forbid"}  # noqa: RUF012  (read by pydantic, the registry's validator)
+    #: prompt tokens per sequence (prefill); defaults sized for a 2-core CPU
+    prompt: int = 128
+    #: tokens generated per sequence (the first from the prefill, the rest one decode step each)
+    new_tokens: int = 64
+    #: timed generations per measuring process (after one untimed generation that warms up)
+    runs: int = 5
+    #: generate-server: bounds on LoadGen's time to first token and time per output token, ms (their
+    #: 99th percentiles; None: LoadGen's defaults, 100 ms each)
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    #: generate-server: the request rate (None: half the rate one stream of generations reaches, a
+    #: tenth with ``find_peak``)
+    qps: float | None = None
+    #: generate-server: LoadGen's FindPeakPerformance (the highest rate meeting both bounds)
+    find_peak: bool = False
+    #: LoadGen's minimum duration and query count (None: LoadGen's rules; shorter ones mark the cell)
+    min_duration_s: float | None = None
+    min_queries: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("prompt", "new_tokens"):
+            check_range(self, name, ge=1, le=MAX_TOKENS)
+        check_range(self, "runs", ge=1, le=MAX_COUNT)
+        check_range(self, "ttft_ms", gt=0, le=MAX_SECONDS * 1000)
+        check_range(self, "tpot_ms", gt=0, le=MAX_SECONDS * 1000)
+        check_range(self, "qps", gt=0, le=1e6)
+        check_range(self, "min_duration_s", gt=0, le=MAX_SECONDS)
+        check_range(self, "min_queries", ge=1, le=MAX_COUNT)
+
+
+#: the generate scenarios' ``dlbench run`` flags (``--qps``, ``--find-peak`` and LoadGen's minima are the
+#: serving scenarios' flags too: one flag sets both sections)
+FLAGS = (
+    Flag("--prompt-len", "prompt", "generate: prompt tokens (default 128)", int),
+    Flag("--new-tokens", "new_tokens", "generate: tokens generated (default 64)", int),
+    Flag("--generations", "runs", "generate: timed generations per process (default 5)", int),
+    Flag("--ttft-ms", "ttft_ms", "generate-server: bound on the time to first token's p99 in ms "
+                                 "(default LoadGen's 100)", float),
+    Flag("--tpot-ms", "tpot_ms", "generate-server: bound on the time per output token's p99 in ms "
+                                 "(default LoadGen's 100)", float),
+)
+LOADGEN_FLAGS = (
+    Flag("--qps", "qps", "loadgen-server, generate-server: target queries per second", float),
+    Flag("--find-peak", "find_peak", "loadgen-server, generate-server: search the highest rate meeting the bounds "
+                                     "(LoadGen's FindPeakPerformance)", switch=True),
+    Flag("--loadgen-min-duration", "min_duration_s", "LoadGen's minimum run time in s", float),
+    Flag("--loadgen-min-queries", "min_queries", "LoadGen's minimum query count", int),
+)
 
 
 def generation_spec(model: str, prompt: int, new_tokens: int) -> ModelSpec:
@@ -98,12 +171,15 @@ class Generate(Scenario):
                    "cache and peak memory; --prompt-len, --new-tokens")
     requires = "forward"
     per_iteration = False
+    settings_model = GenerationSettings
+    settings_section = "generation"
+    flags = FLAGS + LOADGEN_FLAGS
 
     # --- cells ---------------------------------------------------------------------------------
     def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
         return DEFAULT_BATCHES[0]
 
-    def cells(self, cell, suite: Suite) -> list:
+    def cells(self, cell, suite: SuiteView) -> list:
         sizes = suite.batch_sizes
         if isinstance(sizes, dict):
             sizes = sizes.get(cell.model, sizes.get("default", ["default"]))
@@ -111,27 +187,34 @@ class Generate(Scenario):
             return [replace(cell, batch=b) for b in DEFAULT_BATCHES]
         return [cell]
 
-    def check(self, cells, suite: Suite) -> None:
+    def check(self, cells, suite: SuiteView) -> None:
         mine = [c for c in cells if c.scenario == self.name]
         if any(c.data != "synthetic" for c in mine):
             raise UsageError(f"the {self.name} scenario decodes seeded synthetic prompts; it reads no data set (--data)")
-        check_settings(sorted({c.model for c in mine}), suite.generation)
-        g = suite.generation
+        g = self.settings_of(suite)
+        check_settings(sorted({c.model for c in mine}), g)
         if (g.ttft_ms is not None or g.tpot_ms is not None) and not any(c.scenario == "generate-server" for c in cells):
             raise UsageError("--ttft-ms and --tpot-ms bound the generate-server scenario; the suite has none")
+        if (g.find_peak or g.qps is not None) and not any(c.scenario in ("generate-server", "loadgen-server")
+                                                          for c in cells):
+            raise UsageError("--find-peak and --qps set the generate-server and loadgen-server scenarios; "
+                             "the suite has neither")
 
     def unsupported(self, info: FrameworkInfo) -> str | None:
         if decoder_class_name(info.name) is None:
             return unsupported_reason(info.name)
         return None
 
-    def estimate(self, cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
-        g = suite.generation
+    def estimate(self, cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
+        g = self.settings_of(suite)
         one = (g.prompt + g.new_tokens) * step_s / max(suite.protocol.repeats, 1)
         return start_s * 2 + suite.protocol.repeats * (start_s + (g.runs + 1) * one)
 
-    def job(self, cell, suite: Suite) -> dict[str, Any]:
-        return {**super().job(cell, suite), "generation": suite.generation.model_dump()}
+    def phase_job(self, cell, suite: SuiteView, phase: str) -> CellJob:
+        """A job of the cell's: ``gate`` (the generation gate) or ``measure`` (timed generations)."""
+        job = self.job(cell, suite)
+        job.extra["phase"] = phase
+        return job
 
     # --- the parent's side ------------------------------------------------------------------------
     def gate(self, cell, ctx: Context, out: CellOutcome) -> dict[str, Any] | None:
@@ -139,7 +222,7 @@ class Generate(Scenario):
         verdicts = ctx.sessions.setdefault("generation-gate", {})  # shared by the generate scenarios
         key = gate_key(cell)
         if key not in verdicts:
-            results = run_in_turn(cell, ctx, [{**self.job(cell, ctx.suite), "phase": "gate"}],
+            results = run_in_turn(cell, ctx, [self.phase_job(cell, ctx.suite, "gate")],
                                   ctx.suite.protocol.timeout_s, out)
             if not results:
                 return None
@@ -161,14 +244,15 @@ class Generate(Scenario):
             return CellOutcome("not_equivalent", f"failed the generation gate: {verdict['reason']}",
                                metrics={"generation_gate": verdict}, seconds=out.seconds)
         suite = ctx.suite
-        jobs = [{**self.job(cell, suite), "phase": "measure"} for _ in range(suite.protocol.repeats)]
+        g = self.settings_of(suite)
+        jobs = [self.phase_job(cell, suite, "measure") for _ in range(suite.protocol.repeats)]
         outdir = cell_artifacts(cell, ctx)
         if suite.protocol.profile_calls and outdir is not None:
-            jobs[0]["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir / "profile")}
+            jobs[0].extra["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir / "profile")}
         per_process = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s, out)
         if out.status == "unsupported" or not per_process:
             return out
-        out.metrics = figures(cell, per_process, suite.generation.model_dump(), suite.seed)
+        out.metrics = figures(cell, per_process, jobs[0].settings, suite.seed)
         out.metrics["generation_gate"] = verdict
         for r, result in enumerate(per_process):
             for i, run in enumerate(result["runs"]):
@@ -178,7 +262,7 @@ class Generate(Scenario):
                                                                           for t in run["tpot_ns"])]
             if result["truncated"]:
                 out.warnings.append(f"process {r}: stopped at max_time_s after {len(result['runs'])} of "
-                                    f"{suite.generation.runs} generations")
+                                    f"{g.runs} generations")
         if verdict["ties"]:
             out.warnings.append(f"generation gate: {len(verdict['ties'])} tie(s) inside the reference's top-1 margin")
         profile = per_process[0].get("profile")
@@ -190,14 +274,15 @@ class Generate(Scenario):
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
-        if job.get("phase") == "gate":
+    def work(self, job: CellJob) -> dict[str, Any]:
+        if job.extra["phase"] == "gate":
             from dlbench.generation.gate import verify_generation
 
-            backend_for({**job, "precision": "fp32"})  # threads set before anything is built
-            return {"gate": verify_generation(job["framework"], job["model"], job["variant"],
-                                              job.get("precision", "fp32"), job.get("seed", 0),
-                                              job.get("device", "cpu")).to_dict()}
+            c = job.cell
+            backend_for(CellJob(threads=job.threads, cell=replace(c, precision="fp32"), seed=job.seed,
+                                data_dir=job.data_dir, protocol=job.protocol, settings=job.settings))  # threads first
+            return {"gate": verify_generation(c.framework, c.model, c.variant, c.precision, job.seed,
+                                              c.device).to_dict()}
         return measure_generation(job)
 
     # --- results --------------------------------------------------------------------------------
@@ -229,6 +314,24 @@ class Generate(Scenario):
     def column(self) -> str:
         return "generate: TTFT, TPOT [95% CI], tokens/s (total)"
 
+    # --- its report ---------------------------------------------------------------------------------
+    def report_sections(self, res) -> list:
+        """The "Generation" section, which the generate scenarios share."""
+        from dlbench.report.generation import section
+
+        return [section(res)]
+
+    def report_plots(self, res) -> tuple[list, list]:
+        from dlbench.report.generation import plots
+
+        return plots(res)
+
+    def show(self, res, db) -> Shown | None:
+        from dlbench.report.generation import figures_table
+
+        table = figures_table(res)
+        return Shown(table) if table is not None else None
+
 
 def decoder_class_name(framework: str) -> str | None:
     """The framework's decoder, named without importing it (the parent may not have the framework)."""
@@ -237,25 +340,25 @@ def decoder_class_name(framework: str) -> str | None:
     return DECODERS.get(framework, (None, None))[1]
 
 
-def measure_generation(job: dict[str, Any]) -> dict[str, Any]:
+def measure_generation(job: CellJob) -> dict[str, Any]:
     """One measuring process: the decoder built, one untimed generation, then the timed ones."""
-    g = job["generation"]
+    g, c = job.settings, job.cell
     backend, readback = backend_for(job)
-    spec = generation_spec(job["model"], g["prompt"], g["new_tokens"])
-    weights = init_weights(spec, job.get("seed", 0))
-    batch, seed = job["batch"], job.get("seed", 0)
+    spec = generation_spec(c.model, g["prompt"], g["new_tokens"])
+    weights = init_weights(spec, job.seed)
+    batch, seed = c.batch, job.seed
     rss_before = current_rss_bytes()
     t0 = time.perf_counter_ns()
     try:
-        decoder = make_decoder(job["framework"], spec, weights, batch, g["prompt"] + g["new_tokens"],
-                               job.get("precision", "fp32"), job["variant"], job.get("device", "cpu"))
+        decoder = make_decoder(c.framework, spec, weights, batch, g["prompt"] + g["new_tokens"], c.precision,
+                               c.variant, c.device)
     except (UnsupportedError, NotDecodable) as exc:
         return {"unsupported": str(exc)}
     build_ns = time.perf_counter_ns() - t0
     del weights
     warm = greedy(decoder, prompts(spec.input.vocab, batch, g["prompt"], seed, g["runs"]), g["new_tokens"])
     runs, truncated = [], False
-    deadline = time.perf_counter() + job["protocol"]["max_time_s"]
+    deadline = time.perf_counter() + job.protocol["max_time_s"]
     for r in range(g["runs"]):
         gen = greedy(decoder, prompts(spec.input.vocab, batch, g["prompt"], seed, r), g["new_tokens"])
         runs.append({"ttft_ns": gen.ttft_ns, "tpot_ns": gen.tpot_ns, "tokens": gen.tokens.tolist() if r == 0 else None})
@@ -266,9 +369,9 @@ def measure_generation(job: dict[str, Any]) -> dict[str, Any]:
            "cache_bytes": decoder.cache_bytes, "rss_before_build_bytes": rss_before,
            "peak_rss_bytes": peak_rss_bytes(), "decoder": decoder.info(), "threads_readback": readback,
            "versions": versions(backend)}
-    if "profile" in job:
+    if "profile" in job.extra:
         out["profile"] = _profile_steps(backend, decoder, prompts(spec.input.vocab, batch, g["prompt"], seed, 0),
-                                        g["new_tokens"], job["profile"])
+                                        g["new_tokens"], job.extra["profile"])
     return out
 
 

@@ -35,8 +35,9 @@ import numpy as np
 
 from dlbench.frameworks.base import UnsupportedError
 from dlbench.generation.decoder import Decoder, NotDecodable, check_decodable, greedy, make_decoder
+from dlbench.job import CellJob
 from dlbench.models import get_model
-from dlbench.scenarios.base import CellOutcome, Context, cell_artifacts, run_in_turn
+from dlbench.scenarios.base import CellOutcome, Context, Shown, SuiteView, cell_artifacts, run_in_turn
 from dlbench.scenarios.generate import Generate, generation_spec, prompts
 from dlbench.scenarios.loadgen import INSTALL, _described, _lg_version, _tempdir, parse_summary
 from dlbench.scenarios.prepare import backend_for, versions
@@ -44,7 +45,6 @@ from dlbench.weights import init_weights
 
 if TYPE_CHECKING:
     from dlbench.cell_result import CellResult
-    from dlbench.suite import Suite
 
 #: prompts in the query sample library
 SAMPLES = 64
@@ -78,18 +78,25 @@ class GenerateLoadGen(Generate):
         self.name = "generate-" + {"Offline": "offline", "Server": "server"}[mode]
         self.description = description
 
-    def cells(self, cell, suite: Suite) -> list:
+    def cells(self, cell, suite: SuiteView) -> list:
         return [cell]  # one batch: the suite's (default 1)
 
     def default_batch(self, spec, data: str, data_dir: str | None) -> int:
         return 1
 
-    def estimate(self, cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
-        duration = suite.serving.min_duration_s or 10.0
-        return start_s * 2 + duration * (6 if suite.serving.find_peak and self.mode == "Server" else 1.5)
+    def estimate(self, cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
+        g = self.settings_of(suite)
+        duration = g.min_duration_s or 10.0
+        return start_s * 2 + duration * (6 if g.find_peak and self.mode == "Server" else 1.5)
 
-    def job(self, cell, suite: Suite) -> dict[str, Any]:
-        return {**super().job(cell, suite), "loadgen": {"mode": self.mode, **suite.serving.model_dump()}}
+    def show(self, res, db) -> Shown | None:
+        """LoadGen's token-latency table, once for both modes (by the server's scenario when the run has it)."""
+        from dlbench.report.generation import loadgen_table
+
+        if self.mode == "Offline" and any(c.cell.scenario == "generate-server" for c in res.cells):
+            return None
+        table = loadgen_table(res)
+        return Shown(table) if table is not None else None
 
     # --- the parent's side ------------------------------------------------------------------------
     def measure(self, cell, ctx: Context) -> CellOutcome:
@@ -106,11 +113,11 @@ class GenerateLoadGen(Generate):
         if verdict["verdict"] != "pass":
             return CellOutcome("not_equivalent", f"failed the generation gate: {verdict['reason']}",
                                metrics={"generation_gate": verdict}, seconds=out.seconds)
-        job = {**self.job(cell, ctx.suite), "phase": "measure"}
+        job = self.phase_job(cell, ctx.suite, "measure")
         outdir = cell_artifacts(cell, ctx)
         if outdir is not None:
             outdir.mkdir(parents=True, exist_ok=True)
-            job["outdir"] = str(outdir)
+        job.extra["outdir"] = str(outdir) if outdir is not None else None
         results = run_in_turn(cell, ctx, [job], ctx.suite.protocol.timeout_s, out)
         if out.status == "unsupported" or not results:
             return out
@@ -130,35 +137,34 @@ class GenerateLoadGen(Generate):
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
-        if job.get("phase") == "gate":
+    def work(self, job: CellJob) -> dict[str, Any]:
+        if job.extra["phase"] == "gate":
             return super().work(job)
         try:
             import mlperf_loadgen as lg
         except ImportError:
             return {"unsupported": f"MLPerf LoadGen (mlperf_loadgen) is not installed in {sys.executable}: {INSTALL}"}
-        g, opts = job["generation"], job["loadgen"]
+        g, c = job.settings, job.cell
         backend, readback = backend_for(job)
-        spec = generation_spec(job["model"], g["prompt"], g["new_tokens"])
-        weights = init_weights(spec, job.get("seed", 0))
-        size, seed, length = job["batch"], job.get("seed", 0), g["prompt"] + g["new_tokens"]
+        spec = generation_spec(c.model, g["prompt"], g["new_tokens"])
+        weights = init_weights(spec, job.seed)
+        size, seed, length = c.batch, job.seed, g["prompt"] + g["new_tokens"]
         count = max(SAMPLES, 2 * size) // size * size
         library = prompts(spec.input.vocab, count, g["prompt"], seed, 0)
         try:
-            build = {"precision": job.get("precision", "fp32"), "variant": job["variant"],
-                     "device": job.get("device", "cpu")}
-            single = make_decoder(job["framework"], spec, weights, 1, length, **build)
-            group = make_decoder(job["framework"], spec, weights, size, length, **build) if size > 1 else None
+            build = {"precision": c.precision, "variant": c.variant, "device": c.device}
+            single = make_decoder(c.framework, spec, weights, 1, length, **build)
+            group = make_decoder(c.framework, spec, weights, size, length, **build) if size > 1 else None
         except (UnsupportedError, NotDecodable) as exc:
             return {"unsupported": str(exc)}
         del weights
         single_s = _warm(single, library[:1], g["new_tokens"])
         group_s = _warm(group, library[:size], g["new_tokens"]) if group is not None else single_s
-        settings, meets_rules = _settings(lg, opts, g, single_s, size / group_s)
+        settings, meets_rules = _settings(lg, self.mode, g, single_s, size / group_s)
         sut = _TokenServer(lg, single, group, size, library, g["new_tokens"])
         handle = lg.ConstructSUT(sut.issue, sut.flush)
         qsl = lg.ConstructQSL(count, count, lambda _: None, lambda _: None)
-        outdir = job.get("outdir") or _tempdir()
+        outdir = job.extra["outdir"] or _tempdir()
         output = lg.LogOutputSettings()
         output.outdir, output.copy_summary_to_stdout = outdir, False
         log = lg.LogSettings()
@@ -211,16 +217,16 @@ def _warm(decoder: Decoder, prompt: np.ndarray, new_tokens: int) -> float:
     return time.perf_counter() - t0
 
 
-def _settings(lg, opts: dict[str, Any], g: dict[str, Any], single_s: float, group_rate: float) -> tuple[Any, bool]:
+def _settings(lg, mode: str, g: dict[str, Any], single_s: float, group_rate: float) -> tuple[Any, bool]:
     """LoadGen's TestSettings in token-latency mode, and whether they keep LoadGen's own rules."""
     s = lg.TestSettings()
-    s.scenario = getattr(lg.TestScenario, opts["mode"])
-    s.mode = lg.TestMode.FindPeakPerformance if opts["find_peak"] else lg.TestMode.PerformanceOnly
+    s.scenario = getattr(lg.TestScenario, mode)
+    s.mode = lg.TestMode.FindPeakPerformance if g["find_peak"] else lg.TestMode.PerformanceOnly
     default_duration_ms, default_queries = s.min_duration_ms, s.min_query_count
-    if opts["min_duration_s"] is not None:
-        s.min_duration_ms = int(opts["min_duration_s"] * 1000)
-    if opts["min_queries"] is not None:
-        s.min_query_count = opts["min_queries"]
+    if g["min_duration_s"] is not None:
+        s.min_duration_ms = int(g["min_duration_s"] * 1000)
+    if g["min_queries"] is not None:
+        s.min_query_count = g["min_queries"]
     s.use_token_latencies = True
     if g["ttft_ms"] is not None:
         s.ttft_latency = int(g["ttft_ms"] * 1e6)
@@ -228,8 +234,8 @@ def _settings(lg, opts: dict[str, Any], g: dict[str, Any], single_s: float, grou
         s.tpot_latency = int(g["tpot_ms"] * 1e6)
     s.offline_expected_qps = max(group_rate, 0.1)
     # LoadGen's peak search starts from a rate that meets the bounds: a tenth of one stream's rate
-    share = 0.1 if opts["find_peak"] else 0.5
-    s.server_target_qps = opts["qps"] if opts["qps"] is not None else max(share / single_s, 0.1)
+    share = 0.1 if g["find_peak"] else 0.5
+    s.server_target_qps = g["qps"] if g["qps"] is not None else max(share / single_s, 0.1)
     meets = s.min_duration_ms >= default_duration_ms and s.min_query_count >= default_queries
     return s, meets
 

@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING
 from dlbench.frameworks import framework_info
 from dlbench.models import get_model
 from dlbench.models.split import part_ref, split
-from dlbench.scenarios.base import CellOutcome, Context, Scenario
+from dlbench.scenarios.base import CellOutcome, Context, Scenario, SuiteView
 
 if TYPE_CHECKING:
     from dlbench.cell import Cell
-    from dlbench.suite import Suite
 
 #: what each part (and the whole model) is timed in, where the framework has it
 TIMED = ("forward", "gradient")
@@ -37,7 +36,7 @@ class Layers(Scenario):
     requires = "forward"
     in_summary = False
 
-    def cells(self, cell: Cell, suite: Suite) -> list[Cell]:
+    def cells(self, cell: Cell, suite: SuiteView) -> list[Cell]:
         has = framework_info(cell.framework).scenarios
         parts = split(get_model(cell.model))
         out = []
@@ -48,6 +47,18 @@ class Layers(Scenario):
 
     def measure(self, cell: Cell, ctx: Context) -> CellOutcome:
         return CellOutcome("unsupported", "a layers cell is planned as its parts' forward and gradient cells")
+
+    def cells_of(self, res) -> list:
+        """A layers cell is stored as its parts' forward and gradient cells: every cell of a part."""
+        from dlbench.models.split import parse_part
+
+        return [c for c in res.cells if parse_part(c.cell.model)[1] is not None]
+
+    def report_sections(self, res) -> list:
+        from dlbench.report.layers import section
+
+        return [section(res)] if self.cells_of(res) else []
+
 
 
 SCENARIOS = (Layers(),)

@@ -20,12 +20,24 @@ half the rate one stream of single calls reaches in the warm-up), its bound ``--
 LoadGen's 100 ms); ``--find-peak`` runs LoadGen's FindPeakPerformance mode, which searches the
 highest QPS meeting the bound. LoadGen's summary is stored verbatim with its key figures parsed, and
 its log files are kept with the run (:func:`dlbench.scenarios.base.cell_artifacts`).
+
+**The harness floor.** Everything runs in the one measuring process, pinned to the cell's cores
+(``--threads``): LoadGen's own threads (the one issuing queries and the one logging and timing
+responses), the serving thread and the framework's compute threads share them, so at a light load
+a server's latency can be the harness's rather than the framework's (0.43 ms against 0.095 ms for a
+lone call was seen). After the measured test the cell runs LoadGen again with the same settings and
+the same serving thread in the same process, against a system under test that completes each query
+at once (a closure that does nothing): that run's figures, the floor, are stored with the cell
+(``metrics["loadgen"]["floor"]``) and shown beside its figures, and the cell warns where its median
+latency is within :data:`NEAR_FLOOR` x of the floor's. It doubles a cell's LoadGen time.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import re
+import shutil
 import sys
 import threading
 import time
@@ -34,16 +46,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dlbench.data.synthetic import Batch, make_batch
+from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.scenarios.base import CellOutcome, Context, Scenario, cell_artifacts, run_in_turn
-from dlbench.scenarios.prepare import prepare, real_batch, versions
+from dlbench.job import CellJob
+from dlbench.scenarios.base import CellOutcome, Context, Flag, Scenario, SuiteView, cell_artifacts, run_in_turn
+from dlbench.scenarios.latency import ServingSettings, report_plots, report_sections
+from dlbench.scenarios.prepare import cell_batch, prepare, versions
 from dlbench.scenarios.timed import make_closure
 
 if TYPE_CHECKING:
     from dlbench.cell_result import CellResult
     from dlbench.models.spec import ModelSpec
-    from dlbench.suite import Suite
 
 INSTALL = "pip install mlcommons-loadgen"
 #: samples LoadGen may ask for (its performance sample count): at least this, and two batches
@@ -61,6 +74,10 @@ KEY_FIGURES = {
     "min_duration (ms)": "min_duration_ms", "min_query_count": "min_query_count",
 }
 PERCENTILE = re.compile(r"^(\d+(?:\.\d+)?) percentile latency \(ns\)$")
+#: a median latency within this multiple of the harness floor's is mostly the harness's
+NEAR_FLOOR = 2.0
+#: the floor's figures kept with a cell (the rest of its summary is LoadGen's boilerplate)
+FLOOR_FIGURES = ("result", "samples_per_s", "percentiles_ms", "mean_ms")
 
 
 def parse_summary(text: str) -> dict[str, Any]:
@@ -94,6 +111,19 @@ class LoadGen(Scenario):
 
     requires = "forward"
     per_iteration = False
+    settings_model = ServingSettings
+    settings_section = "serving"
+    flags = (
+        Flag("--qps", "qps", "loadgen-server: target queries per second (default: half of one stream's rate)", float),
+        Flag("--p99-ms", "p99_ms", "loadgen-server: bound on the 99th percentile latency in ms (default LoadGen's 100)",
+             float),
+        Flag("--find-peak", "find_peak", "loadgen-server: search the highest QPS meeting the bound (LoadGen's "
+             "FindPeakPerformance)", switch=True),
+        Flag("--loadgen-min-duration", "min_duration_s",
+             "LoadGen's minimum run time in s (shorter than LoadGen's rule: the cell is marked so)", float),
+        Flag("--loadgen-min-queries", "min_queries",
+             "LoadGen's minimum query count (fewer than LoadGen's rule: the cell is marked so)", int),
+    )
 
     def __init__(self, mode: str, description: str):
         self.mode = mode  # LoadGen's TestScenario name
@@ -103,38 +133,47 @@ class LoadGen(Scenario):
     def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
         return spec.default_batch if self.mode == "Offline" else 1
 
-    def check(self, cells, suite: Suite) -> None:
+    def check(self, cells, suite: SuiteView) -> None:
         from dlbench.errors import UsageError
 
-        s = suite.serving
-        server = any(c.scenario in ("loadgen-server", "generate-server") for c in cells)
+        s = self.settings_of(suite)
+        server = any(c.scenario == "loadgen-server" for c in cells)
         if (s.find_peak or s.qps is not None or s.p99_ms is not None) and not server:
-            raise UsageError("--find-peak, --qps and --p99-ms set the loadgen-server (and --find-peak and --qps the "
-                             "generate-server) scenario; the suite has none")
+            raise UsageError("--find-peak, --qps and --p99-ms set the loadgen-server scenario; the suite has none")
 
-    def estimate(self, cell, suite: Suite, step_s: float, start_s: float, epoch_samples: int) -> float:
-        duration = suite.serving.min_duration_s or 10.0
-        return start_s + SAMPLES * step_s + duration * (6 if suite.serving.find_peak else 1.2)
+    def estimate(self, cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
+        s = self.settings_of(suite)
+        duration = s.min_duration_s or 10.0  # the measured test, then the harness floor's
+        return start_s + SAMPLES * step_s + duration * ((6 if s.find_peak else 1.2) + 1.2)
 
-    def job(self, cell, suite: Suite) -> dict[str, Any]:
-        return {**super().job(cell, suite), "loadgen": {"mode": self.mode, **suite.serving.model_dump()}}
+    def report_sections(self, res) -> list:
+        return report_sections(res)
+
+    def report_plots(self, res) -> tuple[list, list]:
+        return report_plots(res)
 
     # --- the parent's side ------------------------------------------------------------------------
     def measure(self, cell, ctx: Context) -> CellOutcome:
         out = CellOutcome("ok")
         job = self.job(cell, ctx.suite)
         outdir = cell_artifacts(cell, ctx)
-        if outdir is not None:
-            outdir.mkdir(parents=True, exist_ok=True)
-            job["outdir"] = str(outdir)
+        why = _unwritable(outdir) if outdir is not None else None
+        if why is not None:  # as --profile does: the logs are lost, the cell and the run are not
+            out.warnings.append(f"LoadGen's log files are not kept: {why}")
+        # None: LoadGen's logs in a temporary directory
+        job.extra["outdir"] = str(outdir) if outdir is not None and why is None else None
         results = run_in_turn(cell, ctx, [job], ctx.suite.protocol.timeout_s, out)
         if not results:
             return out
         r = results[0]
         figures = parse_summary(r["summary"])
+        floor = parse_summary(r["floor_summary"])
         out.metrics = {"loadgen": {**figures, "summary": r["summary"], "settings": r["settings"],
-                                   "meets_rules": r["meets_rules"], "logs": r["logs"]},
+                                   "meets_rules": r["meets_rules"], "logs": r["logs"],
+                                   "floor": {k: floor[k] for k in FLOOR_FIGURES if k in floor}},
                        "threads_readback": r["threads_readback"], "versions": r["versions"]}
+        if warning := near_floor(self.mode, figures, floor):
+            out.warnings.append(warning)
         if not r["meets_rules"]:
             out.warnings.append("shortened LoadGen settings (--loadgen-min-duration/--loadgen-min-queries): "
                                 "the cell does not meet LoadGen's rules")
@@ -145,18 +184,17 @@ class LoadGen(Scenario):
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+    def work(self, job: CellJob) -> dict[str, Any]:
         try:
             import mlperf_loadgen as lg
         except ImportError:
             return {"unsupported": f"MLPerf LoadGen (mlperf_loadgen) is not installed in {sys.executable}: {INSTALL}"}
         p = prepare(job)
-        backend, spec, size = p.backend, p.spec, job["batch"]
+        backend, spec, size = p.backend, p.spec, job.cell.batch
         count = max(SAMPLES, 2 * size) // size * size
-        samples = (real_batch({**job, "batch": count}, spec) if job.get("data", "synthetic") != "synthetic"
-                   else make_batch(spec, count, job.get("seed", 0)))
+        samples = cell_batch(job, spec, count)
         try:
-            model = backend.build(spec, p.weights, job.get("device", "cpu"), job["variant"])
+            model = backend.build(spec, p.weights, job.cell.device, job.cell.variant)
             # the placed batches are kept beside their closures: an engine's inputs may share their memory
             placed = [backend.place(_rows(samples, i, i + 1), model) for i in range(count)]
             singles = [make_closure("forward", backend, model, one, spec) for one in placed]
@@ -165,15 +203,15 @@ class LoadGen(Scenario):
         except UnsupportedError as exc:
             return {"unsupported": str(exc)}
         del p.weights
-        warm = max(job["protocol"]["warmup"], 1)
+        warm = max(job.protocol["warmup"], 1)
         single_s = _warm(singles, backend.sync, warm)
         group_s = _warm(groups, backend.sync, warm) if groups else single_s
-        settings, meets_rules = _settings(lg, job["loadgen"], single_s, size / group_s)
+        settings, meets_rules = _settings(lg, {**job.settings, "mode": self.mode}, single_s, size / group_s)
         del p.batch  # only the QSL's samples are served
         sut = _Server(lg, singles, groups, size, backend.sync)
         handle = lg.ConstructSUT(sut.issue, sut.flush)
         qsl = lg.ConstructQSL(count, count, lambda _: None, lambda _: None)
-        outdir = job.get("outdir") or _tempdir()
+        outdir = job.extra["outdir"] or _tempdir()
         output = lg.LogOutputSettings()
         output.outdir, output.copy_summary_to_stdout = outdir, False
         log = lg.LogSettings()
@@ -185,8 +223,12 @@ class LoadGen(Scenario):
             lg.DestroyQSL(qsl)
             lg.DestroySUT(handle)
         summary = (Path(outdir) / "mlperf_log_summary.txt").read_text()
-        return {"summary": summary, "meets_rules": meets_rules, "settings": _described(settings),
-                "logs": sorted(str(f) for f in Path(outdir).glob("mlperf_log_*")),
+        floor_summary = _floor(lg, settings, count, size, str(Path(outdir) / "floor"))
+        kept = sorted(str(f) for f in Path(outdir).glob("mlperf_log_*")) if job.extra["outdir"] else []
+        if not job.extra["outdir"]:  # a directory of our own: the summaries are stored, the rest is not kept
+            shutil.rmtree(outdir, ignore_errors=True)
+        return {"summary": summary, "floor_summary": floor_summary, "meets_rules": meets_rules,
+                "settings": _described(settings), "logs": kept,
                 "threads_readback": p.readback, "versions": {**versions(backend), "mlcommons-loadgen": _lg_version()}}
 
     # --- results --------------------------------------------------------------------------------
@@ -203,6 +245,9 @@ class LoadGen(Scenario):
         p99 = f.get("percentiles_ms", {}).get("99")
         if p99 is not None and self.mode != "Offline":  # offline's one query has no tail
             parts.append(f"p99 {p99:.3g} ms")
+            floor = (f.get("floor") or {}).get("percentiles_ms", {}).get("99")
+            if floor is not None:
+                parts.append(f"(floor {floor:.3g})")
         if not f.get("meets_rules", True):
             parts.append("(short)")
         return " ".join(parts)
@@ -210,6 +255,42 @@ class LoadGen(Scenario):
     @property
     def column(self) -> str:
         return f"{self.name} (LoadGen)"
+
+
+def near_floor(mode: str, figures: dict[str, Any], floor: dict[str, Any]) -> str | None:
+    """A warning where the cell's median latency is within :data:`NEAR_FLOOR` x of the harness floor's
+    (offline's one query has no per-sample latency to compare)."""
+    mine, base = figures.get("percentiles_ms", {}).get("50"), floor.get("percentiles_ms", {}).get("50")
+    if mode == "Offline" or mine is None or not base or mine > NEAR_FLOOR * base:
+        return None
+    return (f"p50 {mine:.3g} ms is within {NEAR_FLOOR:g}x of the harness floor's {base:.3g} ms (LoadGen and the "
+            "serving thread answering at once, same settings and cores): the figure is mostly the harness's")
+
+
+def _floor(lg, settings, count: int, size: int, outdir: str) -> str:
+    """LoadGen's summary of the same settings against a system under test that completes every query at
+    once (the same serving thread, no compute): what the harness alone costs. Performance mode only: a
+    peak search of a system that does nothing measures nothing."""
+    settings.mode = lg.TestMode.PerformanceOnly
+    Path(outdir).mkdir(parents=True, exist_ok=True)
+
+    def nothing():
+        return None
+    groups = count // size if size > 1 else 0
+    sut = _Server(lg, [nothing] * count, [nothing] * groups, size, lambda _: None)
+    handle = lg.ConstructSUT(sut.issue, sut.flush)
+    qsl = lg.ConstructQSL(count, count, lambda _: None, lambda _: None)
+    output = lg.LogOutputSettings()
+    output.outdir, output.copy_summary_to_stdout = outdir, False
+    log = lg.LogSettings()
+    log.log_output, log.enable_trace = output, False
+    try:
+        lg.StartTestWithLogSettings(handle, qsl, settings, log)
+    finally:
+        sut.stop()
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(handle)
+    return (Path(outdir) / "mlperf_log_summary.txt").read_text()
 
 
 def _rows(batch: Batch, start: int, stop: int) -> Batch:
@@ -264,6 +345,18 @@ def _lg_version() -> str:
         return importlib.metadata.version("mlcommons-loadgen")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _unwritable(outdir: Path) -> str | None:
+    """Why a cell's artifact directory cannot take LoadGen's logs (``artifacts/`` beside the database a
+    file, a dangling or foreign symlink, a read-only directory), or None when it can."""
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create {outdir}: {exc.strerror or exc}"
+    if not os.access(outdir, os.W_OK | os.X_OK):
+        return f"{outdir} is not writable"
+    return None
 
 
 def _tempdir() -> str:

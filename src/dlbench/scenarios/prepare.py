@@ -12,6 +12,7 @@ from typing import Any
 from dlbench.data import adapt, load_dataset
 from dlbench.data.synthetic import Batch, make_batch
 from dlbench.frameworks import Backend, get_backend
+from dlbench.job import CellJob
 from dlbench.models import get_model
 from dlbench.models.spec import ModelSpec
 from dlbench.weights import Weights, init_weights
@@ -26,28 +27,29 @@ class Prepared:
     batch: Batch
 
 
-def backend_for(job: dict[str, Any]) -> tuple[Backend, dict[str, Any]]:
+def backend_for(job: CellJob) -> tuple[Backend, dict[str, Any]]:
     """The job's backend with its threads and precision set (before anything is built), and the
     thread settings it reports: every measuring process makes its backend here."""
-    backend = get_backend(job["framework"])
-    readback = backend.set_threads(job["threads"]) if job.get("threads") else {}
-    backend.set_precision(job.get("precision", "fp32"))
+    backend = get_backend(job.cell.framework)
+    readback = backend.set_threads(job.threads) if job.threads else {}
+    backend.set_precision(job.cell.precision)
     return backend, readback
 
 
-def prepare(job: dict[str, Any]) -> Prepared:
+def prepare(job: CellJob) -> Prepared:
     backend, readback = backend_for(job)
-    spec = get_model(job["model"])
-    weights = init_weights(spec, job.get("seed", 0))
-    batch = real_batch(job, spec) if job.get("data", "synthetic") != "synthetic" else \
-        make_batch(spec, job["batch"], job.get("seed", 0))
-    return Prepared(backend, readback, spec, weights, batch)
+    spec = get_model(job.cell.model)
+    weights = init_weights(spec, job.seed)
+    return Prepared(backend, readback, spec, weights, cell_batch(job, spec, job.cell.batch))
 
 
-def real_batch(job: dict[str, Any], spec: ModelSpec) -> Batch:
-    """The first batch of the data set's training split in the run's seeded order."""
-    dataset = adapt(load_dataset(job["data"], job.get("data_dir"), "train"), spec)
-    return next(dataset.batches(job["batch"], seed=job.get("seed", 0)))
+def cell_batch(job: CellJob, spec: ModelSpec, size: int) -> Batch:
+    """``size`` samples of the cell's data: synthetic and seeded, or the first of the data set's
+    training split in the run's seeded order."""
+    if job.cell.data == "synthetic":
+        return make_batch(spec, size, job.seed)
+    dataset = adapt(load_dataset(job.cell.data, job.data_dir, "train"), spec)
+    return next(dataset.batches(size, seed=job.seed))
 
 
 def versions(backend: Backend) -> dict[str, str]:

@@ -1,5 +1,10 @@
 """Every scenario dlbench can run, by name: the built-in ones and those of plug-ins.
 
+The registry also gathers what scenarios declare for the rest of dlbench: their settings sections
+(:func:`validate_settings`, for the suite model), their ``dlbench run`` flags (:func:`add_flags`,
+:func:`settings_from_flags`) and their report sections (:func:`report_sections`, :func:`report_plots`,
+:func:`shown`), so no module outside a scenario's own names it.
+
 A plug-in is a module or ``.py`` file named in ``DLBENCH_PLUGINS`` (the variable that also brings
 plug-in frameworks, see :func:`dlbench.frameworks.load_plugins`) that defines ``SCENARIOS``, a
 list of :class:`~dlbench.scenarios.base.Scenario` instances. The variable reaches every measuring
@@ -8,13 +13,18 @@ process, so a plug-in scenario's :meth:`~dlbench.scenarios.base.Scenario.work` r
 
 from __future__ import annotations
 
+import argparse
 import os
+from typing import TYPE_CHECKING, Any
 
 from dlbench.errors import UsageError
 from dlbench.frameworks import import_plugin
 from dlbench.scenarios import compile as compile_
 from dlbench.scenarios import convergence, generate, generate_loadgen, latency, layers, loadgen, scaling, timed
-from dlbench.scenarios.base import CellOutcome, Scenario
+from dlbench.scenarios.base import CellOutcome, Flag, Scenario, Shown
+
+if TYPE_CHECKING:
+    from dlbench.cell_result import RunResults
 
 #: name -> scenario, in the order tables show them
 SCENARIOS: dict[str, Scenario] = {}
@@ -56,8 +66,146 @@ def per_batch() -> list[str]:
     return [s.name for s in SCENARIOS.values() if s.per_iteration and not s.whole_dataset and s.in_summary]
 
 
+def batch_closures() -> list[str]:
+    """Scenarios that time one batch's backend closure under the protocol (``forward``, ``gradient``,
+    ``train_step``), in the order of the work a call does: what precision tables compare and the
+    summary's rate column picks from."""
+    return [s.name for s in SCENARIOS.values() if s.times_closure]
+
+
 def whole_dataset() -> list[str]:
     return [s.name for s in SCENARIOS.values() if s.whole_dataset]
+
+
+# --- settings --------------------------------------------------------------------------------------
+def sections() -> dict[str, type]:
+    """Suite-file key -> the settings model of the scenarios that keep their settings under it."""
+    out: dict[str, type] = {}
+    for s in SCENARIOS.values():
+        if s.settings_model is not None:
+            if out.setdefault(s.section, s.settings_model) is not s.settings_model:
+                raise TypeError(f"scenarios share settings section {s.section!r} with different models")
+    return out
+
+
+def validate_settings(section: str, data: Any) -> Any:
+    """A section of a suite's settings as its model's instance; raises ValueError (one line that names
+    the field, ``convergence.epochs: ...``) for a bad one and for a section no scenario has."""
+    from pydantic import TypeAdapter, ValidationError
+
+    model = sections().get(section)
+    if model is None:
+        raise ValueError(f"{section}: Extra inputs are not permitted (no scenario has settings {section!r}; "
+                         f"settings: {', '.join(sections()) or 'none'})")
+    if isinstance(data, model):
+        return data
+    try:
+        return TypeAdapter(model).validate_python({} if data is None else data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in (section, *err["loc"]))
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+            msg = f"Extra inputs are not permitted (its settings: {', '.join(_fields(model))})"
+        raise ValueError(f"{loc}: {msg}") from None
+
+
+def _fields(model: type) -> list[str]:
+    import dataclasses
+
+    return [f.name for f in dataclasses.fields(model)] if dataclasses.is_dataclass(model) else list(model.model_fields)
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Each scenario's ``dlbench run`` flags, in a group per settings section (a flag that scenarios
+    sharing a section both declare is added once)."""
+    seen: set[str] = set()
+    for section, flags in _flags().items():
+        users = ", ".join(s.name for s in SCENARIOS.values() if s.section == section)
+        group = parser.add_argument_group(f"{section} settings ({users})")
+        for f in flags:
+            if f.option in seen:
+                continue
+            seen.add(f.option)
+            if f.switch is not None:
+                group.add_argument(f.option, dest=f.dest, action="store_const", const=f.switch, help=f.help)
+            else:
+                group.add_argument(f.option, dest=f.dest, type=str if f.many else f.type, choices=f.choices,
+                                   help=f.help)
+
+
+def settings_from_flags(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Section -> {field: value} for the scenario flags given (parsing only: the suite model checks the
+    values)."""
+    out: dict[str, dict[str, Any]] = {}
+    for section, flags in _flags().items():
+        for f in flags:
+            value = getattr(args, f.dest, None)
+            if value is None:
+                continue
+            if f.many:
+                value = [f.type(v.strip()) if _converts(f.type, v.strip()) else v.strip()
+                         for v in value.split(",") if v.strip()]
+            out.setdefault(section, {})[f.field] = value
+    return out
+
+
+def flag_dests() -> list[str]:
+    """The argparse names of every scenario flag."""
+    return [f.dest for flags in _flags().values() for f in flags]
+
+
+def flag_option(section: str, field: str) -> str | None:
+    """The ``dlbench run`` flag that sets a field of a settings section (None: no flag sets it)."""
+    return next((f.option for f in _flags().get(section, []) if f.field == field), None)
+
+
+def _converts(kind, text: str) -> bool:
+    try:
+        kind(text)
+    except ValueError:
+        return False  # left as text: the settings model names the field and the value
+    return True
+
+
+def _flags() -> dict[str, list[Flag]]:
+    out: dict[str, list[Flag]] = {}
+    for s in SCENARIOS.values():
+        out.setdefault(s.section, []).extend(f for f in s.flags if f not in out.get(s.section, []))
+    return {k: v for k, v in out.items() if v}
+
+
+# --- the report --------------------------------------------------------------------------------------
+def _of_run(res: RunResults) -> list[Scenario]:
+    """The registered scenarios the run has cells of (:meth:`~Scenario.cells_of`), in the registry's order."""
+    return [s for s in SCENARIOS.values() if s.cells_of(res)]
+
+
+def report_sections(res: RunResults) -> list[Any]:
+    """The report sections of the run's scenarios (empty ones left out; a section that scenarios share,
+    such as latency's and LoadGen's, once)."""
+    out: dict[str, Any] = {}
+    for s in _of_run(res):
+        for sec in s.report_sections(res):
+            if sec and sec.title not in out:
+                out[sec.title] = sec
+    return list(out.values())
+
+
+def report_plots(res: RunResults) -> tuple[list[Any], list[Any]]:
+    """The run's scenarios' plots (each once by name) and the plots skipped."""
+    plots: dict[str, Any] = {}
+    skipped: list[Any] = []
+    for s in _of_run(res):
+        p, k = s.report_plots(res)
+        plots.update((x.name, x) for x in p if x.name not in plots)
+        skipped += [x for x in k if x not in skipped]
+    return list(plots.values()), skipped
+
+
+def shown(res: RunResults, db: Any) -> list[Shown]:
+    """What the run's scenarios add after the summary of ``dlbench run``/``show``."""
+    return [x for s in _of_run(res) if (x := s.show(res, db)) is not None]
 
 
 def load_plugins() -> None:

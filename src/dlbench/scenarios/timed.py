@@ -35,13 +35,17 @@ from typing import Any
 import numpy as np
 
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.job import CellJob
+from dlbench.measure.adaptive import variance_split
+from dlbench.measure.cost import WorkClock
 from dlbench.measure.memory import current_rss_bytes, nvml_used_bytes, peak_rss_bytes
 from dlbench.measure.profile import profile_closure
 from dlbench.measure.stats import summarize
 from dlbench.measure.timer import Protocol, time_callable
 from dlbench.models.spec import ModelSpec
-from dlbench.scenarios.base import CellOutcome, Context, Scenario, cell_artifacts, run_in_turn
+from dlbench.scenarios.base import CellOutcome, Context, Scenario, cell_artifacts
 from dlbench.scenarios.prepare import prepare, versions
+from dlbench.scenarios.processes import run_processes
 from dlbench.store import Sample
 
 #: the per-batch closures every training-capable backend has (what ``compile`` times the first call of)
@@ -70,6 +74,7 @@ class Timed(Scenario):
         self.name, self.description, self.requires = name, description, name
         self.flop_factor, self.whole_dataset = flop_factor, whole_dataset
         self.trains = name in ("gradient", "train_step", "epoch")
+        self.times_closure = not whole_dataset
 
     def closure(self, backend: Backend, model: Any, placed: Any, spec: ModelSpec) -> Callable[[], Any]:
         return make_closure(self.name, backend, model, placed, spec)
@@ -78,13 +83,25 @@ class Timed(Scenario):
     def measure(self, cell, ctx: Context) -> CellOutcome:
         suite = ctx.suite
         out = CellOutcome("ok")
-        jobs = [self.job(cell, suite) for _ in range(suite.protocol.repeats)]
         outdir = cell_artifacts(cell, ctx)
-        if suite.protocol.profile_calls and outdir is not None:
-            jobs[0]["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir / "profile")}
-        elif suite.protocol.profile_calls:
+        profiled = bool(suite.protocol.profile_calls and outdir is not None)
+        if suite.protocol.profile_calls and outdir is None:
             out.warnings.append("no profile: the run has no directory to keep a trace in")
-        per_repeat = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s, out)
+
+        first = True
+
+        def job(calls: int | None) -> CellJob:
+            """The protocol's job; the first has the profile; ``calls``: exactly that many (second stage)."""
+            nonlocal first
+            j = self.job(cell, suite)
+            if first and profiled:
+                j.extra["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir / "profile")}
+            first = False
+            j.calls = calls
+            return j
+
+        per_repeat, adaptive = run_processes(cell, ctx, out, job, lambda r: r["timing"]["samples_ns"],
+                                             min_calls=suite.protocol.min_iters)
         if out.status == "unsupported":
             return out
         for r, result in enumerate(per_repeat):
@@ -97,13 +114,21 @@ class Timed(Scenario):
                 out.warnings.append(f"repeat {r}: warm-up stopped at max_time_s/4 after {len(t['warmup_ns'])} calls")
             if t["truncated"]:
                 out.warnings.append(f"repeat {r}: stopped at max_time_s with {len(t['samples_ns'])} samples")
+            if not t.get("settled", True):
+                out.warnings.append(f"repeat {r}: never settled: its calls were still getting faster after "
+                                    f"{len(t['warmup_ns']) + len(t['samples_ns'])} calls (dlbench.measure.warmup)")
         measured = [s for s in out.samples if s.phase == "measure"]
         if measured:
             out.warnings = summarize([s.value_ns for s in measured], suite.protocol.min_iters,
                                      groups=[s.repeat for s in measured]).warnings + out.warnings
         if per_repeat:
             out.metrics = self.metrics(cell, per_repeat, out.warnings)
-        if per_repeat and "profile" in jobs[0]:
+            out.metrics["warmup_found"] = [r["timing"].get("warmup_found", 0) for r in per_repeat]
+            out.metrics["settled"] = [r["timing"].get("settled", True) for r in per_repeat]
+            out.metrics["variance"] = variance_split([r["timing"]["samples_ns"] for r in per_repeat])
+            if adaptive is not None:
+                out.metrics["adaptive"] = adaptive
+        if per_repeat and profiled:
             profile = per_repeat[0]["profile"]
             if "ops" in profile:
                 out.metrics["profile"] = {**profile, "trace": f"{outdir.name}/profile/{profile['trace']}"}
@@ -136,25 +161,32 @@ class Timed(Scenario):
         return metrics
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+    def work(self, job: CellJob) -> dict[str, Any]:
         """Time the closure under the protocol; report memory, thread read-back and first call."""
+        clock = WorkClock()
         p = prepare(job)
-        backend, device = p.backend, job.get("device", "cpu")
+        backend, device = p.backend, job.cell.device
+        clock.mark("prepare_s")
         if self.name not in backend.scenarios:
             return {"unsupported": f"{backend.name} does not support {self.name}"}
         rss_before = current_rss_bytes()
         t0 = time.perf_counter_ns()
         try:
-            model = backend.build(p.spec, p.weights, device, job["variant"])
+            model = backend.build(p.spec, p.weights, device, job.cell.variant)
             placed = backend.place(p.batch, model)
             fn = self.closure(backend, model, placed, p.spec)
         except UnsupportedError as exc:
             return {"unsupported": str(exc)}
         build_ns = time.perf_counter_ns() - t0
+        clock.mark("build_s")
         del p.weights
-        timing = time_callable(fn, backend.sync, Protocol(**job["protocol"]))
-        profile = _profile(backend, fn, job["profile"]) if "profile" in job else {}
+        protocol = job.protocol if job.calls is None else {**job.protocol, "min_iters": job.calls, "min_time_s": 0.0}
+        timing = time_callable(fn, backend.sync, Protocol(**protocol))
+        found_s = sum(timing.warmup_ns[len(timing.warmup_ns) - timing.warmup_found:]) * timing.loop_k / 1e9
+        clock.mark("timer_s")
+        profile = _profile(backend, fn, job.extra["profile"]) if "profile" in job.extra else {}
         return {
+            "cost": clock.to_dict(warmup_s=timing.warmup_s + found_s, timed_s=timing.sampling_s - found_s),
             "timing": timing.to_dict(), "build_ns": build_ns, "threads_readback": p.readback,
             "rss_before_build_bytes": rss_before, "peak_rss_bytes": peak_rss_bytes(),
             "device_memory": {**backend.peak_device_memory(device), **(nvml_used_bytes() if device != "cpu" else {})},

@@ -1,0 +1,479 @@
+"""``dlbench bisect``: which published release of a framework made a figure slower, or broke the gate.
+
+Between a good and a bad release (``--good 0.4.38 --bad 0.10.2``) the releases are those the user's
+pip lists (:mod:`dlbench.releases`). Each step measures one release in its own environment, built on
+demand with its companion pins (:func:`dlbench.envs.ondemand.ensure_envs`), *beside* the current last
+good and first bad releases, in one run: the brief's rule that timings are compared as ratios
+measured together, so a machine that drifts between steps cannot move a verdict. The step's verdict
+comes from the test ``dlbench compare`` uses (:func:`dlbench.report.compare.compare_cells`: Welch's t
+on the log per-process medians, p < 0.01 and more than ``threshold``):
+
+- *bad*: significantly slower than the last good release by more than the threshold;
+- *good*: significantly faster than the first bad one, or its interval against the last good one
+  lies below 1 + threshold (confidently no regression of that size);
+- otherwise *inconclusive*: the step measures more processes (another run of the same releases,
+  pooled with the step's earlier ones) up to ``max_repeats`` per release, and then the bisection
+  stops as inconclusive with the interval it has.
+
+A release pip cannot install, or whose cells fail the gate or do not measure, is skipped and said,
+as ``git bisect skip`` does; the next candidate is the unjudged release nearest the middle. With
+``gate=True`` the bisection looks for the first release that fails the equivalence gate instead
+(``dlbench verify`` per release; nothing is timed).
+
+The state (settings, releases, every step with its runs and test) is saved in the results database
+after each step (:meth:`dlbench.store.Store.save_bisection`), and every step's run is an ordinary
+stored run, so an interrupted bisection resumes (``--resume ID``) and each cell can be reported.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from dlbench import api, envs, releases, versions
+from dlbench.envs import ondemand
+from dlbench.frameworks import installed_version
+from dlbench.report.compare import ALPHA, CellChange, compare_cells
+from dlbench.results import CellResult, load_run
+from dlbench.store import Store, new_run_id
+
+__all__ = ["Settings", "Step", "Bisection", "BisectError", "start", "resume", "listing", "next_candidate",
+           "pool"]
+
+Progress = Callable[[str], None]
+
+
+class BisectError(Exception):
+    """A bisection that cannot go on (an end cannot be measured, pip lists nothing): one line, exit 1."""
+
+
+@dataclass
+class Settings:
+    framework: str  # the base name (jax)
+    good: str
+    bad: str
+    model: str
+    scenario: str | None = None  # None with gate=True
+    batch: int | None = None  # None: the model's default
+    threads: int = 1
+    variant: str | None = None
+    threshold: float = 0.05  # a fraction: 0.05 is 5%
+    gate: bool = False
+    repeats: int = 3  # processes per release per measurement
+    max_repeats: int = 12  # processes per release before a step is called inconclusive
+    protocol: dict[str, Any] = field(default_factory=dict)  # warmup, min_iters, min_time_s, timeout_s
+    pre: bool = False  # pre-releases too
+
+    def name(self, version: str) -> str:
+        """The framework's name at ``version``, in the one spelling the store and the environments use
+        (:func:`dlbench.versions.normal_name`: ``x==1.0`` is ``x==1.0.0``)."""
+        return versions.normal_name(f"{self.framework}=={version}")
+
+    @property
+    def figure(self) -> str:
+        if self.gate:
+            return f"{self.model}: the equivalence gate"
+        return (f"{self.model} {self.scenario}" + (f" batch {self.batch}" if self.batch else "")
+                + f", {self.threads} thread(s)" + (f", {self.variant}" if self.variant else ""))
+
+
+@dataclass
+class Step:
+    """One release judged (an end, or a candidate)."""
+
+    version: str
+    verdict: str  # good, bad, skip, inconclusive
+    reason: str = ""
+    runs: list[str] = field(default_factory=list)
+    processes: int = 0
+    vs_good: dict[str, Any] | None = None  # the test against the last good release (ratio, interval, p)
+    vs_bad: dict[str, Any] | None = None
+    seconds: float = 0.0
+    against: tuple[str | None, str | None] = (None, None)  # (last good, first bad) measured beside it
+
+
+@dataclass
+class Bisection:
+    id: str
+    started_at: float
+    settings: Settings
+    releases: list[str]
+    steps: list[Step] = field(default_factory=list)
+    built: list[str] = field(default_factory=list)  # environments built by this bisection
+    not_installable: list[str] = field(default_factory=list)
+    status: str = "running"  # running, found, inconclusive, no-change, ambiguous, interrupted
+    result: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Bisection:
+        steps = [Step(**{**s, "against": tuple(s.get("against") or (None, None))}) for s in data["steps"]]
+        return cls(**{**data, "settings": Settings(**data["settings"]), "steps": steps})
+
+    def verdicts(self) -> dict[str, str]:
+        return {s.version: s.verdict for s in self.steps}
+
+    @property
+    def skipped(self) -> list[Step]:
+        return [s for s in self.steps if s.verdict == "skip"]
+
+
+# --- the search (pure) --------------------------------------------------------------------------
+def bounds(releases_: list[str], verdicts: dict[str, str]) -> tuple[int, int]:
+    """Indices of the last good release and the first bad one after it."""
+    lo = max(i for i, v in enumerate(releases_) if verdicts.get(v) == "good")
+    hi = min(i for i, v in enumerate(releases_) if verdicts.get(v) == "bad" and i > lo)
+    return lo, hi
+
+
+def next_candidate(releases_: list[str], verdicts: dict[str, str]) -> str | None:
+    """The unjudged release nearest the middle of the interval (the older one on a tie); None when
+    every release between the bounds is judged (found, or only skipped ones are left)."""
+    lo, hi = bounds(releases_, verdicts)
+    open_ = [i for i in range(lo + 1, hi) if releases_[i] not in verdicts]
+    if not open_:
+        return None
+    middle = (lo + hi) / 2
+    return releases_[min(open_, key=lambda i: (abs(i - middle), i))]
+
+
+def steps_left(releases_: list[str], verdicts: dict[str, str]) -> int:
+    lo, hi = bounds(releases_, verdicts)
+    open_ = sum(1 for i in range(lo + 1, hi) if releases_[i] not in verdicts)
+    return math.ceil(math.log2(open_ + 1))
+
+
+def pool(cells: list[CellResult]) -> CellResult:
+    """One release's cells from several runs of a step as one: every process of each (the process is
+    the test's unit, so more runs are more processes)."""
+    first = cells[0]
+    if len(cells) == 1:
+        return first
+    samples, repeats, medians = [], [], []
+    offset = 0
+    for c in cells:
+        samples += c.samples_ms
+        groups = c.sample_repeats if len(c.sample_repeats) == len(c.samples_ms) else [0] * len(c.samples_ms)
+        repeats += [offset + g for g in groups]
+        medians += c.repeat_medians_ms
+        offset += max(groups, default=0) + 1
+    return replace(first, samples_ms=samples, sample_repeats=repeats, repeat_medians_ms=medians)
+
+
+def _test(change: CellChange) -> dict[str, Any]:
+    return {"ratio": change.ratio, "ci_low": change.ci_low, "ci_high": change.ci_high, "p": change.p_value,
+            "verdict": change.verdict, "processes": [change.processes_a, change.processes_b],
+            "median_ms": [change.median_a_ms, change.median_b_ms]}
+
+
+def judge(good: CellResult, cand: CellResult, bad: CellResult | None, threshold: float) -> tuple[str, dict, dict | None]:
+    """A candidate measured beside the last good (and first bad) release: good, bad or inconclusive."""
+    vs_good = compare_cells(good, cand, ALPHA, threshold)
+    vs_bad = compare_cells(bad, cand, ALPHA, threshold) if bad is not None else None
+    if vs_good.verdict == "slower":
+        verdict = "bad"
+    elif (vs_bad is not None and vs_bad.verdict == "faster") or vs_good.ci_high < 1 + threshold:
+        verdict = "good"
+    else:
+        verdict = "inconclusive"
+    return verdict, _test(vs_good), _test(vs_bad) if vs_bad is not None else None
+
+
+# --- measuring ------------------------------------------------------------------------------------
+class _Measure:
+    """Builds and measures releases for one bisection, saving its state as it goes."""
+
+    def __init__(self, b: Bisection, db: str | Path, progress: Progress):
+        self.b, self.db, self.say = b, Path(db), progress
+        self.s = b.settings
+
+    def save(self) -> None:
+        store = Store(self.db)
+        try:
+            store.save_bisection(self.b.id, self.b.started_at, self.b.status, self.b.to_dict())
+        finally:
+            store.close()
+
+    def build(self, version: str) -> str | None:
+        """The release's environment (built now when missing); why not, when pip cannot install it."""
+        name = self.s.name(version)
+        had = envs.load(name) is not None or installed_version(name) is not None
+        failed = ondemand.ensure_envs([name], self.say)
+        if name in failed:
+            self.b.not_installable.append(version)
+            return failed[name]
+        if not had:
+            self.b.built.append(version)
+        return None
+
+    def cells(self, versions_: list[str], step: Step) -> dict[str, CellResult]:
+        """One more run of ``versions_`` (``repeats`` processes each); their cells pooled over the step's runs."""
+        have = step.processes
+        n = min(self.s.repeats, self.s.max_repeats - have) if have else self.s.repeats
+        names = [self.s.name(v) for v in versions_]
+        self.say(f"measuring {', '.join(versions_)} ({n} process(es) each"
+                 + (f", {have} already" if have else "") + ")")
+        res = api.run(models=[self.s.model], frameworks=names, scenarios=[self.s.scenario],
+                      batches=[self.s.batch] if self.s.batch else None, threads=[self.s.threads],
+                      variants=[self.s.variant] if self.s.variant else None,
+                      protocol={**self.s.protocol, "repeats": n}, db=self.db,
+                      argv=["bisect", self.b.id, step.version, str(len(step.runs))])
+        step.runs.append(res.run_id)
+        step.processes += n
+        store = Store(self.db, read_only=True)
+        try:
+            by_run = [load_run(store, r) for r in step.runs]
+        finally:
+            store.close()
+        out = {}
+        for v, name in zip(versions_, names, strict=True):
+            mine = [c for r in by_run for c in r.cells if c.cell.framework == name and c.cell.scenario == self.s.scenario]
+            if not mine:
+                raise _Unmeasured(v, f"the run stored no {self.s.scenario} cell of {name}")
+            bad = next((c for c in mine if not (c.ok and c.samples_ms)), None)
+            if bad is not None:
+                raise _Unmeasured(v, ("fails the gate: " if bad.cell.status == "not_equivalent" else
+                                      f"{bad.cell.status}: ") + (bad.cell.reason or "no reason recorded")[:300])
+            out[v] = pool(mine)
+        return out
+
+    def gate(self, version: str) -> tuple[str, str]:
+        """``pass``/``fail``/``skip`` of the release on the model's gate, with the reason."""
+        name = self.s.name(version)
+        results = api.verify(models=[self.s.model], frameworks=[name], threads=self.s.threads,
+                             variants=[self.s.variant] if self.s.variant else None)
+        if all(r.verdict == "pass" for r in results):
+            return "pass", ""
+        failed = [r for r in results if r.verdict not in ("pass", "unsupported")]
+        if failed:
+            return "fail", (failed[0].reason or f"{failed[0].verdict}")[:300]
+        return "skip", (results[0].reason or "unsupported")[:300]
+
+
+class _Unmeasured(Exception):
+    def __init__(self, version: str, why: str):
+        super().__init__(why)
+        self.version, self.why = version, why
+
+
+def _fmt(t: dict[str, Any] | None) -> str:
+    if not t:
+        return ""
+    return f"{t['ratio']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}] (p={t['p']:.2g})"
+
+
+def _timed_step(m: _Measure, version: str, good: str, bad: str | None) -> Step:
+    """Measure ``version`` beside ``good`` (and ``bad``) until its verdict is conclusive or the limit."""
+    s, b = m.s, m.b
+    step = Step(version, "inconclusive", against=(good, bad))
+    started = time.perf_counter()
+    while True:
+        order = [good, version] + ([bad] if bad else [])
+        try:
+            cells = m.cells(order, step)
+        except _Unmeasured as exc:
+            if exc.version == version:
+                step.verdict, step.reason = "skip", exc.why
+                break
+            raise BisectError(f"{s.framework} {exc.version}, measured before, now {exc.why}") from None
+        if bad is None:  # the ends: the bad end against the good one
+            verdict, step.vs_good, step.vs_bad = judge(cells[good], cells[version], None, s.threshold)
+            if verdict == "good" or step.vs_good["verdict"] == "faster":
+                step.verdict, step.reason = "good", "no slowdown beyond the threshold between the ends"
+                break
+        else:
+            verdict, step.vs_good, step.vs_bad = judge(cells[good], cells[version], cells[bad], s.threshold)
+        if verdict != "inconclusive":
+            step.verdict = verdict
+            break
+        if step.processes >= s.max_repeats:
+            step.reason = f"still inconclusive after {step.processes} processes per release"
+            break
+        m.say(f"{s.framework} {version}: inconclusive against {good} ({_fmt(step.vs_good)}); more processes")
+    step.seconds = time.perf_counter() - started
+    b.steps.append(step)
+    return step
+
+
+def _gate_step(m: _Measure, version: str) -> Step:
+    started = time.perf_counter()
+    verdict, why = m.gate(version)
+    step = Step(version, {"pass": "good", "fail": "bad", "skip": "skip"}[verdict], why,
+                seconds=time.perf_counter() - started)
+    m.b.steps.append(step)
+    return step
+
+
+def _ends(m: _Measure) -> bool:
+    """Judge the ends; False when the bisection is over already (no change between them)."""
+    s, b = m.s, m.b
+    judged = b.verdicts()
+    for end in (s.good, s.bad):
+        if end in judged:
+            continue
+        why = m.build(end)
+        if why is not None:
+            raise BisectError(f"{'--good' if end == s.good else '--bad'} {end} cannot be measured: {why}")
+    if s.gate:
+        if s.good not in judged:
+            if _gate_step(m, s.good).verdict != "good":
+                raise BisectError(f"--good {s.good} does not pass the gate on {s.model}: {b.steps[-1].reason}")
+            m.save()
+        if s.bad not in judged:
+            step = _gate_step(m, s.bad)
+            m.save()
+            if step.verdict == "good":
+                b.status, b.result = "no-change", {"message": f"{s.framework} {s.bad} passes the gate on {s.model} "
+                                                              "too: nothing to bisect"}
+                return False
+        return True
+    if s.good in judged and s.bad in judged:
+        return True
+    if s.good not in judged:
+        b.steps.append(Step(s.good, "good", "the good end"))
+    step = _timed_step(m, s.bad, s.good, None)
+    if step.verdict == "skip":
+        raise BisectError(f"--bad {s.bad} cannot be measured: {step.reason}")
+    m.save()
+    if step.verdict == "good":
+        b.status = "no-change"
+        b.result = {"message": f"{s.framework} {s.bad} is not slower than {s.good} by more than "
+                               f"{s.threshold:.0%}: {_fmt(step.vs_good)}; nothing to bisect",
+                    "vs_good": step.vs_good}
+        return False
+    if step.verdict == "inconclusive":
+        b.status = "inconclusive"
+        b.result = {"message": f"{s.framework} {s.bad} against {s.good}: {_fmt(step.vs_good)}, inconclusive after "
+                               f"{step.processes} processes per release; raise --max-repeats",
+                    "interval": [s.good, s.bad]}
+        return False
+    return True
+
+
+def _estimate(m: _Measure) -> str:
+    b = m.b
+    left = steps_left(b.releases, b.verdicts())
+    timed = [s.seconds for s in b.steps if s.seconds]
+    per = sum(timed) / len(timed) if timed else None
+    return f"about {left} more step(s)" + (f", ~{left * per / 60:.1f} min" if per else "")
+
+
+def final_ratio(steps: list[Step], last_good: str, first_bad: str) -> dict[str, Any] | None:
+    """The first bad release against the last good one, from the last step that measured both in one run
+    (the final bounds always come out of one step: its candidate and the bounds it was measured beside)."""
+    for st in reversed(steps):
+        good, bad = st.against
+        if st.version == first_bad and good == last_good and st.vs_good:
+            return st.vs_good
+        if st.version == last_good and bad == first_bad and st.vs_bad:
+            t = st.vs_bad  # candidate / first bad, turned into first bad / candidate
+            return {**t, "ratio": 1 / t["ratio"], "ci_low": 1 / t["ci_high"], "ci_high": 1 / t["ci_low"],
+                    "verdict": "slower", "median_ms": t["median_ms"][::-1], "processes": t["processes"][::-1]}
+    return None
+
+
+def _finish(m: _Measure) -> None:
+    s, b = m.s, m.b
+    lo, hi = bounds(b.releases, b.verdicts())
+    last_good, first_bad = b.releases[lo], b.releases[hi]
+    between = b.releases[lo + 1:hi]  # every one skipped: the first bad may be any of them
+    b.status = "ambiguous" if between else "found"
+    b.result = {"first_bad": first_bad, "last_good": last_good,
+                "ratio": None if s.gate else final_ratio(b.steps, last_good, first_bad),
+                "candidates": [*between, first_bad],
+                "skipped": [{"version": st.version, "reason": st.reason} for st in b.skipped],
+                "environments_built": len(b.built), "not_installable": list(b.not_installable),
+                "steps": len(b.steps)}
+
+
+def _loop(m: _Measure) -> Bisection:
+    b, s = m.b, m.s
+    started = time.perf_counter() - b.seconds
+    try:
+        if _ends(m):
+            while True:
+                verdicts = b.verdicts()
+                version = next_candidate(b.releases, verdicts)
+                if version is None:
+                    _finish(m)
+                    break
+                lo, hi = bounds(b.releases, verdicts)
+                m.say(f"step {len(b.steps) + 1}: {s.framework} {version} (between {b.releases[lo]} good and "
+                      f"{b.releases[hi]} bad; {_estimate(m)})")
+                why = m.build(version)
+                if why is not None:
+                    b.steps.append(Step(version, "skip", why))
+                elif s.gate:
+                    _gate_step(m, version)
+                else:
+                    _timed_step(m, version, b.releases[lo], b.releases[hi])
+                step = b.steps[-1]
+                m.say(f"  {s.framework} {version}: {step.verdict}"
+                      + (f" ({_fmt(step.vs_good)} against {step.against[0]})" if step.vs_good else "")
+                      + (f": {step.reason}" if step.reason else ""))
+                b.seconds = time.perf_counter() - started
+                if step.verdict == "inconclusive":
+                    b.status = "inconclusive"
+                    b.result = {"message": f"{s.framework} {version} is inconclusive ({step.reason}); the first bad "
+                                           f"release lies in ({b.releases[lo]}, {b.releases[hi]}]",
+                                "interval": [b.releases[lo], b.releases[hi]], "inconclusive": version,
+                                "vs_good": step.vs_good, "vs_bad": step.vs_bad}
+                    break
+                m.save()
+    except KeyboardInterrupt:
+        b.status, b.seconds = "interrupted", time.perf_counter() - started
+        m.save()
+        m.say(f"bisection {b.id} interrupted after {len(b.steps)} judged release(s); go on with: "
+              f"dlbench bisect --resume {b.id}")
+        raise
+    b.seconds = time.perf_counter() - started
+    b.result.setdefault("environments_built", len(b.built))
+    b.result.setdefault("not_installable", list(b.not_installable))
+    m.save()
+    return b
+
+
+def start(settings: Settings, db: str | Path, progress: Progress = lambda s: None) -> Bisection:
+    """List the releases, then bisect; the state is in ``db`` from the first step on."""
+    found = releases.between(settings.framework, settings.good, settings.bad, pre=settings.pre)
+    b = Bisection("b-" + new_run_id(), time.time(), settings, found)
+    progress(f"bisection {b.id}: {len(found)} {settings.framework} releases from {settings.good} to {settings.bad} "
+             f"({', '.join(found)}); {settings.figure}; about {2 + math.ceil(math.log2(max(len(found) - 1, 1)))} "
+             "builds at most without skips")
+    m = _Measure(b, db, progress)
+    m.save()
+    return _loop(m)
+
+
+def resume(bisection_id: str, db: str | Path, progress: Progress = lambda s: None) -> Bisection:
+    """Go on with an interrupted bisection where its last saved step left it."""
+    b = get(bisection_id, db)
+    if b.status not in ("running", "interrupted"):
+        raise BisectError(f"bisection {bisection_id} is {b.status}; nothing to resume")
+    progress(f"bisection {b.id}: resuming after {len(b.steps)} judged release(s)")
+    b.status = "running"
+    return _loop(_Measure(b, db, progress))
+
+
+def listing(db: str | Path) -> list[Bisection]:
+    store = Store(db, create=False, read_only=True)
+    try:
+        return [Bisection.from_dict(d) for d in store.bisections()]
+    finally:
+        store.close()
+
+
+def get(bisection_id: str, db: str | Path) -> Bisection:
+    from dlbench.errors import UsageError
+
+    for b in listing(db):
+        if b.id == bisection_id:
+            return b
+    raise UsageError(f"no bisection {bisection_id!r} in {db} (dlbench bisect --list)")

@@ -1,0 +1,148 @@
+"""What is safe to reuse across runs on one host, and the marks that say a cell reused it.
+
+* **The gate's verdict.** Verifying a (framework, variant, model, device, precision) costs a process
+  and a few seconds per model, and its answer changes only when something it depends on does. A
+  ``pass`` is kept in a per-host file (:func:`gate_cache_path`) under a key of the group and an
+  *environment fingerprint* (:func:`fingerprint`): the framework's installed version, the Python that
+  runs it, the variant's environment variables, this machine (CPU model and flags, host name) and a
+  hash of dlbench's own source and of the framework's backend module. Any change re-verifies. A
+  failure is never kept: it is checked again every run. A cell whose verdict came from the file says
+  so (``metrics.reused.gate``).
+* **Frameworks' persistent compilation caches** (JAX's ``jax_compilation_cache_dir``, TorchInductor's
+  ``TORCHINDUCTOR_CACHE_DIR``), offered to the processes of timed cells of the frameworks that have
+  one (:func:`compilation_cache_env`): a process then reads the compiled code an earlier one wrote,
+  which shortens the build and the first call, never a timed call. Never for the ``compile`` scenario,
+  whose figure *is* the compile. A cell offered one says so, with the entries the cache held before it
+  (``metrics.reused.compilation_cache``): its ``first_call`` may be a cache read.
+
+``DLBENCH_GATE_CACHE`` and ``DLBENCH_COMPILATION_CACHE`` name other places, or ``off``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+#: where dlbench keeps what it reuses across runs
+CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dlbench"
+
+
+def _setting(var: str, default: Path) -> Path | None:
+    value = os.environ.get(var)
+    if value is None:
+        return default
+    return None if value.strip().lower() in ("", "off", "0", "no") else Path(value)
+
+
+# --- compilation caches ------------------------------------------------------------------------------
+def compilation_cache_dir() -> Path | None:
+    return _setting("DLBENCH_COMPILATION_CACHE", CACHE_ROOT / "compilation")
+
+
+def _compiler(framework: str, variant: str) -> str | None:
+    """The framework's compiler with a persistent cache, if the cell's variant uses one."""
+    base = framework.split("==")[0]
+    if base == "jax" or (base == "keras" and variant == "keras-jax"):
+        return "jax"
+    if base == "torch" and variant == "compile":
+        return "inductor"
+    return None
+
+
+def compilation_cache_env(cell: Any) -> dict[str, str]:
+    """Environment variables that give a cell's measuring process its framework's persistent
+    compilation cache (empty: none for its framework and variant). Offered by
+    :func:`dlbench.scenarios.base.run_in_turn`; the ``compile`` scenario, whose figure is the compile,
+    starts its processes itself, without it."""
+    root = compilation_cache_dir()
+    compiler = _compiler(cell.framework, cell.variant)
+    if root is None or compiler is None:
+        return {}
+    where = root / compiler / cell.framework
+    if compiler == "jax":
+        return {"JAX_COMPILATION_CACHE_DIR": str(where), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    return {"TORCHINDUCTOR_CACHE_DIR": str(where), "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
+
+
+def compilation_cache_mark(cell: Any) -> dict[str, Any] | None:
+    """What a cell stores about the cache it is offered (taken before its first process): the directory
+    and how many files it held then (0: nothing to reuse yet, it fills the cache)."""
+    env = compilation_cache_env(cell)
+    if not env:
+        return None
+    where = Path(next(iter(env.values())))
+    entries = sum(1 for p in where.rglob("*") if p.is_file()) if where.is_dir() else 0
+    return {"compiler": _compiler(cell.framework, cell.variant), "dir": str(where), "entries_before": entries}
+
+
+# --- the gate's verdicts -----------------------------------------------------------------------------
+def gate_cache_path() -> Path | None:
+    return _setting("DLBENCH_GATE_CACHE", CACHE_ROOT / "gate-verdicts.json")
+
+
+@cache
+def _source_hash(extra: tuple[str, ...] = ()) -> str:
+    """A hash of every file of dlbench's package (and ``extra`` files): a change in the models, the
+    weights, a backend or the gate re-verifies."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    for path in sorted(root.rglob("*.py")) + [Path(p) for p in extra]:
+        try:
+            h.update(str(path.relative_to(root) if path.is_relative_to(root) else path).encode())
+            h.update(path.read_bytes())
+        except OSError:
+            h.update(b"missing")
+    return h.hexdigest()[:16]
+
+
+def fingerprint(framework: str, variant: str, version: str | None, python: str | None,
+                variant_env: dict[str, str] | None, machine: dict[str, Any], module_file: str | None) -> str:
+    """What a verdict depends on, hashed (see the module's docstring)."""
+    extra = (module_file,) if module_file and module_file.endswith(".py") else ()
+    parts = {"framework": framework, "variant": variant, "version": version, "python": python or sys.executable,
+             "env": variant_env or {}, "machine": machine, "host": platform.node(), "source": _source_hash(extra)}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def gate_key(framework: str, variant: str, model: str, device: str, precision: str, fp: str) -> str:
+    return "/".join((framework, variant, model, device, precision, fp))
+
+
+class GateCache:
+    """The per-host file of verdicts that passed; a missing or unreadable file is an empty cache, and
+    writes go through a temporary file so a crash never leaves half a file."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = gate_cache_path() if path is None else path
+        self.data: dict[str, dict[str, Any]] = {}
+        if self.path is not None:
+            try:
+                data = json.loads(self.path.read_text())
+                self.data = data if isinstance(data, dict) else {}
+            except (OSError, ValueError):
+                self.data = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.path is not None
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.data.get(key) if self.enabled else None
+
+    def put(self, key: str, entry: dict[str, Any]) -> None:
+        if self.path is None or entry.get("verdict") != "pass":
+            return
+        self.data[key] = entry
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(self.data, default=str))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a cache that cannot be written costs a re-verification next run, nothing else

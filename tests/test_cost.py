@@ -1,0 +1,124 @@
+"""Where the time went (dlbench.measure.cost, dlbench.report.cost) and what --dry-run adds for the
+environments a run builds (dlbench.estimate.env_builds)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from dlbench import estimate as est
+from dlbench.cli import main
+from dlbench.measure.cost import PARTS, cell_cost, process_cost
+from dlbench.plan import Cell, suite_from_dict
+from tests.old_schema import make_v2
+
+
+def test_a_process_breakdown_adds_up_to_its_wall_time():
+    work = {"prepare_s": 1.0, "build_s": 2.0, "warmup_s": 0.5, "timed_s": 3.0, "work_s": 7.0}
+    cost = process_cost(10.0, work)
+    assert cost["start_s"] == pytest.approx(3.0 + 1.0)  # before the work began, and the imports inside it
+    assert cost["rest_s"] == pytest.approx(0.5)
+    assert sum(cost[p] for p in PARTS) == pytest.approx(10.0)
+
+
+def test_a_process_that_reported_nothing_is_all_rest():
+    assert process_cost(4.0, None)["rest_s"] == 4.0
+    cell = cell_cost([(4.0, None), (10.0, {"prepare_s": 1.0, "build_s": 2.0, "warmup_s": 0.5, "timed_s": 3.0,
+                                          "work_s": 7.0})])
+    assert cell["processes"] == 2 and sum(cell[p] for p in PARTS) == pytest.approx(14.0)
+
+
+def test_show_cost_reads_a_database_of_an_older_dlbench(tmp_path, capsys):
+    """Cells stored before the breakdown existed show their wall time as rest; nothing is refused."""
+    db = tmp_path / "old.db"
+    make_v2(db)
+    assert main(["show", "--cost", "--json", "--db", str(db)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["cells"]
+    assert row["rest_s"] == 1.0 and row["total_s"] == 1.0 and row["processes"] is None
+    assert main(["show", "--cost", "--db", str(db)]) == 0
+    assert "all cells" in capsys.readouterr().out
+
+
+def test_dry_run_counts_the_environments_a_run_will_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLBENCH_ENVS_DIR", str(tmp_path / "envs"))
+    (b,) = est.env_builds(["torch", "jax==0.4.38"])
+    assert b.framework == "jax==0.4.38" and b.seconds == est.ENV_BUILD_S and "default" in b.basis
+    # an environment built here before teaches the guess
+    built = tmp_path / "envs" / "jax-0.4.30"
+    built.mkdir(parents=True)
+    (built / "blob").write_bytes(b"x" * 1000)
+    (built / "dlbench-env.json").write_text(json.dumps({
+        "framework": "jax==0.4.30", "path": str(built), "python": sys.executable, "python_version": "3.11",
+        "created": "2026-11-26T00:00:00+00:00", "create_seconds": 77.0, "framework_version": "0.4.30"}))
+    (b,) = est.env_builds(["jax==0.4.38"])
+    assert b.seconds == 77.0 and b.bytes >= 1000 and "jax" in b.basis
+
+
+def test_dry_run_with_a_target_estimates_a_pilot_and_a_second_stage_within_the_cap():
+    base = {"models": ["lenet"], "protocol": {"warmup": 3, "min_iters": 10, "min_time_s": 0.3, "repeats": 3}}
+    fixed = suite_from_dict(base)
+    target = suite_from_dict({**base, "protocol": {**base["protocol"], "target_ci": 2.0, "max_cell_s": 100.0}})
+    c = Cell("torch", "eager", "lenet", "forward", 64, 1)
+    assert fixed.protocol.target_ci is None
+    assert est.prior_seconds(c, fixed) < est.prior_seconds(c, target) <= 100.0
+
+
+def test_the_progress_line_of_a_cell_measured_to_a_target_gives_its_second_stage(capsys):
+    from dlbench.cli_run import RichProgress
+    from dlbench.store import Sample
+
+    cell = Cell("torch", "eager", "lenet", "forward", 64, 1)
+    progress = RichProgress(terminal=False)
+    progress("start", total=1, done=0)
+    progress("cell_start", cell=cell)
+    adaptive = {"q": 50.0, "center": 2e6, "low": 1.98e6, "high": 2.02e6, "half_width": 0.01, "target": 0.02,
+                "met": True, "processes": 7}
+    progress("cell_done", cell=cell, status="ok", reason="", metrics={"adaptive": adaptive},
+             samples=[Sample(0, i, "measure", v * 1e6) for i, v in enumerate([9.0, 1.0, 3.0])])
+    progress.stop()
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert "ok 2.00 ms [1.98, 2.02], ±1% (target ±2% met, 7 processes)" in line
+
+
+def test_a_timed_jax_cell_is_offered_the_persistent_cache_and_marked(tmp_path, monkeypatch):
+    """run_in_turn gives each process the cache's environment and records what the cache held before."""
+    from dlbench.job import CellJob
+    from dlbench.launch.subprocess import JobOutcome
+    from dlbench.scenarios.base import CellOutcome, Context, run_in_turn
+
+    monkeypatch.setenv("DLBENCH_COMPILATION_CACHE", str(tmp_path))
+    (tmp_path / "jax" / "jax").mkdir(parents=True)
+    (tmp_path / "jax" / "jax" / "entry").write_bytes(b"compiled")
+    envs_seen = []
+
+    def run_job(job, timeout_s, threads=None, python=None, extra_env=None):
+        envs_seen.append(extra_env)
+        return JobOutcome("ok", {"cost": {"work_s": 1.0}}, "", 2.0, 0)
+
+    out = CellOutcome("ok")
+    suite = suite_from_dict({"models": ["lenet"]})
+    cell = Cell("jax", "jit", "lenet", "forward", 4, 1)
+    job = CellJob(threads=1, cell=cell, seed=0, data_dir=None, protocol=suite.protocol.timer_fields(), settings={})
+    run_in_turn(cell, Context(suite, run_job), [job] * 2, 60.0, out)
+    assert all(e["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jax" / "jax") for e in envs_seen)
+    assert out.reused["compilation_cache"]["entries_before"] == 1
+    assert [s for s, _ in out.processes] == [2.0, 2.0]
+
+
+def test_protocol_flags_of_adaptive_measurement():
+    import argparse
+
+    from dlbench.cli_run import _protocol, add_protocol_flags
+    from dlbench.errors import UsageError
+
+    p = argparse.ArgumentParser()
+    add_protocol_flags(p)
+    assert _protocol(p.parse_args(["--target-ci", "2", "--max-time", "90", "--fixed-warmup"])) == {
+        "target_ci": 2.0, "max_cell_s": 90.0, "find_warmup": False}
+    assert _protocol(p.parse_args([])) == {}
+    for bad in (["--target-ci", "0"], ["--target-ci", "100"], ["--max-time", "-1"]):
+        with pytest.raises(UsageError):
+            _protocol(p.parse_args(bad))

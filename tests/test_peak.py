@@ -1,0 +1,77 @@
+"""The machine's peak per precision, what "% of peak" divides by, and the warning on a rate above it."""
+
+import importlib.util
+
+import pytest
+
+from dlbench import api
+from dlbench.measure import peak
+from dlbench.models import get_model
+from dlbench.report.tables import build_content
+from dlbench.store import Store
+from tests.synthetic_runs import cell, finish, metrics, new_run, timed_samples, verify_pass
+
+RATES = {"numpy": 90.0, "torch": 100.0, "torch:bf16": 400.0, "torch:int8": 800.0}
+
+
+def test_each_precision_has_its_own_peak():
+    assert peak.peak_for(RATES, "fp32") == ("torch", 100.0)
+    assert peak.peak_for(RATES, "bf16") == ("torch:bf16", 400.0)
+    assert peak.peak_for(RATES, "amp-bf16") == ("torch:bf16", 400.0)  # computes in bfloat16
+    assert peak.peak_for(RATES, "int8") == ("torch:int8", 800.0)
+    assert peak.peak_for(RATES, "fp16") is None  # never another precision's peak
+    assert peak.peak_for({"numpy": 50.0, "torch": 60.0}, "bf16") is None  # a run from before precisions
+    assert peak.by_precision(RATES) == {"fp32": 100.0, "bf16": 400.0, "int8": 800.0}
+    assert peak.describe("torch:bf16", 400.0) == "bf16 peak 400 GFLOP/s (torch:bf16)"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_reduced_precision_peaks_are_measured_where_the_cpu_has_them(monkeypatch):
+    monkeypatch.setattr(peak, "SIZE", 128)
+    plain = peak.measure_peak_gflops(1, flags=frozenset({"avx2"}))
+    assert set(plain) == {"numpy", "torch"}
+    amx = peak.measure_peak_gflops(1, flags=frozenset({"amx_bf16", "amx_int8"}))
+    assert {"torch:bf16", "torch:int8"} <= set(amx) and all(r > 0 for r in amx.values())
+
+
+def _run(db, precisions=("fp32", "bf16", "int8"), ms: float = 10.0, batch: int = 64) -> str:
+    store = Store(db)
+    try:
+        run_id = new_run(store)
+        store.save_peak(run_id, 1, RATES)
+        for p in precisions:
+            store.save_verification(run_id, "torch", "eager", "lenet", "cpu", "pass", "", {}, precision=p)
+            store.save_cell(run_id, {**cell("torch", "eager", "forward", batch, 1), "precision": p,
+                                     "key": f"torch/eager/lenet/forward/b{batch}/t1/cpu/{p}"},
+                            "ok", "", 1.0, [], metrics(), timed_samples(ms))
+        verify_pass(store, run_id, "torch", "eager")
+        finish(store, run_id)
+        return run_id
+    finally:
+        store.close()
+
+
+def test_a_cell_is_a_share_of_its_own_precisions_peak(tmp_db):
+    """Regression: bf16 and int8 cells were divided by the float32 peak (322% seen)."""
+    res = api.results(_run(tmp_db), tmp_db)
+    by = {c.cell.precision: c for c in res.cells}
+    gflops = by["fp32"].gflops
+    assert gflops == pytest.approx(get_model("lenet").flops_per_sample * 64 / 10e-3 / 1e9, rel=0.02)
+    assert by["fp32"].pct_peak == pytest.approx(100 * gflops / 100.0)
+    assert by["bf16"].pct_peak == pytest.approx(100 * by["bf16"].gflops / 400.0)
+    assert by["int8"].pct_peak == pytest.approx(100 * by["int8"].gflops / 800.0)
+    assert by["bf16"].peak == "bf16 peak 400 GFLOP/s (torch:bf16)"
+    assert res.peak_gflops(1) == 100.0 and res.peak_gflops(1, "int8") == 800.0
+    peaks = build_content(res).peaks
+    assert [c.label for c in peaks.columns][-3:] == ["fp32 peak GFLOP/s", "bf16 peak GFLOP/s", "int8 peak GFLOP/s"]
+
+
+def test_a_rate_above_its_peak_is_flagged(tmp_db):
+    """A rate above the measured peak of its precision is impossible: the FLOP count or the peak is wrong."""
+    res = api.results(_run(tmp_db, ("fp32",), ms=0.05), tmp_db)  # lenet at 64 samples in 50 us: over 100 GFLOP/s
+    (c,) = res.cells
+    assert c.pct_peak > 100
+    assert c.rate_warnings and "above the measured fp32 peak (100 GFLOP/s at 1 thread(s))" in c.rate_warnings[0]
+    assert any("above the measured fp32 peak" in w for _, w in build_content(res).warnings)
+    quiet = api.results(_run(tmp_db, ("fp32",)), tmp_db)
+    assert quiet.cells[0].rate_warnings == []
