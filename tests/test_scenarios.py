@@ -211,6 +211,7 @@ OTHER_MEANINGS = {
     "frameworks": "a backend's closures (Backend.scenarios) and variants (torch's 'compile')",
     "distributed/torch_ddp.py": "torch's 'compile' variant",
     "measure/reuse.py": "torch's 'compile' variant (the one with a compilation cache)",
+    "generation/torch_decoder.py": "torch's 'compile' variant (it compiles the decode step)",
     "verify.py": "the backend closures the gate checks (Backend.scenarios)",
     "probe.py": "the backend closures a probe times (Backend.scenarios)",
     "survey": "a backend's closures",

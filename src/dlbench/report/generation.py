@@ -31,13 +31,19 @@ LOADGEN_TITLE = "MLPerf LoadGen, token latencies"
 
 
 def _generate_cells(res: RunResults) -> list[CellResult]:
-    return [c for c in res.cells if c.ok and c.cell.scenario == "generate" and "generation" in c.cell.metrics
-            and "ttft_ms" in c.cell.metrics["generation"]]
+    """Cells with a generate cell's figures (known by what they store: this module names no scenario)."""
+    return [c for c in res.cells if c.ok and "ttft_ms" in c.cell.metrics.get("generation", {})]
 
 
 def _loadgen_cells(res: RunResults) -> list[CellResult]:
-    return [c for c in res.cells if c.ok and c.cell.scenario in ("generate-server", "generate-offline")
-            and "loadgen" in c.cell.metrics]
+    """LoadGen's cells in token-latency mode (their settings say so)."""
+    return [c for c in res.cells if c.ok and c.cell.metrics.get("loadgen", {}).get("settings", {})
+            .get("use_token_latencies")]
+
+
+def _server(c: CellResult) -> bool:
+    """A LoadGen cell of its Server scenario (LoadGen's own name, stored with its settings)."""
+    return c.cell.metrics["loadgen"].get("settings", {}).get("scenario") == "Server"
 
 
 def section(res: RunResults) -> Section:
@@ -139,7 +145,7 @@ def tables(res: RunResults) -> list[Table]:
         rows = []
         for c in sorted(lg, key=lambda c: (c.cell.model, c.cell.scenario, c.cell.framework)):
             f = c.cell.metrics["loadgen"]
-            settings, server = f.get("settings", {}), c.cell.scenario == "generate-server"
+            settings, server = f.get("settings", {}), _server(c)
             row = [Value(c.cell.model), Value(c.cell.scenario.removeprefix("generate-")), *_who(c),
                    Value(str(settings.get("mode", DASH))), Value(str(f.get("result", DASH))),
                    Value(fmt_num(c.samples_per_s), c.samples_per_s),
@@ -183,7 +189,7 @@ def token_cdfs(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
 
 def server_rate_ttft(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
     """generate-server cells: the request rate LoadGen scheduled against the TTFT p99, with the bound."""
-    cells = [c for c in _loadgen_cells(res) if c.cell.scenario == "generate-server"
+    cells = [c for c in _loadgen_cells(res) if _server(c)
              and "99" in c.cell.metrics["loadgen"].get("ttft_percentiles_ms", {})]
     plots = []
     for (model,), mcells in _by(cells, lambda c: (c.cell.model,)).items():
