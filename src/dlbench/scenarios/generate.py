@@ -317,17 +317,17 @@ class Generate(Scenario):
     # --- its report ---------------------------------------------------------------------------------
     def report_sections(self, res) -> list:
         """The "Generation" section, which the generate scenarios share."""
-        from dlbench.report.generation import section
+        from dlbench.scenarios.generate_report import section
 
         return [section(res)]
 
     def report_plots(self, res) -> tuple[list, list]:
-        from dlbench.report.generation import plots
+        from dlbench.scenarios.generate_report import plots
 
         return plots(res)
 
     def show(self, res, db) -> Shown | None:
-        from dlbench.report.generation import figures_table
+        from dlbench.scenarios.generate_report import figures_table
 
         table = figures_table(res)
         return Shown(table) if table is not None else None

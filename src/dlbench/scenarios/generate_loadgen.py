@@ -91,7 +91,7 @@ class GenerateLoadGen(Generate):
 
     def show(self, res, db) -> Shown | None:
         """LoadGen's token-latency table, once for both modes (by the server's scenario when the run has it)."""
-        from dlbench.report.generation import loadgen_table
+        from dlbench.scenarios.generate_report import loadgen_table
 
         if self.mode == "Offline" and any(c.cell.scenario == "generate-server" for c in res.cells):
             return None

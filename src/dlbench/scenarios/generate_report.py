@@ -3,9 +3,9 @@
 findings, and LoadGen's token-latency cells (``generate-server``, ``generate-offline``); plots of the
 TTFT and TPOT distributions and of a server's rate against its TTFT p99.
 
-Plain data (:class:`~dlbench.report.document.Table`) and plots, like the rest of the report. Reached
-through the generate scenarios' report hooks; it reads only the cells' stored metrics, so it imports no
-scenario.
+Plain data (:class:`~dlbench.report.document.Table`) and plots, like the rest of the report. Beside
+its scenarios (as the latency section is), so that they import nothing above them; reached through their
+report hooks, it reads only the cells' stored metrics and imports no scenario.
 """
 
 from __future__ import annotations
