@@ -300,6 +300,22 @@ def test_token_bounds_without_generate_server_are_refused(tmp_path, capsys):
     code = main(["run", "--model", "gpt2", "--framework", "torch", "--scenario", "generate-server", "--find-peak",
                  "--threads", "1", "--dry-run", "--db", str(tmp_path / "r.db")])
     assert code == 0, capsys.readouterr().err
+    code = main(["run", "--model", "gpt2", "--framework", "torch", "--scenario", "generate", "--qps", "3",
+                 "--threads", "1", "--dry-run", "--db", str(tmp_path / "r.db")])
+    assert code == 2 and "--find-peak and --qps set the generate-server" in capsys.readouterr().err
+
+
+def test_the_serving_flags_set_the_generation_settings_too():
+    """--qps and --find-peak are the serving section's flags and the generation section's: one flag sets both."""
+    import argparse
+
+    from dlbench.scenarios import registry
+
+    parser = argparse.ArgumentParser()
+    registry.add_flags(parser)
+    got = registry.settings_from_flags(parser.parse_args(["--qps", "2.5", "--find-peak", "--prompt-len", "16"]))
+    assert got["generation"] == {"qps": 2.5, "find_peak": True, "prompt": 16}
+    assert got["serving"] == {"qps": 2.5, "find_peak": True}
 
 
 def test_a_model_option_its_factory_refuses_is_one_line_and_exit_2(tmp_path, capsys):
