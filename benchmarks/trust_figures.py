@@ -60,9 +60,9 @@ def main() -> None:
                   "LoadGen's harness floor" + (" (quick form)" if args.quick else ""))
     from dlbench import api
     from dlbench.measure.peak import by_precision
-    from dlbench.report.latency import latency_tables
-    from dlbench.report.layers import layer_tables
     from dlbench.report.markdown import table_md
+    from dlbench.scenarios.latency_report import latency_tables
+    from dlbench.scenarios.layers_report import layer_tables
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(args.db) if args.db else Path(tmp) / "results.db"

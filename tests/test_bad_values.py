@@ -82,7 +82,7 @@ def test_the_api_refuses_the_same_values():
 def test_a_model_level_refusal_of_a_section_is_not_passed_over():
     """A Suite check of the whole document (an error with no location) refuses, naming the section;
     reading only the errors located in the section passed such a value in silence."""
-    from dlbench.resolve import check_settings
+    from dlbench.planning.resolve import check_settings
 
     with pytest.raises(UsageError, match="^nosuchsection: Extra inputs are not permitted$"):
         check_settings("nosuchsection", {"a": 1})

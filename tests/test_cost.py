@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from dlbench import estimate as est
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.envs.ondemand import estimate_builds
 from dlbench.measure.cost import PARTS, cell_cost, process_cost
 from dlbench.planning import estimate as est

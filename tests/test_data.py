@@ -524,7 +524,7 @@ def test_adapt_checks_shapes():
     assert adapt(stream, get_model("lstm-ptb:seq_len=8")).seq_len == 8
     with pytest.raises(DataError, match="needs a token stream"):
         adapt(toks, get_model("lstm-ptb"))
-    assert models_for(stream) == ["lstm-ptb"]
+    assert models_for(stream) == ["lstm-ptb", "gpt2", "smollm2-135m"]  # the language models
 
 
 def test_load_dataset_rejects_unknown_names():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dlbench import envs
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.frameworks import framework_info
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

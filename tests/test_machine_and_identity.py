@@ -7,9 +7,9 @@ import sqlite3
 
 import pytest
 
-from dlbench.cli import main
+from dlbench.cli.main import main
 from dlbench.measure import environment
-from dlbench.store import Store
+from dlbench.storage.store import Store
 from tests.conftest import requires
 
 

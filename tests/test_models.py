@@ -3,7 +3,7 @@ import math
 import pytest
 
 from dlbench.models import UnknownModelError, get_model, list_models, parse_model_ref, verify_spec
-from dlbench.models.layers import Pool2d, _pool_out
+from dlbench.models.layers import Attention, Pool2d, SkipBlock, _pool_out, walk
 
 # Parameter counts by hand from the layer lists in the issue (and the papers' public code).
 EXPECTED_PARAMS = {
@@ -20,6 +20,12 @@ EXPECTED_PARAMS = {
     "resnet-50": 25_557_032,  # torchvision's resnet50 has the same count
     "resnet-50-cifar": 23_520_842,
     "lstm-ptb": 10_000 * 256 + 2 * ((256 + 256) * 1024 + 1024) + 256 * 10_000 + 10_000,
+    # transformers, the published totals: BertModel 109,482,240 + a 2-class head; GPT-2 124M with its head
+    # tied; ViT-B/16 with the 1000-class head (ViTForImageClassification); SmolLM2-135M, tied embeddings
+    "bert-base": 109_482_240 + 768 * 2 + 2,
+    "gpt2": 124_439_808,
+    "vit-b16": 86_567_656,
+    "smollm2-135m": 134_515_008,
     # dlbench probe's one-operation models
     "gemm": 2048 * 4096,
     "conv": 64 * 64 * 9,
@@ -36,10 +42,41 @@ def test_param_counts_match_layer_lists(name):
     assert get_model(name).param_count == EXPECTED_PARAMS[name]
 
 
+TRANSFORMERS = ["bert-base", "gpt2", "vit-b16", "smollm2-135m"]
+
+
 @pytest.mark.parametrize("name", list(EXPECTED_PARAMS))
 def test_small_spec_keeps_layers(name):
     full, small = get_model(name), verify_spec(name)
-    assert [type(layer) for layer in full.layers] == [type(layer) for layer in small.layers]
+    if name in TRANSFORMERS:  # fewer blocks, each with the full model's layers and options
+        def kinds(spec):
+            return [(type(x), getattr(x, "causal", None), getattr(x, "approximate", None), getattr(x, "bias", None),
+                     bool(getattr(x, "rope_theta", 0))) for x in walk(spec.layers)]
+        assert set(kinds(full)) == set(kinds(small))
+        assert [type(x) for x in full.layers if not isinstance(x, SkipBlock)] == \
+            [type(x) for x in small.layers if not isinstance(x, SkipBlock)]
+    else:
+        assert [type(layer) for layer in full.layers] == [type(layer) for layer in small.layers]
+
+
+def test_transformer_shapes_as_published():
+    smol = [x for x in walk(get_model("smollm2-135m").layers) if isinstance(x, Attention)]
+    assert len(smol) == 30 and smol[0].dims(576) == (9, 3, 64) and smol[0].rope_theta == 100000.0
+    assert smol[0].causal and not smol[0].bias
+    assert get_model("gpt2").input.shape == (256,) and get_model("bert-base").input.shape == (128,)
+    assert get_model("bert-base:seq_len=384").input.shape == (384,)
+    assert get_model("vit-b16").layers[1].max_len == 197  # 14 x 14 patches and the class token
+    with pytest.raises(UnknownModelError):  # GPT-2 has 1024 positions
+        get_model("gpt2:seq_len=2048")
+
+
+def test_transformer_flops_near_published():
+    # ViT-B/16 at 224: 17.6 G multiply-adds (Dosovitskiy et al., Table 6 counts 17.6 "GFLOPs" as MACs)
+    assert math.isclose(get_model("vit-b16").flops_per_sample / 2, 17.56e9, rel_tol=0.01)
+    # GPT-2 at 1024 tokens: 2 x (params without embeddings) + the attention products, per token
+    spec = get_model("gpt2:seq_len=1024")
+    per_token = 2 * (85_054_464 + 38_597_376) + 4 * 12 * 1024 * 768
+    assert math.isclose(spec.flops_per_sample / 1024, per_token, rel_tol=0.01)
 
 
 def test_flops_lenet_by_hand():
@@ -96,3 +133,12 @@ def test_without_dropout_zeroes_rates():
     spec = get_model("alexnet").without_dropout()
     assert not spec.has_dropout
     assert spec.param_count == get_model("alexnet").param_count
+
+
+def test_a_transformer_part_names_its_blocks():
+    """A part's label listed only the layers outside the blocks ('wte+wpe+ln_f'): the blocks holding
+    nearly every parameter were missing from it."""
+    from dlbench.models import split
+
+    assert [p.label for p in split.split(verify_spec("gpt2"))] == ["wte+wpe+h0+h1+ln_f"]
+    assert [p.label for p in split.split(verify_spec("vit-b16"))] == ["patch+position+l0+l1+ln", "head"]

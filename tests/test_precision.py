@@ -157,6 +157,16 @@ def test_torch_passes_the_gate_at_each_precision_with_the_types_it_reports(preci
 
 
 @requires("torch")
+@pytest.mark.parametrize("model", ["lstm-imdb", "gpt2", "smollm2-135m"])
+def test_torch_autocast_is_read_from_a_layer_it_casts(model):
+    """The compute type was read from the first layer with parameters: an embedding (lstm-imdb, every
+    language model), whose lookup autocast leaves in float32, so amp-bf16 failed as 'compute_dtype float32'."""
+    result = verify_model(TorchBackend(), model, precision="amp-bf16")
+    assert result.dtypes == {"param_dtype": "float32", "compute_dtype": "bfloat16"}
+    assert result.verdict == "pass", result.reason
+
+
+@requires("torch")
 def test_torch_int8_refuses_a_model_its_dynamic_quantization_does_not_cover():
     result = verify_model(TorchBackend(), "resnet-56", precision="int8")
     assert result.verdict == "unsupported" and "static quantization" in result.reason

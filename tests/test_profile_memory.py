@@ -12,8 +12,8 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 SCRIPT = r"""
 import json, sys
-from dlbench import runner
-from dlbench.plan import suite_from_dict
+from dlbench.running import runner
+from dlbench.planning.plan import suite_from_dict
 from dlbench.scenarios import registry, timed
 
 suite = suite_from_dict({"models": ["lenet"], "frameworks": ["torch"], "scenarios": ["forward"], "threads": [1],
@@ -49,8 +49,8 @@ def test_the_profilers_memory_is_not_in_the_stored_peak(tmp_path):
 
 def test_a_peak_stored_with_the_profilers_memory_is_marked(tmp_path, capsys):
     """A run profiled before the fix holds the inflated peak: ``show`` marks it."""
-    from dlbench.cli import main
-    from dlbench.store import Store
+    from dlbench.cli.main import main
+    from dlbench.storage.store import Store
     from tests.synthetic_runs import cell, finish, metrics, new_run, timed_samples, verify_pass
 
     db = tmp_path / "r.db"

@@ -18,9 +18,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlbench.cli import main
-from dlbench.errors import UsageError
-from dlbench.plan import load_suite
+from dlbench.cli.main import main
+from dlbench.core.errors import UsageError
+from dlbench.planning.plan import load_suite
 from tests.synthetic_runs import compare_pair
 from tests.test_bad_input_flags import GPU, no_measuring, run_args  # noqa: F401
 

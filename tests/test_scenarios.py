@@ -213,6 +213,7 @@ OTHER_MEANINGS = {
     "measure/reuse.py": "torch's 'compile' variant (the one with a compilation cache)",
     "gate/verify.py": "the backend closures the gate checks (Backend.scenarios)",
     "report/probe.py": "the backend closures a probe times (Backend.scenarios)",
+    "generation/torch_decoder.py": "torch's 'compile' variant (it compiles the decode step)",
     "survey": "a backend's closures",
 }
 

@@ -238,7 +238,7 @@ def main(argv: list[str]) -> int:
     results = run_all(backend, variant, only)
     if framework == "keras" and (only is None or "refuses_other_variants" in only):
         # a process runs Keras on one backend and must refuse the others, saying why
-        from dlbench.verify import verify_model
+        from dlbench.gate.verify import verify_model
 
         other = next(v for v in backend.variants if v != variant)
         r = verify_model(backend, "sae", other)

@@ -32,7 +32,7 @@ ENV_MODELS = ["lenet", "fcn-r"]
 #: --framework jax,onnxruntime,openvino,tensorflow,keras --variant all``) is in docs/fairness.md. torch is
 #: checked on every model here: ONNX Runtime's models are exported from it.
 SMALL = {"tensorflow", "keras", "jax", "onnxruntime", "openvino"}
-SMALL_MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain1"]
+SMALL_MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain1", "bert-base", "smollm2-135m"]
 _cache: dict = {}
 
 #: H2O builds multilayer perceptron classifiers only (frameworks/h2o.py ``plan_of``)

@@ -16,8 +16,6 @@ from dlbench.models import get_model
 from dlbench.models import layers as L
 from dlbench.models.spec import InputSpec, LossSpec, ModelSpec
 from dlbench.models.weights import Weights, bn_state_names, init_weights
-from tests.conftest import requires
-from dlbench.weights import Weights, bn_state_names, init_weights
 from tests.conftest import requires, requires_framework, run_in_framework
 
 pytestmark = requires("jax")
@@ -276,7 +274,7 @@ def test_the_flax_of_jax_0_5_passes_the_gate():
     out = run_in_framework("jax==0.5.1", """
         import json
         from dlbench.frameworks import get_backend
-        from dlbench.verify import verify_model
+        from dlbench.gate.verify import verify_model
         b = get_backend("jax==0.5.1"); b.set_threads(1)
         r = verify_model(b, "lenet")
         print(json.dumps({"verdict": r.verdict, "reason": r.reason}))

@@ -11,10 +11,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from dlbench import cli_run, resolve
-from dlbench.cli_common import console, names, note_damage, write_output
-from dlbench.errors import UsageError
-from dlbench.store import DEFAULT_DB, check_output
+from dlbench.cli import run as cli_run
+from dlbench.cli.common import console, names, note_damage, write_output
+from dlbench.core.errors import UsageError
+from dlbench.planning import resolve
+from dlbench.storage.store import DEFAULT_DB, check_output
 
 
 def _store_results(run_id: str | None, db: str):

@@ -19,15 +19,10 @@ from rich.text import Text
 from dlbench.cli.common import console, counts, names, note_damage, texts, write_output
 from dlbench.core.errors import UsageError
 from dlbench.core.interrupt import Interrupted, explain
-from dlbench import flags, resolve
-from dlbench.cli_common import console, counts, names, note_damage, texts, write_output
-from dlbench.errors import UsageError
-from dlbench.estimate import Estimate, format_duration, setup_seconds
-from dlbench.interrupt import Interrupted, explain
 from dlbench.measure.adaptive import percent
 from dlbench.measure.stats import summarize
 from dlbench.planning import flags, resolve
-from dlbench.planning.estimate import Estimate, env_builds, format_duration, setup_seconds
+from dlbench.planning.estimate import Estimate, format_duration, setup_seconds
 from dlbench.planning.plan import Cell, Suite, suite_from_dict
 from dlbench.report import cost
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
@@ -194,11 +189,12 @@ def add_protocol_flags(p: argparse.ArgumentParser) -> None:
                    help="warm up with exactly --warmup calls (default: also look for a longer warm-up in the calls)")
     p.add_argument("--profile", type=int, nargs="?", const=5, metavar="CALLS",
                    help="after the timed calls, profile CALLS more (default 5) with the framework's own profiler: "
-                        "a Chrome trace kept with the run and a top-operations table (forward, gradient, train_step)")
+                        "a Chrome trace kept with the run and a top-operations table (forward, gradient, "
+                        "train_step; generate: decode steps)")
 
 
 def _protocol(args: argparse.Namespace) -> dict:
-    """The protocol's flags, checked by the suite model (:func:`dlbench.resolve.check_settings`): a bad
+    """The protocol's flags, checked by the suite model (:func:`dlbench.planning.resolve.check_settings`): a bad
     value is one line naming its flag. ``--profile 0`` asks for a profile of no call: refused (a suite's
     ``profile_calls: 0`` is the default, no profile)."""
     if getattr(args, "profile", None) == 0:
@@ -320,9 +316,8 @@ def _epoch_samples(suite: Suite, cells: list[Cell]) -> dict[str, int]:
 
 def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate, left_out: str, as_json: bool) -> int:
     """``--dry-run``: the cells and the estimate; nothing measured, nothing stored, no run created."""
-    from dlbench.planning.estimate import runs_a_process
     from dlbench.envs.ondemand import estimate_builds
-    from dlbench.estimate import runs_a_process
+    from dlbench.planning.estimate import runs_a_process
 
     setup = setup_seconds(cells)
     builds = estimate_builds([c.framework for c in cells])

@@ -131,7 +131,7 @@ def requirements(framework: str) -> tuple[list[str], list[str]]:
 def env_path(framework: str) -> Path:
     """``jax==0.4.38`` lives in ``jax-0.4.38`` (no '=' in a venv's path); a release by any of its
     spellings (``fakerel==1.0``, ``fakerel==1.0.0``) in the one folder of its normal name."""
-    from dlbench import versions  # here: it imports dlbench.envs.companions, so this package first
+    from dlbench.envs import versions  # here: it imports dlbench.envs.companions, so this package first
 
     try:
         framework = versions.normal_name(framework)

@@ -55,8 +55,6 @@ def normal_version(text: str) -> str:
     the store): PEP 440's reading (:mod:`packaging.version`; leading zeros dropped), the release padded
     to three parts and trailing zero parts past the third dropped (``2.13`` and ``2.13.0.0`` are
     ``2.13.0``, as pip holds them equal). ASCII digits only; no epoch, no local tag. ValueError otherwise."""
-    from packaging.version import InvalidVersion, Version  # here: a framework's environment has no packaging
-
     if not text.isascii():
         raise ValueError(f"{text!r} is not a release number (ASCII digits, like 0.4.38)")
     release, pre, post, dev = _parse(text)
@@ -103,8 +101,6 @@ def normal_name(name: str) -> str:
 
 def same_release(a: str, b: str) -> bool:
     """Whether two version strings name one release (a local build tag, ``+cpu``, aside)."""
-    from packaging.version import InvalidVersion, Version  # here: a framework's environment has no packaging
-
     try:
         return normal_version(a.split("+", 1)[0]) == normal_version(b.split("+", 1)[0])
     except ValueError:

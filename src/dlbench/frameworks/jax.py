@@ -7,6 +7,10 @@ standard layers (``nnx.Conv``, ``nnx.Linear``, ``nnx.BatchNorm``, ``nnx.Embed``,
 plain ``jax.numpy``/``jax.lax`` covers what Flax has no layer for (LRN, the ceil-mode window
 clip, the masked mean, ResNet's option-A shortcut). Shared references are part of an NNX graph,
 so the tied SAE decoder holds its encoder module and reads the encoder's kernel transposed.
+Transformers: ``nnx.LayerNorm``, ``nnx.RMSNorm``, ``jax.nn.gelu``, ``nnx.Linear`` projections and
+``jax.nn.dot_product_attention`` in JAX's (N, T, heads, head_dim) layout (grouped-query heads
+natively, ``is_causal``, the padding mask as a boolean key mask); rotary tables are constants of
+the trace; the tied LM head is the embedding's own ``nnx.Embed.attend``.
 
 Fast path and fairness settings:
 
@@ -305,8 +309,116 @@ class TiedDense(Op):
         return x @ self.encoder.kernel[...].T.astype(x.dtype) + self.bias[...].astype(x.dtype)
 
 
+# --- transformer layers: sequences are (N, T, D); attention is jax.nn.dot_product_attention ---------
+class PositionEmbedding(Op):
+    def __init__(self, table: jax.Array):
+        self.weight = nnx.Param(table)
+
+    def __call__(self, x, ctx):
+        return x + self.weight[...][: x.shape[1]].astype(x.dtype)
+
+
+class SegmentEmbedding(Op):
+    """BERT's token types, every token type 0: adds row 0."""
+
+    def __init__(self, table: jax.Array):
+        self.weight = nnx.Param(table)
+
+    def __call__(self, x, ctx):
+        return x + self.weight[...][0].astype(x.dtype)
+
+
+class GELU(Op):
+    def __init__(self, approximate: str):
+        self.tanh = approximate == "tanh"
+
+    def __call__(self, x, ctx):
+        return jax.nn.gelu(x, approximate=self.tanh)
+
+
+def _rope(x: jax.Array, theta: float) -> jax.Array:
+    """Rotary embedding of (N, T, heads, hd), half-split pairs; the tables are constants of the trace."""
+    t, hd = x.shape[1], x.shape[-1]
+    inv = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    angles = np.arange(t, dtype=np.float64)[:, None] * inv[None, :]
+    angles = np.concatenate([angles, angles], axis=-1)[None, :, None, :]
+    cos, sin = jnp.asarray(np.cos(angles), x.dtype), jnp.asarray(np.sin(angles), x.dtype)
+    half = hd // 2
+    return x * cos + jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1) * sin
+
+
+class Attention(Op):
+    """Projections by ``nnx.Linear``, heads kept in JAX's (N, T, heads, hd) layout, and
+    ``jax.nn.dot_product_attention`` (grouped-query heads natively; ``is_causal``; the padding mask
+    as a boolean (N, 1, 1, T) mask over the keys)."""
+
+    def __init__(self, q: nnx.Linear, k: nnx.Linear, v: nnx.Linear, o: nnx.Linear, layer: L.Attention,
+                 dims: tuple[int, int, int]):
+        self.q, self.k, self.v, self.o = q, k, v, o
+        self.heads, self.kv_heads, self.head_dim = dims
+        self.causal, self.rope_theta = layer.causal, layer.rope_theta
+
+    def __call__(self, x, ctx):
+        n, t, _ = x.shape
+        q = self.q(x).reshape(n, t, self.heads, self.head_dim)
+        k = self.k(x).reshape(n, t, self.kv_heads, self.head_dim)
+        v = self.v(x).reshape(n, t, self.kv_heads, self.head_dim)
+        if self.rope_theta:
+            q, k = _rope(q, self.rope_theta), _rope(k, self.rope_theta)
+        mask = None if ctx.mask is None else (ctx.mask > 0)[:, None, None, :]
+        out = jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=self.causal)
+        return self.o(out.reshape(n, t, self.heads * self.head_dim))
+
+
+class SwiGLU(Op):
+    def __init__(self, gate: nnx.Linear, up: nnx.Linear, down: nnx.Linear):
+        self.gate, self.up, self.down = gate, up, down
+
+    def __call__(self, x, ctx):
+        return self.down(nnx.silu(self.gate(x)) * self.up(x))
+
+
+class SkipBlock(Op):
+    def __init__(self, body: Seq, post: Seq):
+        self.body, self.post = body, post
+
+    def __call__(self, x, ctx):
+        return self.post(x + self.body(x, ctx), ctx)
+
+
+class PatchEmbed(Op):
+    """``nnx.Conv`` with stride = kernel = patch on the NHWC image, its positions row-major, the class token first."""
+
+    def __init__(self, conv: nnx.Conv, cls: jax.Array):
+        self.conv, self.cls = conv, nnx.Param(cls)
+
+    def __call__(self, x, ctx):
+        y = self.conv(x)
+        seq = y.reshape(y.shape[0], -1, y.shape[-1])
+        cls = jnp.broadcast_to(self.cls[...].astype(seq.dtype), (seq.shape[0], 1, seq.shape[-1]))
+        return jnp.concatenate([cls, seq], axis=1)
+
+
+class TakeToken(Op):
+    def __init__(self, index: int):
+        self.index = index
+
+    def __call__(self, x, ctx):
+        return x[:, self.index]
+
+
+class TiedLMHead(Op):
+    """Logits with the token embedding's own table: ``nnx.Embed.attend`` (``x @ E.T``)."""
+
+    def __init__(self, embed: nnx.Embed):
+        self.embed = embed
+
+    def __call__(self, x, ctx):
+        return self.embed.attend(x)
+
+
 #: the layers whose output type is the network's compute type (they hold the dots and convolutions)
-_COMPUTING = (nnx.Conv, nnx.Linear, LSTMLayer, TiedDense)
+_COMPUTING = (nnx.Conv, nnx.Linear, LSTMLayer, TiedDense, Attention, SwiGLU, TiedLMHead)
 
 
 # A binding ties a canonical parameter to a Flax variable: (variable, to_flax, from_flax).
@@ -355,6 +467,7 @@ class Builder(LayerBuilder):
         self.params: dict[str, Binding] = {}
         self.state: dict[str, nnx.Variable] = {}
         self.linears: dict[str, nnx.Linear] = {}
+        self.embeds: dict[str, nnx.Embed] = {}  # for a tied LM head
         self.flattened: tuple[int, int, int] | None = None  # (C, H, W) before the last Flatten
 
     def init(self, name: str, to_flax: Callable[[np.ndarray], np.ndarray] = _same) -> Callable:
@@ -445,6 +558,7 @@ class Builder(LayerBuilder):
         m = nnx.Embed(layer.vocab, layer.dim, embedding_init=self.init(f"{layer.name}.weight"), rngs=self.rngs,
                       dtype=self.dtype, param_dtype=self.param_dtype)
         self.params[f"{layer.name}.weight"] = (m.embedding, _same, _same)
+        self.embeds[layer.name] = m
         return m
 
     def make_lstm(self, layer: L.LSTM, shape) -> nnx.Module:
@@ -471,6 +585,83 @@ class Builder(LayerBuilder):
         body, _ = self.sequence(layer.body, shape)
         short, _ = self.sequence(layer.shortcut, shape)
         return Residual(body, short, layer.post == "relu")
+
+    # --- transformer layers ---
+    def _linear(self, name: str, inputs: int, units: int, bias: str | None) -> nnx.Linear:
+        m = nnx.Linear(inputs, units, use_bias=bias is not None, kernel_init=self.init(name),
+                       bias_init=self.init(bias) if bias else nnx.initializers.zeros, rngs=self.rngs,
+                       dtype=self.dtype, param_dtype=self.param_dtype)
+        self.params[name] = (m.kernel, _same, _same)
+        if bias:
+            self.params[bias] = (m.bias, _same, _same)
+        return m
+
+    def _param(self, name: str) -> jax.Array:
+        return jnp.asarray(self.weights.params[name], self.param_dtype)
+
+    def make_positionembedding(self, layer: L.PositionEmbedding, shape) -> nnx.Module:
+        m = PositionEmbedding(self._param(f"{layer.name}.weight"))
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        return m
+
+    def make_segmentembedding(self, layer: L.SegmentEmbedding, shape) -> nnx.Module:
+        m = SegmentEmbedding(self._param(f"{layer.name}.weight"))
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        return m
+
+    def make_layernorm(self, layer: L.LayerNorm, shape) -> nnx.Module:
+        m = nnx.LayerNorm(shape[-1], epsilon=layer.eps, scale_init=self.init(f"{layer.name}.weight"),
+                          bias_init=self.init(f"{layer.name}.bias"), rngs=self.rngs, dtype=self.dtype,
+                          param_dtype=self.param_dtype)
+        self.params[f"{layer.name}.weight"] = (m.scale, _same, _same)
+        self.params[f"{layer.name}.bias"] = (m.bias, _same, _same)
+        return m
+
+    def make_rmsnorm(self, layer: L.RMSNorm, shape) -> nnx.Module:
+        m = nnx.RMSNorm(shape[-1], epsilon=layer.eps, scale_init=self.init(f"{layer.name}.weight"), rngs=self.rngs,
+                        dtype=self.dtype, param_dtype=self.param_dtype)
+        self.params[f"{layer.name}.weight"] = (m.scale, _same, _same)
+        return m
+
+    def make_gelu(self, layer: L.GELU, shape) -> nnx.Module:
+        return GELU(layer.approximate)
+
+    def make_attention(self, layer: L.Attention, shape) -> nnx.Module:
+        d = shape[-1]
+        heads, kv, hd = layer.dims(d)
+        n = layer.name
+
+        def bias(p: str) -> str | None:
+            return f"{n}.b{p}" if layer.bias else None
+        return Attention(self._linear(f"{n}.wq", d, heads * hd, bias("q")), self._linear(f"{n}.wk", d, kv * hd, bias("k")),
+                         self._linear(f"{n}.wv", d, kv * hd, bias("v")), self._linear(f"{n}.wo", heads * hd, d, bias("o")),
+                         layer, (heads, kv, hd))
+
+    def make_swiglu(self, layer: L.SwiGLU, shape) -> nnx.Module:
+        d, h, n = shape[-1], layer.hidden, layer.name
+        return SwiGLU(self._linear(f"{n}.w_gate", d, h, None), self._linear(f"{n}.w_up", d, h, None),
+                      self._linear(f"{n}.w_down", h, d, None))
+
+    def make_skipblock(self, layer: L.SkipBlock, shape) -> nnx.Module:
+        body, _ = self.sequence(layer.body, shape)
+        post, _ = self.sequence(layer.post, shape)
+        return SkipBlock(body, post)
+
+    def make_patchembed(self, layer: L.PatchEmbed, shape) -> nnx.Module:
+        w, b, p = f"{layer.name}.weight", f"{layer.name}.bias", layer.patch
+        conv = nnx.Conv(shape[0], layer.dim, (p, p), p, padding="VALID", kernel_init=self.init(w, _oihw_to_hwio),
+                        bias_init=self.init(b), rngs=self.rngs, dtype=self.dtype, param_dtype=self.param_dtype)
+        m = PatchEmbed(conv, self._param(f"{layer.name}.cls"))
+        self.params[w] = (conv.kernel, _oihw_to_hwio, _hwio_to_oihw)
+        self.params[b] = (conv.bias, _same, _same)
+        self.params[f"{layer.name}.cls"] = (m.cls, _same, _same)
+        return m
+
+    def make_taketoken(self, layer: L.TakeToken, shape) -> nnx.Module:
+        return TakeToken(layer.index)
+
+    def make_lmhead(self, layer: L.LMHead, shape) -> nnx.Module:
+        return TiedLMHead(self.embeds[layer.tied_to])
 
 
 Path = tuple[Any, ...]

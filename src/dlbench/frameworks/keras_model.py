@@ -13,7 +13,14 @@ JAX, TensorFlow and PyTorch. Standard ``keras.layers`` are used wherever Keras h
 * :class:`MaskedMean`: mean over each sequence's valid steps;
 * :class:`ZeroPadShortcut`: ResNet option A (subsample, zero channels appended);
 * :class:`TiedDense`: ``y = x @ W_enc.T + b`` reading the encoder's own variable (not a copy);
-* :class:`Mark`: names the activation an SAE pre-training phase reconstructs.
+* :class:`Mark`: names the activation an SAE pre-training phase reconstructs;
+* transformers: ``LayerNormalization``, ``RMSNormalization`` and ``Dense`` are Keras's own;
+  :class:`Attention` projects with ``Dense`` and attends with ``keras.ops.dot_product_attention``
+  (each backend's own kernel: einsums around a float32 softmax on TensorFlow,
+  ``jax.nn.dot_product_attention`` on JAX, SDPA on torch), with rotary tables as constants and the
+  padding mask (``valid``) as a boolean key mask; :class:`SkipBlock`, :class:`PatchEmbed`,
+  :class:`PositionEmbedding`, :class:`GELU`, :class:`SwiGLU`, :class:`TiedLMHead` (the embedding's
+  own variable) are small ``keras.ops`` layers.
 
 Layout: channels_last (Keras's default and TensorFlow's fast CPU path). The backend transposes
 NCHW input once when placing the batch (outside timing); the rows of a ``Dense`` after
@@ -168,6 +175,158 @@ class Mark(keras.layers.Layer):
         return x
 
 
+# --- transformer layers (sequences (N, T, D); attention through keras.ops.dot_product_attention) ----------
+class TakesValid:
+    """A layer called as ``layer(x, valid=...)`` with the batch's padding mask (None: no padding)."""
+
+
+def _run_valid(layers: list, x, valid, training):
+    """Calls each layer with the mask where it takes one and ``training`` where it takes that (see _run)."""
+    for layer in layers:
+        if isinstance(layer, TakesValid):
+            x = layer(x, valid=valid)
+        else:
+            x = layer(x, training=training) if _takes_training(layer) else layer(x)
+        _record(layer, x)
+    return x
+
+
+class PositionEmbedding(keras.layers.Layer):
+    """Learned positions: ``x + weight[:T]``."""
+
+    def __init__(self, max_len: int, dim: int, **kwargs):
+        super().__init__(**kwargs)
+        self.max_len, self.dim = max_len, dim
+
+    def build(self, input_shape):
+        self.weight = self.add_weight(shape=(self.max_len, self.dim), initializer="zeros", name="weight")
+
+    def call(self, x):
+        return x + ops.cast(self.weight[: x.shape[1]], x.dtype)
+
+
+class SegmentEmbedding(keras.layers.Layer):
+    """BERT's token types, every token type 0: adds row 0 of the table."""
+
+    def __init__(self, types: int, dim: int, **kwargs):
+        super().__init__(**kwargs)
+        self.types, self.dim = types, dim
+
+    def build(self, input_shape):
+        self.weight = self.add_weight(shape=(self.types, self.dim), initializer="zeros", name="weight")
+
+    def call(self, x):
+        return x + ops.cast(self.weight[0], x.dtype)
+
+
+class GELU(keras.layers.Layer):
+    def __init__(self, approximate: bool, **kwargs):
+        super().__init__(**kwargs)
+        self.approximate = approximate
+
+    def call(self, x):
+        return keras.activations.gelu(x, approximate=self.approximate)
+
+
+def _rope(x, theta: float):
+    """Rotary embedding of (N, T, heads, hd), half-split pairs; the tables are NumPy constants."""
+    t, hd = x.shape[1], x.shape[-1]
+    inv = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    angles = np.arange(t, dtype=np.float64)[:, None] * inv[None, :]
+    angles = np.concatenate([angles, angles], axis=-1)[None, :, None, :]
+    cos = ops.convert_to_tensor(np.cos(angles).astype(np.float32), dtype=x.dtype)
+    sin = ops.convert_to_tensor(np.sin(angles).astype(np.float32), dtype=x.dtype)
+    half = hd // 2
+    return x * cos + ops.concatenate([-x[..., half:], x[..., :half]], axis=-1) * sin
+
+
+class Attention(TakesValid, keras.layers.Layer):
+    """``Dense`` projections, heads in (N, T, heads, hd) and ``keras.ops.dot_product_attention``
+    (TensorFlow: two einsums around a float32 softmax; grouped-query key/value heads repeated;
+    ``is_causal``; the padding mask as a boolean key mask)."""
+
+    def __init__(self, layer: L.Attention, dims: tuple[int, int, int], dim: int, **kwargs):
+        super().__init__(**kwargs)
+        self.heads, self.kv_heads, self.head_dim = dims
+        self.causal, self.rope_theta = layer.causal, layer.rope_theta
+        h, kv, hd = dims
+        self.wq = keras.layers.Dense(h * hd, use_bias=layer.bias, name="wq")
+        self.wk = keras.layers.Dense(kv * hd, use_bias=layer.bias, name="wk")
+        self.wv = keras.layers.Dense(kv * hd, use_bias=layer.bias, name="wv")
+        self.wo = keras.layers.Dense(dim, use_bias=layer.bias, name="wo")
+
+    def call(self, x, valid=None):
+        t = x.shape[1]
+        q = ops.reshape(self.wq(x), (-1, t, self.heads, self.head_dim))
+        k = ops.reshape(self.wk(x), (-1, t, self.kv_heads, self.head_dim))
+        v = ops.reshape(self.wv(x), (-1, t, self.kv_heads, self.head_dim))
+        if self.rope_theta:
+            q, k = _rope(q, self.rope_theta), _rope(k, self.rope_theta)
+        mask = None if valid is None else ops.cast(valid, "bool")[:, None, None, :]
+        out = ops.dot_product_attention(q, k, v, mask=mask, is_causal=self.causal)
+        return self.wo(ops.reshape(out, (-1, t, self.heads * self.head_dim)))
+
+
+class SwiGLU(keras.layers.Layer):
+    def __init__(self, dim: int, hidden: int, **kwargs):
+        super().__init__(**kwargs)
+        self.gate = keras.layers.Dense(hidden, use_bias=False, name="w_gate")
+        self.up = keras.layers.Dense(hidden, use_bias=False, name="w_up")
+        self.down = keras.layers.Dense(dim, use_bias=False, name="w_down")
+
+    def call(self, x):
+        return self.down(ops.silu(self.gate(x)) * self.up(x))
+
+
+class SkipBlock(TakesValid, keras.layers.Layer):
+    """``post(x + body(x))``."""
+
+    def __init__(self, body: list, post: list, **kwargs):
+        super().__init__(**kwargs)
+        self.body, self.post = body, post
+
+    def call(self, x, valid=None, training=None):
+        return _run_valid(self.post, x + _run_valid(self.body, x, valid, training), valid, training)
+
+
+class PatchEmbed(keras.layers.Layer):
+    """``Conv2D`` with stride = kernel = patch (channels_last), positions row-major, the class token first."""
+
+    def __init__(self, dim: int, patch: int, **kwargs):
+        super().__init__(**kwargs)
+        self.dim = dim
+        self.conv = keras.layers.Conv2D(dim, patch, strides=patch, padding="valid", name="proj")
+
+    def build(self, input_shape):
+        self.cls = self.add_weight(shape=(self.dim,), initializer="zeros", name="cls")
+
+    def call(self, x):
+        y = self.conv(x)
+        seq = ops.reshape(y, (-1, y.shape[1] * y.shape[2], self.dim))
+        cls = ops.zeros_like(seq[:, :1]) + ops.cast(self.cls, seq.dtype)
+        return ops.concatenate([cls, seq], axis=1)
+
+
+class TakeToken(keras.layers.Layer):
+    def __init__(self, index: int, **kwargs):
+        super().__init__(**kwargs)
+        self.index = index
+
+    def call(self, x):
+        return x[:, self.index]
+
+
+class TiedLMHead(keras.layers.Layer):
+    """Logits ``x @ E.T`` with the token embedding's own variable (read through its binding, not copied)."""
+
+    def __init__(self, table: Callable[[], Any], **kwargs):
+        super().__init__(**kwargs)
+        self._table = table
+
+    def call(self, x):
+        return ops.matmul(x, ops.transpose(ops.cast(self._table(), x.dtype)))
+
+
 def _takes_training(layer: keras.layers.Layer) -> bool:
     return "training" in inspect.signature(layer.call).parameters
 
@@ -178,7 +337,7 @@ _RECORD: list[str] | None = None
 
 def _record(layer: keras.layers.Layer, x) -> None:
     if _RECORD is not None and isinstance(layer, keras.layers.Conv2D | keras.layers.Dense | keras.layers.LSTM
-                                          | TiedDense):
+                                          | TiedDense | Attention | SwiGLU | TiedLMHead | PatchEmbed):
         _RECORD.append(keras.backend.standardize_dtype(x.dtype))
 
 
@@ -229,7 +388,7 @@ class SpecModel(keras.Model):
         for layer, takes in zip(self.steps, self._flags, strict=True):
             if isinstance(layer, Mark):
                 target = x
-            elif isinstance(layer, MaskedMean):
+            elif isinstance(layer, MaskedMean | TakesValid):
                 x = layer(x, valid=valid)
             else:  # training passed explicitly, see _run
                 x = layer(x, training=training) if takes else layer(x)
@@ -531,6 +690,64 @@ class Builder(LayerBuilder):
         short, _ = self.sequence(layer.shortcut, shape)
         return Residual(body, short, layer.post == "relu")
 
+    # --- transformer layers ---
+    def make_positionembedding(self, layer: L.PositionEmbedding, shape):
+        m = PositionEmbedding(layer.max_len, layer.dim, name=_name(layer.name))
+        self.params[f"{layer.name}.weight"] = Binding(lambda: m.weight)
+        return m
+
+    def make_segmentembedding(self, layer: L.SegmentEmbedding, shape):
+        m = SegmentEmbedding(layer.types, layer.dim, name=_name(layer.name))
+        self.params[f"{layer.name}.weight"] = Binding(lambda: m.weight)
+        return m
+
+    def make_layernorm(self, layer: L.LayerNorm, shape):
+        m = keras.layers.LayerNormalization(axis=-1, epsilon=layer.eps, name=_name(layer.name))
+        self.params[f"{layer.name}.weight"] = Binding(lambda: m.gamma)
+        self.params[f"{layer.name}.bias"] = Binding(lambda: m.beta)
+        return m
+
+    def make_rmsnorm(self, layer: L.RMSNorm, shape):
+        m = keras.layers.RMSNormalization(axis=-1, epsilon=layer.eps, name=_name(layer.name))
+        self.params[f"{layer.name}.weight"] = Binding(lambda: m.scale)
+        return m
+
+    def make_gelu(self, layer: L.GELU, shape):
+        return GELU(layer.approximate == "tanh")
+
+    def make_attention(self, layer: L.Attention, shape):
+        m = Attention(layer, layer.dims(shape[-1]), shape[-1], name=_name(layer.name))
+        for proj in "qkvo":
+            dense = getattr(m, f"w{proj}")
+            self.params[f"{layer.name}.w{proj}"] = Binding(lambda d=dense: d.kernel)
+            if layer.bias:
+                self.params[f"{layer.name}.b{proj}"] = Binding(lambda d=dense: d.bias)
+        return m
+
+    def make_swiglu(self, layer: L.SwiGLU, shape):
+        m = SwiGLU(shape[-1], layer.hidden, name=_name(layer.name))
+        for leaf, dense in (("w_gate", m.gate), ("w_up", m.up), ("w_down", m.down)):
+            self.params[f"{layer.name}.{leaf}"] = Binding(lambda d=dense: d.kernel)
+        return m
+
+    def make_skipblock(self, layer: L.SkipBlock, shape):
+        body, _ = self.sequence(layer.body, shape)
+        post, _ = self.sequence(layer.post, shape)
+        return SkipBlock(body, post)
+
+    def make_patchembed(self, layer: L.PatchEmbed, shape):
+        m = PatchEmbed(layer.dim, layer.patch, name=_name(layer.name))
+        self.params[f"{layer.name}.weight"] = Binding(lambda: m.conv.kernel, _oihw_to_hwio, _hwio_to_oihw)
+        self.params[f"{layer.name}.bias"] = Binding(lambda: m.conv.bias)
+        self.params[f"{layer.name}.cls"] = Binding(lambda: m.cls)
+        return m
+
+    def make_taketoken(self, layer: L.TakeToken, shape):
+        return TakeToken(layer.index)
+
+    def make_lmhead(self, layer: L.LMHead, shape):
+        return TiedLMHead(self.params[f"{layer.tied_to}.weight"].get)
+
 
 def keras_inputs(spec: ModelSpec, x: np.ndarray, mask: np.ndarray | None) -> Any:
     """NumPy model inputs in Keras layout: NCHW -> NHWC, token ids int32, and the mask as ``valid``."""
@@ -538,7 +755,8 @@ def keras_inputs(spec: ModelSpec, x: np.ndarray, mask: np.ndarray | None) -> Any
         x = np.ascontiguousarray(np.transpose(x, (0, 2, 3, 1)))
     elif spec.input.kind == "tokens":
         x = x.astype(np.int32)
-    if any(isinstance(layer, L.MaskedMean) for layer in L.walk(spec.layers)):
+    if any(isinstance(layer, L.MaskedMean) for layer in L.walk(spec.layers)) or (
+            spec.input.variable_length and any(isinstance(layer, L.Attention) for layer in L.walk(spec.layers))):
         valid = np.ones(x.shape[:2], np.float32) if mask is None else mask.astype(np.float32)
         return {"x": x, "valid": valid}
     return x

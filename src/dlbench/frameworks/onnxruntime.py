@@ -12,6 +12,10 @@ Export:
   the TorchScript exporter (``dynamo=False``, no constant folding) only if that export or its
   session fails for the model, with the reason recorded. The exporter and opset used are in
   ``info()["exports"]`` and in the model's ``build_info`` (the gate copies it to ``VerifyResult.build``).
+* variants: ``default`` (the export as it is) and ``fused`` (transformers only: ONNX Runtime's
+  transformer optimizer applied to the export first, its fusions (and those kept off because they
+  change the function) recorded in ``build_info["fusions"]``;
+  :mod:`dlbench.frameworks.ort_fusion`).
 * dynamic axes: batch always; for ``variable_length`` token inputs also the sequence axis, and the
   mask is the graph's second input ``mask`` (float32, batch x steps).
 
@@ -94,6 +98,7 @@ from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import NATIVE, cpu_flags
 from dlbench.data.synthetic import Batch
+from dlbench.frameworks import ort_fusion
 from dlbench.frameworks import torch as torch_backend
 from dlbench.frameworks.base import UnsupportedError
 from dlbench.frameworks.onnx_export import (  # noqa: F401 (re-exported: the tests and the survey use them here)
@@ -164,7 +169,7 @@ class OnnxRuntimeBackend(ExportEngine):
     name = "onnxruntime"
     not_trainable = ("onnxruntime is an inference engine here: the exported ONNX graph is the eval-mode forward only "
                      "(no loss, no backward; ONNX Runtime's training API is a separate package), so {what} is not measured")
-    variants = ("default",)
+    variants = ("default", "fused")
     devices = ("cpu", "cuda")
     packages = ("onnxruntime", "onnx", "onnxscript", "torch")
     precisions = ("fp32", "int8")
@@ -249,11 +254,21 @@ class OnnxRuntimeBackend(ExportEngine):
         providers = self.providers(device)
         module, bindings = forward_module(spec, weights)
 
+        fusions: dict[str, Any] = {}
+        if variant == "fused":
+            ort_fusion.model_type(spec)  # a model without attention is unsupported before any export
+
         def load(exported: Exported) -> tuple[bytes, ort.InferenceSession, str]:
-            graph = self.graph(exported.onnx_bytes)
+            graph = exported.onnx_bytes
+            if variant == "fused":
+                graph, found = ort_fusion.fuse(graph, spec)
+                fusions.update(found)
+            graph = self.graph(graph)
             return (graph, *self._session(graph, providers))
         exported, (graph, session, cache), info = self.export_and_load(module, spec, weights, load,
                                                                       "ONNX Runtime runs")
+        if fusions:
+            info["fusions"] = fusions
         session_s = info.pop("load_s")
         info.update({**self.runtime_info(session), "session_cache": cache, "session_s": round(session_s, 3),
                      "session_ns": int(session_s * 1e9)})

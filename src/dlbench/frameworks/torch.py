@@ -52,6 +52,7 @@ from torch import nn
 from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.data.synthetic import Batch
+from dlbench.frameworks import torch_layers as TL
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.builder import LayerBuilder, make_optimizer
 from dlbench.frameworks.profilers import torch_profile
@@ -75,7 +76,7 @@ class Seq(nn.Module):
         for m in self.layers:
             if isinstance(m, MarkModule):
                 target = x
-            elif isinstance(m, MaskedMean):
+            elif isinstance(m, MaskedMean | TL.TakesMask):
                 x = m(x, mask)
             else:
                 x = m(x)
@@ -248,6 +249,65 @@ class Builder(LayerBuilder):
         short, _ = self.sequence(layer.shortcut, shape)
         return ResidualBlock(nn.Sequential(*body), nn.Sequential(*short), layer.post == "relu")
 
+    # --- transformer layers (frameworks/torch_layers.py) ---
+    def make_positionembedding(self, layer: L.PositionEmbedding, shape) -> nn.Module:
+        m = TL.PositionEmbedding(layer.max_len, layer.dim)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        return m
+
+    def make_segmentembedding(self, layer: L.SegmentEmbedding, shape) -> nn.Module:
+        m = TL.SegmentEmbedding(layer.types, layer.dim)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        return m
+
+    def make_layernorm(self, layer: L.LayerNorm, shape) -> nn.Module:
+        m = nn.LayerNorm(shape[-1], eps=layer.eps)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        self.params[f"{layer.name}.bias"] = (m.bias, _same, _same)
+        return m
+
+    def make_rmsnorm(self, layer: L.RMSNorm, shape) -> nn.Module:
+        m = nn.RMSNorm(shape[-1], eps=layer.eps)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        return m
+
+    def make_gelu(self, layer: L.GELU, shape) -> nn.Module:
+        return nn.GELU(approximate=layer.approximate)
+
+    def make_attention(self, layer: L.Attention, shape) -> nn.Module:
+        heads, kv, hd = layer.dims(shape[-1])
+        m = TL.Attention(shape[-1], heads, kv, hd, layer.causal, layer.rope_theta, layer.bias, shape[0])
+        for proj in "qkvo":
+            linear = getattr(m, proj)
+            self.params[f"{layer.name}.w{proj}"] = (linear.weight, _t, _t)
+            if layer.bias:
+                self.params[f"{layer.name}.b{proj}"] = (linear.bias, _same, _same)
+        return m
+
+    def make_swiglu(self, layer: L.SwiGLU, shape) -> nn.Module:
+        m = TL.SwiGLU(shape[-1], layer.hidden)
+        for leaf, linear in (("w_gate", m.gate), ("w_up", m.up), ("w_down", m.down)):
+            self.params[f"{layer.name}.{leaf}"] = (linear.weight, _t, _t)
+        return m
+
+    def make_skipblock(self, layer: L.SkipBlock, shape) -> nn.Module:
+        body, _ = self.sequence(layer.body, shape)
+        post, _ = self.sequence(layer.post, shape)
+        return TL.SkipBlock(body, post)
+
+    def make_patchembed(self, layer: L.PatchEmbed, shape) -> nn.Module:
+        m = TL.PatchEmbed(shape[0], layer.dim, layer.patch)
+        self.params[f"{layer.name}.weight"] = (m.proj.weight, _same, _same)
+        self.params[f"{layer.name}.bias"] = (m.proj.bias, _same, _same)
+        self.params[f"{layer.name}.cls"] = (m.cls, _same, _same)
+        return m
+
+    def make_taketoken(self, layer: L.TakeToken, shape) -> nn.Module:
+        return TL.TakeToken(layer.index)
+
+    def make_lmhead(self, layer: L.LMHead, shape) -> nn.Module:
+        return TL.TiedLMHead(self.params[f"{layer.tied_to}.weight"][0])
+
 
 #: storage types of the cast precisions, and compute types of the autocast ones
 CAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -258,7 +318,7 @@ QCONFIGS = {nn.Linear: torch.ao.quantization.default_dynamic_qconfig,
             nn.Embedding: torch.ao.quantization.float_qparams_weight_only_qconfig}
 QUANTIZABLE = tuple(QCONFIGS)
 #: the layers that compute (what precision_info observes), float and dynamically quantized
-COMPUTING = (nn.Conv2d, nn.Linear, nn.LSTM, TiedLinear)
+COMPUTING = (nn.Conv2d, nn.Linear, nn.LSTM, TiedLinear, TL.TiedLMHead)
 QUANTIZED = (torch.ao.nn.quantized.dynamic.Linear, torch.ao.nn.quantized.dynamic.LSTM)
 
 
@@ -387,7 +447,7 @@ class TorchBackend(Backend):
     def precision_info(self, model: TorchModel) -> dict[str, str]:
         """What the built model holds and computes, observed over all of it: ``param_dtype`` the type of
         every parameter (``"mixed:a,b"`` when they differ); ``compute_dtype`` the type every computing
-        layer (convolution, dense, LSTM, tied decoder) computed in, read from forward hooks on each of
+        layer (convolution, dense, LSTM, tied decoder, tied LM head) computed in, read from forward hooks on each of
         them during one forward of a zero input in eval mode (batch norm's statistics untouched), in the
         precision's context. int8: the network that runs is the quantized copy; a dense or LSTM layer
         counts as int8 when its dynamically quantized kernel ran, and any float one left makes the

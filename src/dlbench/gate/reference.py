@@ -1,12 +1,14 @@
 """Plain NumPy float64 forward pass of every layer type: the oracle of the equivalence gate.
 
 Written to be read, not to be fast. Batches are NCHW for images, (N, T) for tokens,
-(N, T, D) for sequences. Dropout is off here (and in every check). Batch norm uses the
-batch's statistics (biased variance) when ``train`` is true and the running statistics
-otherwise.
+(N, T, D) for sequences; a batch's padding mask reaches every attention layer (padded keys
+hidden). Dropout is off here (and in every check). Batch norm uses the batch's statistics
+(biased variance) when ``train`` is true and the running statistics otherwise.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -86,6 +88,75 @@ def lstm(x: np.ndarray, w_x: np.ndarray, w_h: np.ndarray, b: np.ndarray) -> np.n
     return out
 
 
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(x.var(axis=-1, keepdims=True) + eps) * weight + bias
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * weight
+
+
+#: the error function element-wise, from the standard library (a measuring process has NumPy and dlbench only)
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0)))
+
+
+def rope(x: np.ndarray, theta: float) -> np.ndarray:
+    """Rotary embedding of (N, heads, T, hd) at positions 0..T-1: the first and second halves of each
+    head are the pairs rotated (GPT-NeoX's and Llama's pairing), pair i at frequency theta^(-2i/hd)."""
+    t, hd = x.shape[-2:]
+    angles = np.arange(t)[:, None] * theta ** (-np.arange(0, hd, 2) / hd)[None, :]  # (T, hd/2)
+    cos, sin = np.cos(angles), np.sin(angles)
+    a, b = x[..., : hd // 2], x[..., hd // 2:]
+    return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+
+def attention(x: np.ndarray, p: dict[str, np.ndarray], layer: L.Attention, mask: np.ndarray | None) -> np.ndarray:
+    """Self-attention of (N, T, D) by the definition: every score, the masks as -inf, a softmax."""
+    n, t, d = x.shape
+    heads, kv, hd = layer.dims(d)
+    name = layer.name
+
+    def project(w: str, b: str, count: int) -> np.ndarray:
+        y = x @ p[f"{name}.{w}"] + (p[f"{name}.{b}"] if layer.bias else 0.0)
+        return y.reshape(n, t, count, hd).transpose(0, 2, 1, 3)  # (N, count, T, hd)
+
+    q, k, v = project("wq", "bq", heads), project("wk", "bk", kv), project("wv", "bv", kv)
+    if layer.rope_theta:
+        q, k = rope(q, layer.rope_theta), rope(k, layer.rope_theta)
+    k, v = np.repeat(k, heads // kv, axis=1), np.repeat(v, heads // kv, axis=1)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd)  # (N, H, T, T)
+    allowed = np.ones((n, 1, t, t), bool)
+    if layer.causal:
+        allowed &= np.tril(np.ones((t, t), bool))
+    if mask is not None:
+        allowed &= (mask > 0)[:, None, None, :]
+    scores = np.where(allowed, scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    out = (weights @ v).transpose(0, 2, 1, 3).reshape(n, t, heads * hd)
+    return out @ p[f"{name}.wo"] + (p[f"{name}.bo"] if layer.bias else 0.0)
+
+
+def swiglu(x: np.ndarray, w_gate: np.ndarray, w_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
+    gate = x @ w_gate
+    return (gate * sigmoid(gate) * (x @ w_up)) @ w_down
+
+
+def patch_embed(x: np.ndarray, w: np.ndarray, b: np.ndarray, cls: np.ndarray, patch: int) -> np.ndarray:
+    """(N, C, H, W) -> (N, 1 + HW/p^2, dim): the patches' convolution, row-major, after the class token."""
+    out = conv2d(x, w, b, patch, 0, 1)  # (N, dim, H/p, W/p)
+    n, dim = out.shape[:2]
+    seq = out.reshape(n, dim, -1).transpose(0, 2, 1)
+    return np.concatenate([np.broadcast_to(cls, (n, 1, dim)), seq], axis=1)
+
+
 ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh, "sigmoid": sigmoid}
 
 
@@ -131,6 +202,29 @@ def _run(layers: tuple[L.Layer, ...], x: np.ndarray, p: dict[str, np.ndarray], s
             x = body + short
             if layer.post == "relu":
                 x = np.maximum(x, 0.0)
+        elif isinstance(layer, L.PositionEmbedding):
+            x = x + p[f"{layer.name}.weight"][: x.shape[1]]
+        elif isinstance(layer, L.SegmentEmbedding):
+            x = x + p[f"{layer.name}.weight"][0]
+        elif isinstance(layer, L.LayerNorm):
+            x = layer_norm(x, p[f"{layer.name}.weight"], p[f"{layer.name}.bias"], layer.eps)
+        elif isinstance(layer, L.RMSNorm):
+            x = rms_norm(x, p[f"{layer.name}.weight"], layer.eps)
+        elif isinstance(layer, L.GELU):
+            x = gelu(x, layer.approximate)
+        elif isinstance(layer, L.Attention):
+            x = attention(x, p, layer, mask)
+        elif isinstance(layer, L.SwiGLU):
+            x = swiglu(x, p[f"{layer.name}.w_gate"], p[f"{layer.name}.w_up"], p[f"{layer.name}.w_down"])
+        elif isinstance(layer, L.SkipBlock):
+            x = _run(layer.post, x + _run(layer.body, x, p, state, mask, train, marks), p, state, mask, train, marks)
+        elif isinstance(layer, L.PatchEmbed):
+            x = patch_embed(x, p[f"{layer.name}.weight"], p[f"{layer.name}.bias"], p[f"{layer.name}.cls"],
+                            layer.patch)
+        elif isinstance(layer, L.TakeToken):
+            x = x[:, layer.index]
+        elif isinstance(layer, L.LMHead):
+            x = x @ p[f"{layer.tied_to}.weight"].T
         else:  # pragma: no cover
             raise TypeError(f"reference: no rule for {layer.kind}")
     return x

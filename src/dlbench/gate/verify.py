@@ -34,6 +34,11 @@ reports for the built model (``Backend.precision_info``) are the precision's, so
 silently runs float32 when asked for bf16 fails with what it holds. int8 is inference only: (a), (b)
 and (e); bf16 and fp16 hold their parameters in the low type and skip (f).
 
+(f) attention masks (:mod:`dlbench.gate.mask_checks`): in a model with causal attention, changing the
+tokens after the middle position moves no output at or before it; in a padded model with
+attention, changing the padded tokens moves no output (at a valid position). Both are properties
+of the framework's own forward, within the forward tolerance.
+
 The weights are drawn in ``verify`` mode (random biases and BN statistics) so a dropped bias or
 ignored running statistic cannot hide behind zeros and ones.
 """
@@ -53,6 +58,7 @@ from dlbench.core.precision import expected_dtypes, get_precision
 from dlbench.data.synthetic import Batch, make_batch
 from dlbench.frameworks.base import OPTIMIZERS, Backend, UnsupportedError
 from dlbench.gate import reference
+from dlbench.gate.mask_checks import check_masks
 from dlbench.gate.verify_update import check_update, not_applied, update_tolerance
 from dlbench.models import ModelSpec, verify_spec
 from dlbench.models.weights import Weights, directions, init_weights
@@ -128,6 +134,8 @@ class VerifyResult:
     checks: dict = field(default_factory=dict)
     #: facts of the framework's build of this model (e.g. the ONNX exporter and opset), if it records any
     build: dict = field(default_factory=dict)
+    #: (f) the relative change of the outputs a mask must hold still, by check (dlbench.gate.mask_checks)
+    mask_changes: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -206,6 +214,16 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
         res.checks["forward"] = res.forward_error <= tol.forward
         if not res.checks["forward"]:
             failures.append(f"forward error {res.forward_error:.2e} > {tol.forward:g}")
+
+        # (f) attention masks: a later token and padded tokens change nothing they must not
+        def forward_on(other: Batch) -> np.ndarray:
+            result = backend.forward(model, backend.place(other, model))()
+            backend.sync(result)
+            return backend.to_numpy(result)
+        passed, res.mask_changes, mask_failures = check_masks(spec, batch, backend.to_numpy(out), forward_on,
+                                                              tol.forward)
+        res.checks.update(passed)
+        failures += mask_failures
 
         # (c) gradients and (d) loss, unless the backend is an inference engine or the precision is
         inference_only = get_precision(precision).inference_only

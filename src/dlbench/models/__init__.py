@@ -41,6 +41,14 @@ REGISTRY: dict[str, Entry] = {
     "resnet-50": Entry(zoo.resnet_50, {"image_size": 64, "classes": 10}),
     "resnet-50-cifar": Entry(zoo.resnet_50_cifar, {"image_size": 16}),
     "lstm-ptb": Entry(zoo.lstm_ptb, {"vocab": 300, "seq_len": 8}),
+    # transformers: the small forms keep every kind of layer, with 2 blocks at width 32-48
+    "bert-base": Entry(zoo.bert_base, {"seq_len": 12, "vocab": 64, "dim": 32, "layers": 2, "heads": 4,
+                                       "max_positions": 16, "classes": 3}),
+    "gpt2": Entry(zoo.gpt2, {"seq_len": 8, "vocab": 64, "dim": 32, "layers": 2, "heads": 4, "max_positions": 16}),
+    "vit-b16": Entry(zoo.vit_b16, {"image_size": 16, "patch": 4, "dim": 32, "layers": 2, "heads": 4,
+                                   "classes": 10}),
+    "smollm2-135m": Entry(zoo.smollm2_135m, {"seq_len": 8, "vocab": 64, "dim": 48, "layers": 2, "heads": 6,
+                                             "kv_heads": 2, "head_dim": 8, "hidden": 64}),
     # probes (dlbench probe): one operation each
     "gemm": Entry(zoo.gemm, {"inputs": 64, "units": 32}),
     "conv": Entry(zoo.conv, {"image_size": 8, "channels": 8}),

@@ -15,6 +15,12 @@ Canonical parameter layouts (every backend converts to and from these):
 * ``Embedding.weight``: ``(vocab, dim)``
 * ``LSTM.w_x``: ``(in, 4H)``, ``w_h``: ``(H, 4H)``, ``b``: ``(4H,)``; gate order i, f, g, o
   (one bias per gate; frameworks with two load it into one and zeros into the other)
+* ``Attention.wq``/``wk``/``wv``: ``(D, heads * head_dim)`` (``kv_heads`` for k and v), ``wo``:
+  ``(heads * head_dim, D)``, so ``q = x @ wq + bq``; head ``h`` is columns ``h*hd:(h+1)*hd``
+* ``SwiGLU.w_gate``/``w_up``: ``(D, hidden)``, ``w_down``: ``(hidden, D)``
+* ``LayerNorm.weight``/``bias``, ``RMSNorm.weight``: ``(D,)``; ``PositionEmbedding.weight``: ``(max_len, D)``
+* ``PatchEmbed.weight``: OIHW like a convolution, ``bias`` and ``cls``: ``(dim,)``
+* ``LMHead``: no weight of its own; uses ``W(tied_to)`` (an ``Embedding``'s ``(vocab, D)``) as ``x @ W.T``
 """
 
 from __future__ import annotations
@@ -289,6 +295,199 @@ class Residual(Layer):
         return sequence_flops(self.body, shape) + sequence_flops(self.shortcut, shape)
 
 
+# --- transformer layers: sequences are (T, D); the batch's padding mask reaches attention ----------
+@dataclass(frozen=True)
+class PositionEmbedding(Layer):
+    """Learned absolute positions: (T, D) + ``weight[:T]``; the table holds ``max_len`` rows."""
+
+    name: str
+    max_len: int
+    dim: int
+
+    def out_shape(self, shape: Shape) -> Shape:
+        if shape[0] > self.max_len or shape[-1] != self.dim:
+            raise ValueError(f"{self.name}: sequence {shape} exceeds {self.max_len} positions of {self.dim}")
+        return shape
+
+    def params(self, shape: Shape) -> dict[str, Shape]:
+        return {f"{self.name}.weight": (self.max_len, self.dim)}
+
+
+@dataclass(frozen=True)
+class SegmentEmbedding(Layer):
+    """BERT's token-type embedding: ``types`` rows, every token of dlbench's one-segment inputs is
+    type 0, so the layer adds ``weight[0]`` (the other rows are parameters, as the published count has)."""
+
+    name: str
+    types: int
+    dim: int
+
+    def params(self, shape: Shape) -> dict[str, Shape]:
+        return {f"{self.name}.weight": (self.types, self.dim)}
+
+
+@dataclass(frozen=True)
+class LayerNorm(Layer):
+    """Layer normalisation over the last axis: ``(x - mean) / sqrt(var + eps) * weight + bias``."""
+
+    name: str
+    eps: float = 1e-5
+
+    def params(self, shape: Shape) -> dict[str, Shape]:
+        return {f"{self.name}.weight": (shape[-1],), f"{self.name}.bias": (shape[-1],)}
+
+
+@dataclass(frozen=True)
+class RMSNorm(Layer):
+    """Root-mean-square normalisation over the last axis (Llama): ``x / sqrt(mean(x^2) + eps) * weight``."""
+
+    name: str
+    eps: float = 1e-5
+
+    def params(self, shape: Shape) -> dict[str, Shape]:
+        return {f"{self.name}.weight": (shape[-1],)}
+
+
+@dataclass(frozen=True)
+class GELU(Layer):
+    """``x * Phi(x)``: ``approximate="none"`` the exact erf form (BERT, ViT), ``"tanh"`` the tanh
+    approximation (GPT-2's ``gelu_new``)."""
+
+    approximate: Literal["none", "tanh"] = "none"
+
+
+@dataclass(frozen=True)
+class Attention(Layer):
+    """Multi-head self-attention over (T, D) -> (T, D), with its projections.
+
+    ``heads`` query heads of ``head_dim`` (default D / heads) and ``kv_heads`` key/value heads
+    (default ``heads``; fewer is grouped-query attention, query head h reading key/value head
+    ``h // (heads / kv_heads)``). Scores are ``q k^T / sqrt(head_dim)``; ``causal`` hides later
+    positions, and the batch's padding mask (if any) hides padded keys. ``rope_theta`` > 0 rotates
+    q and k by rotary position embeddings (Su et al.; the half-split pairing of GPT-NeoX and Llama).
+    Parameters: ``wq`` (D, heads*hd), ``wk``/``wv`` (D, kv_heads*hd), ``wo`` (heads*hd, D), and with
+    ``bias`` ``bq``, ``bk``, ``bv``, ``bo``. FLOPs count the full T x T score and value products (what
+    a dense kernel computes; a causal flash kernel skips about half of them)."""
+
+    name: str
+    heads: int
+    kv_heads: int = 0
+    head_dim: int = 0
+    causal: bool = False
+    rope_theta: float = 0.0
+    bias: bool = True
+
+    def dims(self, dim: int) -> tuple[int, int, int]:
+        """(heads, kv_heads, head_dim) for a model width ``dim``."""
+        kv = self.kv_heads or self.heads
+        hd = self.head_dim or dim // self.heads
+        if self.heads % kv or (not self.head_dim and dim % self.heads) or (self.rope_theta and hd % 2):
+            raise ValueError(f"{self.name}: {self.heads} heads, {kv} kv heads, head dim {hd} do not fit width {dim}")
+        return self.heads, kv, hd
+
+    def params(self, shape: Shape) -> dict[str, Shape]:
+        d = shape[-1]
+        h, kv, hd = self.dims(d)
+        n = self.name
+        p = {f"{n}.wq": (d, h * hd), f"{n}.wk": (d, kv * hd), f"{n}.wv": (d, kv * hd), f"{n}.wo": (h * hd, d)}
+        if self.bias:
+            p.update({f"{n}.bq": (h * hd,), f"{n}.bk": (kv * hd,), f"{n}.bv": (kv * hd,), f"{n}.bo": (d,)})
+        return p
+
+    def flops(self, shape: Shape) -> int:
+        t, d = shape
+        h, kv, hd = self.dims(d)
+        return 2 * t * d * (h + 2 * kv) * hd + 2 * t * h * hd * d + 4 * t * t * h * hd
+
+
+@dataclass(frozen=True)
+class SwiGLU(Layer):
+    """Llama's MLP: ``(silu(x @ w_gate) * (x @ w_up)) @ w_down``, no biases; (T, D) -> (T, D)."""
+
+    name: str
+    hidden: int
+
+    def params(self, shape: Shape) -> dict[str, Shape]:
+        d = shape[-1]
+        return {f"{self.name}.w_gate": (d, self.hidden), f"{self.name}.w_up": (d, self.hidden),
+                f"{self.name}.w_down": (self.hidden, d)}
+
+    def flops(self, shape: Shape) -> int:
+        return 6 * math.prod(shape) * self.hidden
+
+
+@dataclass(frozen=True)
+class SkipBlock(Layer):
+    """A transformer's residual: ``post(x + body(x))``. A pre-norm block puts its norm first in
+    ``body`` (GPT-2, ViT, Llama); a post-norm block has it in ``post`` (BERT). The body's attention
+    sees the batch's padding mask."""
+
+    body: tuple[Layer, ...]
+    post: tuple[Layer, ...] = field(default_factory=tuple)
+
+    def out_shape(self, shape: Shape) -> Shape:
+        out = sequence_shape(self.body, shape)
+        if out != shape:
+            raise ValueError(f"skip block: body gives {out} for input {shape}")
+        return sequence_shape(self.post, shape)
+
+    def params(self, shape: Shape) -> dict[str, Shape]:
+        return {**sequence_params(self.body, shape), **sequence_params(self.post, shape)}
+
+    def flops(self, shape: Shape) -> int:
+        return sequence_flops(self.body, shape) + sequence_flops(self.post, shape)
+
+
+@dataclass(frozen=True)
+class PatchEmbed(Layer):
+    """ViT's patch embedding: a ``patch`` x ``patch`` stride-``patch`` convolution to ``dim``
+    channels, its (H/p * W/p) positions in row-major order as a sequence, a learned class token
+    first: (C, H, W) -> (1 + HW/p^2, dim). ``weight`` OIHW, ``bias`` (dim,), ``cls`` (dim,)."""
+
+    name: str
+    dim: int
+    patch: int
+
+    def out_shape(self, shape: Shape) -> Shape:
+        _, h, w = shape
+        if h % self.patch or w % self.patch:
+            raise ValueError(f"{self.name}: image {h}x{w} is not a whole number of {self.patch}-pixel patches")
+        return (1 + (h // self.patch) * (w // self.patch), self.dim)
+
+    def params(self, shape: Shape) -> dict[str, Shape]:
+        return {f"{self.name}.weight": (self.dim, shape[0], self.patch, self.patch),
+                f"{self.name}.bias": (self.dim,), f"{self.name}.cls": (self.dim,)}
+
+    def flops(self, shape: Shape) -> int:
+        return 2 * (self.out_shape(shape)[0] - 1) * self.dim * shape[0] * self.patch**2
+
+
+@dataclass(frozen=True)
+class TakeToken(Layer):
+    """One position of the sequence, (T, D) -> (D,): the class token (ViT) or [CLS] (BERT's pooler)."""
+
+    index: int = 0
+
+    def out_shape(self, shape: Shape) -> Shape:
+        return shape[1:]
+
+
+@dataclass(frozen=True)
+class LMHead(Layer):
+    """The tied language-model head: logits ``x @ E.T`` with ``E`` the token embedding ``tied_to``
+    (vocab, D); no parameters of its own, no bias."""
+
+    tied_to: str
+    vocab: int
+
+    def out_shape(self, shape: Shape) -> Shape:
+        return (*shape[:-1], self.vocab)
+
+    def flops(self, shape: Shape) -> int:
+        return 2 * math.prod(shape) * self.vocab
+
+
+
 def sequence_shape(layers: tuple[Layer, ...], shape: Shape) -> Shape:
     for layer in layers:
         shape = layer.out_shape(shape)
@@ -321,3 +520,6 @@ def walk(layers: tuple[Layer, ...]):
         if isinstance(layer, Residual):
             yield from walk(layer.body)
             yield from walk(layer.shortcut)
+        elif isinstance(layer, SkipBlock):
+            yield from walk(layer.body)
+            yield from walk(layer.post)

@@ -83,8 +83,9 @@ class ModelSpec:
 
     @property
     def flops_per_sample(self) -> int:
-        """Forward FLOPs of one sample: convolutions, dense, LSTM matmuls (a multiply-add is 2).
-        Element-wise ops, pooling and normalisation are not counted."""
+        """Forward FLOPs of one sample: convolutions, dense, LSTM matmuls, attention's projections and
+        its score and value products (a multiply-add is 2). Element-wise ops, softmax, pooling and
+        normalisation are not counted."""
         return sequence_flops(self.layers, self.input.shape)
 
     @property
@@ -97,7 +98,7 @@ class ModelSpec:
 
 
 def _strip_dropout(layers: tuple[Layer, ...]) -> tuple[Layer, ...]:
-    from dlbench.models.layers import Residual
+    from dlbench.models.layers import Residual, SkipBlock
 
     out = []
     for layer in layers:
@@ -105,6 +106,8 @@ def _strip_dropout(layers: tuple[Layer, ...]) -> tuple[Layer, ...]:
             out.append(Dropout(0.0))
         elif isinstance(layer, Residual):
             out.append(replace(layer, body=_strip_dropout(layer.body), shortcut=_strip_dropout(layer.shortcut)))
+        elif isinstance(layer, SkipBlock):
+            out.append(replace(layer, body=_strip_dropout(layer.body), post=_strip_dropout(layer.post)))
         else:
             out.append(layer)
     return tuple(out)

@@ -32,6 +32,7 @@ from dlbench.models.layers import (
     Layer,
     Mark,
     Residual,
+    SkipBlock,
     TiedDense,
     sequence_shape,
     walk,
@@ -58,9 +59,11 @@ def _label(layers: tuple[Layer, ...]) -> str:
     """The part's layers with parameters by name; a residual block by its name's prefix (``s1b0``)."""
     names = []
     for layer in layers:
-        if isinstance(layer, Residual):
+        if isinstance(layer, Residual | SkipBlock):
             inner = [x.name for x in walk(layer.body) if isinstance(getattr(x, "name", None), str)]
-            names.append(inner[0].split(".")[0] if inner else "residual")
+            name = inner[0].split(".")[0] if inner else "residual"
+            if not names or names[-1] != name:  # a transformer layer's two blocks (attention, MLP) share it
+                names.append(name)
         elif isinstance(getattr(layer, "name", None), str) and not isinstance(layer, Mark | BatchNorm):
             names.append(layer.name)
     return "+".join(names) or type(layers[0]).__name__

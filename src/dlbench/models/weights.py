@@ -8,8 +8,10 @@ ones documented in :mod:`dlbench.models.layers`.
 Two modes:
 
 * ``train``: the usual initialisation (He or Glorot as the layer says, zero biases, BN gamma 1
-  and beta 0, running mean 0 and variance 1, LSTM forget-gate bias 1).
-* ``verify``: the same weights, but biases, BN parameters and BN running statistics drawn at
+  and beta 0, running mean 0 and variance 1, LSTM forget-gate bias 1; attention and SwiGLU
+  projections Glorot, layer/RMS norm weights 1, embeddings, positions and the class token
+  uniform in +-0.1).
+* ``verify``: the same weights, but biases, BN and layer-norm parameters and BN running statistics drawn at
   random, so that a backend that drops a bias or ignores a running statistic cannot pass the
   equivalence gate by luck of zeros and ones.
 """
@@ -24,7 +26,22 @@ from typing import Literal
 import numpy as np
 
 from dlbench.core.cell import DEFAULT_SEED
-from dlbench.models.layers import LSTM, BatchNorm, Conv2d, Dense, Embedding, TiedDense, walk
+from dlbench.models.layers import (
+    LSTM,
+    Attention,
+    BatchNorm,
+    Conv2d,
+    Dense,
+    Embedding,
+    LayerNorm,
+    PatchEmbed,
+    PositionEmbedding,
+    RMSNorm,
+    SegmentEmbedding,
+    SwiGLU,
+    TiedDense,
+    walk,
+)
 from dlbench.models.spec import ModelSpec
 
 
@@ -92,7 +109,17 @@ def init_weights(spec: ModelSpec, seed: int = DEFAULT_SEED, mode: Literal["train
             value[layer.units: 2 * layer.units] += 1.0
         elif isinstance(layer, BatchNorm) and leaf == "gamma":
             value = rng.uniform(0.5, 1.5, shape) if random_small else np.ones(shape)
-        elif isinstance(layer, Conv2d | Dense | TiedDense | BatchNorm):  # biases and beta
+        elif isinstance(layer, Attention | SwiGLU) and leaf.startswith("w"):
+            value = _draw(rng, shape, "glorot")
+        elif isinstance(layer, PatchEmbed) and leaf == "weight":
+            value = _draw(rng, shape, "glorot")
+        elif isinstance(layer, PositionEmbedding | SegmentEmbedding) or (isinstance(layer, PatchEmbed)
+                                                                         and leaf == "cls"):
+            value = rng.uniform(-0.1, 0.1, shape)
+        elif isinstance(layer, LayerNorm | RMSNorm) and leaf == "weight":
+            value = rng.uniform(0.5, 1.5, shape) if random_small else np.ones(shape)
+        elif isinstance(layer, Conv2d | Dense | TiedDense | BatchNorm | Attention | LayerNorm | PatchEmbed):
+            # biases and beta
             value = rng.normal(0.0, 0.1, shape) if random_small else np.zeros(shape)
         else:  # pragma: no cover - every parameterised layer is listed above
             raise TypeError(f"no initialiser for {name}")

@@ -20,7 +20,7 @@ from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import get_precision
 from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, framework_info, installed_version
 from dlbench.frameworks.base import OPTIMIZERS
-from dlbench.models import UnknownModelError, list_models, parse_model_ref
+from dlbench.models import UnknownModelError, get_model, list_models
 from dlbench.planning.plan import Suite, check_batches, check_threads, resolve_threads
 from dlbench.scenarios import registry
 
@@ -32,13 +32,14 @@ def not_empty(values: list | None, what: str) -> None:
 
 
 def models(names: list[str] | None) -> list[str]:
-    """The models named (default: every model); an unknown model or option is refused."""
+    """The models named (default: every model); an unknown model or option, or options its factory
+    refuses together (``gpt2:max_positions=64`` with the default sequence of 256), is refused."""
     not_empty(names, "models")
     if names is None:
         return list_models()
     try:
         for m in names:
-            parse_model_ref(m)
+            get_model(m)
     except UnknownModelError as exc:
         raise UsageError(str(exc)) from None
     return names

@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from dlbench.core.errors import UsageError
-from dlbench.errors import UsageError
 from dlbench.measure.stats import process_p_value
 from dlbench.report.compare import ALPHA, THRESHOLD
 

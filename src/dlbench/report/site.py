@@ -190,7 +190,6 @@ def _prepare(out: Path, db: str | Path) -> None:
 
 def write_site(db: str | Path, out: str | Path, title: str = "dlbench results") -> list[Path]:
     """Write the site for database ``db`` into ``out``; returns the pages written, the index first."""
-    from dlbench.report.bisection import Bisection
 
     out = Path(out)
     store = Store(db, create=False, read_only=True)

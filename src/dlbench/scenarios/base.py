@@ -65,6 +65,8 @@ class SuiteView(Protocol):
     protocol: Any  # dlbench.planning.suite.ProtocolModel
     optimizer: Any  # dlbench.planning.suite.OptimizerModel
     seed: int
+    #: the batch sizes named ("default": each scenario's default batch; a dict: per model)
+    batch_sizes: Any
     data_dir: str | None
 
     def settings(self, section: str) -> Any:

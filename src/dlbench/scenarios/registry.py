@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dlbench.core.errors import UsageError
 from dlbench.frameworks import import_plugin
 from dlbench.scenarios import compile as compile_
-from dlbench.scenarios import convergence, latency, layers, loadgen, scaling, timed
+from dlbench.scenarios import convergence, generate, generate_loadgen, latency, layers, loadgen, scaling, timed
 from dlbench.scenarios.base import CellOutcome, Flag, Scenario, Shown
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ def load_plugins() -> None:
             register(scenario)
 
 
-for _module in (timed, compile_, convergence, scaling, latency, loadgen, layers):
+for _module in (timed, compile_, convergence, scaling, latency, loadgen, layers, generate, generate_loadgen):
     for _scenario in _module.SCENARIOS:
         register(_scenario)
 load_plugins()

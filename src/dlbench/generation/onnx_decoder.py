@@ -1,0 +1,199 @@
+"""The ONNX Runtime and OpenVINO decoders: one ONNX graph of the decoder with past key/value inputs and
+present key/value outputs (Hugging Face Optimum's decoder-with-past form), run by ONNX Runtime's
+``InferenceSession`` or OpenVINO's compiled model.
+
+The graph takes ``tokens`` (batch, T) and, per attention layer, ``past_key_i``/``past_value_i`` (batch,
+kv_heads, P, head_dim), and returns the last position's ``logits``, the argmax ``token`` and
+``present_key_i``/``present_value_i`` (P + T positions: the past with the new keys and values
+appended). One graph serves the prefill (P = 0, T = the prompt) and every step (T = 1): T and P are
+dynamic axes, the queries at positions P..P+T-1 attend to every key at or before their own. It is
+exported once per decoder by torch's TorchScript exporter from the torch decoder's layers (the same
+canonical weights), with attention written as matmul and softmax (grouped-query heads repeated), which
+every opset has. The cache grows by one position per step, copied into the next call: the engines'
+idiom for a decoder with past, not a preallocated buffer.
+
+float32 only: ONNX Runtime's CPU kernels have no bfloat16 matmul, and the export is float32.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dlbench.frameworks.base import UnsupportedError
+from dlbench.generation.decoder import Decoder, attention_layers, cache_bytes
+from dlbench.generation.torch_decoder import TorchDecoder, _rotate
+from dlbench.models import layers as L
+from dlbench.models.spec import ModelSpec
+from dlbench.models.weights import Weights
+
+OPSET = 17
+
+
+class _WithPast(TorchDecoder):
+    """The torch decoder's layers with attention over a past given as input (exported, never timed)."""
+
+    def __init__(self, spec: ModelSpec, weights: Weights, batch: int, max_len: int):
+        super().__init__(spec, weights, batch, max_len, "fp32", "eager")
+        self.cache = []  # the exported graph keeps no cache of its own
+        self.past: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.present: list[torch.Tensor] = []
+
+    def graph(self, tokens: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        self.past = list(zip(past[::2], past[1::2], strict=True))
+        self.present = []
+        positions = torch.arange(tokens.shape[1]) + past[0].shape[2]
+        logits = self.run(self.spec.layers, tokens, positions, prefill=False)
+        return (logits, logits.argmax(dim=-1), *self.present)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, width: tuple[int], eps: float) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight  # opset 17 has no RMSNorm
+
+    def attention(self, layer: L.Attention, x: torch.Tensor, positions: torch.Tensor, prefill: bool) -> torch.Tensor:
+        n, t, d = x.shape
+        heads, kv, hd = layer.dims(d)
+        w, name = self.w, layer.name
+
+        def project(p: str, count: int) -> torch.Tensor:
+            return F.linear(x, w[f"{name}.w{p}"], w.get(f"{name}.b{p}")).view(n, t, count, hd).transpose(1, 2)
+
+        q, k, v = project("q", heads), project("k", kv), project("v", kv)
+        if layer.rope_theta:
+            cos, sin = self.rope[layer.rope_theta]
+            q, k = _rotate(q, cos[positions], sin[positions]), _rotate(k, cos[positions], sin[positions])
+        past_k, past_v = self.past[self.slots[name]]
+        keys, values = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+        self.present += [keys, values]
+        if kv != heads:
+            keys, values = keys.repeat_interleave(heads // kv, dim=1), values.repeat_interleave(heads // kv, dim=1)
+        scores = q @ keys.transpose(2, 3) / math.sqrt(hd)
+        allowed = torch.arange(keys.shape[2])[None, :] <= positions[:, None]  # (T, P + T)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        out = (scores.softmax(dim=-1) @ values).transpose(1, 2).reshape(n, t, heads * hd)
+        return F.linear(out, w[f"{name}.wo"], w.get(f"{name}.bo"))
+
+
+class _Graph(torch.nn.Module):
+    """The module the exporter traces (the decoder's weights are constants of the graph)."""
+
+    def __init__(self, decoder: _WithPast):
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, tokens: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.decoder.graph(tokens, *past)
+
+
+def export(spec: ModelSpec, weights: Weights, batch: int, max_len: int) -> tuple[bytes, list[str]]:
+    """The decoder-with-past graph as ONNX bytes, and its past input names in order."""
+    module = _Graph(_WithPast(spec, weights, batch, max_len))
+    past, names = [], []
+    for i, (layer, dim) in enumerate(attention_layers(spec)):
+        _, kv, hd = layer.dims(dim)
+        past += [torch.zeros(batch, kv, 1, hd), torch.zeros(batch, kv, 1, hd)]
+        names += [f"past_key_{i}", f"past_value_{i}"]
+    presents = [n.replace("past", "present") for n in names]
+    axes = {"tokens": {1: "new"}, **{n: {2: "past"} for n in names}, **{n: {2: "total"} for n in presents}}
+    buf = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(module, (torch.zeros(batch, 2, dtype=torch.long), *past), buf, dynamo=False,
+                          input_names=["tokens", *names], output_names=["logits", "token", *presents],
+                          dynamic_axes=axes, opset_version=OPSET)
+    return buf.getvalue(), names
+
+
+class _WithPastDecoder(Decoder):
+    """What the two engines share: the export, the empty past, the growing cache."""
+
+    variants = ("default",)
+
+    def __init__(self, spec: ModelSpec, weights: Weights, batch: int, max_len: int, precision: str = "fp32",
+                 variant: str = "", device: str = "cpu"):
+        super().__init__(spec, weights, batch, max_len, precision, variant, device)
+        if precision != "fp32":
+            raise UnsupportedError(f"the {self.framework} decoder with past is exported at float32 only")
+        if device != "cpu":
+            raise UnsupportedError(f"the {self.framework} decoder runs on the CPU only in dlbench")
+        self.graph, self.names = export(spec, weights, batch, max_len)
+        self.empty = {}
+        for i, (layer, dim) in enumerate(attention_layers(spec)):
+            _, kv, hd = layer.dims(dim)
+            self.empty[f"past_key_{i}"] = self.empty[f"past_value_{i}"] = np.zeros((batch, kv, 0, hd), np.float32)
+        self.past: dict[str, np.ndarray] = {}
+        self.threads = len(os.sched_getaffinity(0))
+
+    def call(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def _run(self, tokens: np.ndarray, past: dict[str, np.ndarray]) -> tuple[Any, Any]:
+        out = self.call({"tokens": np.ascontiguousarray(tokens, np.int64), **past})
+        self.past = dict(zip(self.names, out[2:], strict=True))
+        return out[0], out[1]
+
+    def prefill(self, prompt: np.ndarray) -> tuple[Any, Any]:
+        logits, token = self._run(prompt, self.empty)
+        self.pos = prompt.shape[1]
+        return logits, token
+
+    def step(self, tokens: Any) -> tuple[Any, Any]:
+        logits, token = self._run(np.asarray(tokens).reshape(-1, 1), self.past)
+        self.pos += 1
+        return logits, token
+
+    def host(self, array: Any) -> np.ndarray:
+        return np.asarray(array)
+
+    @property
+    def cache_bytes(self) -> int:
+        return cache_bytes(self.spec, self.batch, self.max_len, 4)  # what the past reaches at the last step
+
+
+class OnnxRuntimeDecoder(_WithPastDecoder):
+    framework = "onnxruntime"
+
+    def __init__(self, *args, **kwargs):
+        import onnxruntime as ort
+
+        super().__init__(*args, **kwargs)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = self.threads, 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(self.graph, so, providers=["CPUExecutionProvider"])
+
+    def call(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(None, feeds)
+
+    def info(self) -> dict[str, Any]:
+        return {"cache": "past/present key-value inputs and outputs (grows one position a step)",
+                "exporter": f"torch.onnx TorchScript, opset {OPSET}", "engine": "onnxruntime InferenceSession",
+                "intra_op_threads": self.threads}
+
+
+class OpenVINODecoder(_WithPastDecoder):
+    framework = "openvino"
+
+    def __init__(self, *args, **kwargs):
+        import openvino as ov
+
+        super().__init__(*args, **kwargs)
+        core = ov.Core()
+        model = core.read_model(io.BytesIO(self.graph).getvalue(), b"")
+        self.compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": self.threads,
+                                                          "INFERENCE_PRECISION_HINT": "f32"})
+        self.request = self.compiled.create_infer_request()
+        self.outputs = self.compiled.outputs
+
+    def call(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        result = self.request.infer(feeds)
+        return [np.array(result[o]) for o in self.outputs]
+
+    def info(self) -> dict[str, Any]:
+        return {"cache": "past/present key-value inputs and outputs (grows one position a step)",
+                "exporter": f"torch.onnx TorchScript, opset {OPSET}", "engine": "OpenVINO compiled model (CPU, f32)",
+                "threads": self.threads}

@@ -1,0 +1,441 @@
+"""The ``generate`` scenario: greedy decoding with a key/value cache, as an LLM is served.
+
+A cell is one (framework, variant, model, batch, threads, precision) at the suite's generation
+settings (``generation:`` in a suite; ``--prompt-len``, ``--new-tokens``, ``--generations``): defaults
+prompt 128, 64 new tokens, batch 1 and 4 (a suite's default batch becomes both cells). Its parts:
+
+* **the gate** (:mod:`dlbench.generation.gate`), once per (framework, variant, model, precision) in a
+  fresh process before anything is timed: a decoder that fails it makes the cell ``not_equivalent``;
+  its verdict (cache error, per-step logit errors, ties) is stored with every cell it covers;
+* **the measuring processes** (``repeats`` of them): each builds the framework's decoder
+  (:mod:`dlbench.generation.decoder`) for the model at prompt + new tokens, generates once untimed (the
+  warm-up: compilation, first allocations), then ``runs`` greedy generations of seeded prompts, each
+  token brought to the host as it is made (:func:`~dlbench.generation.decoder.greedy`);
+* **figures**, each a median with a 95% interval over the processes (the hierarchical bootstrap of
+  :func:`dlbench.measure.stats.summarize`): TTFT (the prompt's prefill through the first token on the
+  host), TPOT (each later token), tokens/s per sequence (new tokens over a generation's time) and in
+  total (x batch); TTFT and TPOT percentiles pooled over the processes
+  (:mod:`dlbench.measure.percentiles`); the cache's bytes and the process's peak resident memory.
+
+The stored samples: ``ttft`` (one per generation), ``tpot`` (one per later token) and ``measure`` (a
+whole generation's time, so comparisons and plots of per-call times apply). ``--profile`` profiles
+decode steps after the timed generations (what dominates decode time). A model that is not a decoder-
+only language model, and a framework without a decoder, are ``unsupported`` with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dlbench.core.errors import UsageError
+from dlbench.core.job import CellJob
+from dlbench.frameworks.base import UnsupportedError
+from dlbench.generation.decoder import (
+    NotDecodable,
+    check_decodable,
+    context_length,
+    greedy,
+    make_decoder,
+    unsupported_reason,
+)
+from dlbench.measure.memory import current_rss_bytes, peak_rss_bytes
+from dlbench.measure.percentiles import percentiles
+from dlbench.measure.stats import summarize
+from dlbench.models import UnknownModelError, get_model
+from dlbench.models.weights import init_weights
+from dlbench.scenarios.base import (
+    MAX_COUNT,
+    MAX_SECONDS,
+    CellOutcome,
+    Context,
+    Flag,
+    Scenario,
+    Shown,
+    SuiteView,
+    cell_artifacts,
+    check_range,
+    run_in_turn,
+)
+from dlbench.scenarios.prepare import backend_for, versions
+from dlbench.storage.store import Sample
+
+if TYPE_CHECKING:
+    from dlbench.frameworks import FrameworkInfo
+    from dlbench.models.spec import ModelSpec
+    from dlbench.storage.cell_result import CellResult
+
+#: the batches a suite's default batch becomes
+DEFAULT_BATCHES = (1, 4)
+#: percentiles of TTFT and TPOT reported
+QUANTILES = (50.0, 90.0, 99.0)
+
+
+#: the most tokens a setting may name (the models' contexts are far below it)
+MAX_TOKENS = 1_000_000
+
+
+@dataclass
+class GenerationSettings:
+    """The generate scenarios' settings (a suite file's ``generation:``, the flags below): prompt and
+    output lengths, timed generations, the LoadGen scenarios' bounds and rates. A zero or negative length
+    is refused here (exit 2); a prompt and new tokens beyond a model's context by :meth:`Generate.check`."""
+
+    __pydantic_config__ = {"extra": "forbid"}  # noqa: RUF012  (read by pydantic, the registry's validator)
+    #: prompt tokens per sequence (prefill); defaults sized for a 2-core CPU
+    prompt: int = 128
+    #: tokens generated per sequence (the first from the prefill, the rest one decode step each)
+    new_tokens: int = 64
+    #: timed generations per measuring process (after one untimed generation that warms up)
+    runs: int = 5
+    #: generate-server: bounds on LoadGen's time to first token and time per output token, ms (their
+    #: 99th percentiles; None: LoadGen's defaults, 100 ms each)
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    #: generate-server: the request rate (None: half the rate one stream of generations reaches, a
+    #: tenth with ``find_peak``)
+    qps: float | None = None
+    #: generate-server: LoadGen's FindPeakPerformance (the highest rate meeting both bounds)
+    find_peak: bool = False
+    #: LoadGen's minimum duration and query count (None: LoadGen's rules; shorter ones mark the cell)
+    min_duration_s: float | None = None
+    min_queries: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("prompt", "new_tokens"):
+            check_range(self, name, ge=1, le=MAX_TOKENS)
+        check_range(self, "runs", ge=1, le=MAX_COUNT)
+        check_range(self, "ttft_ms", gt=0, le=MAX_SECONDS * 1000)
+        check_range(self, "tpot_ms", gt=0, le=MAX_SECONDS * 1000)
+        check_range(self, "qps", gt=0, le=1e6)
+        check_range(self, "min_duration_s", gt=0, le=MAX_SECONDS)
+        check_range(self, "min_queries", ge=1, le=MAX_COUNT)
+
+
+#: the generate scenarios' ``dlbench run`` flags (``--qps``, ``--find-peak`` and LoadGen's minima are the
+#: serving scenarios' flags too: one flag sets both sections)
+FLAGS = (
+    Flag("--prompt-len", "prompt", "generate: prompt tokens (default 128)", int),
+    Flag("--new-tokens", "new_tokens", "generate: tokens generated (default 64)", int),
+    Flag("--generations", "runs", "generate: timed generations per process (default 5)", int),
+    Flag("--ttft-ms", "ttft_ms", "generate-server: bound on the time to first token's p99 in ms "
+                                 "(default LoadGen's 100)", float),
+    Flag("--tpot-ms", "tpot_ms", "generate-server: bound on the time per output token's p99 in ms "
+                                 "(default LoadGen's 100)", float),
+)
+LOADGEN_FLAGS = (
+    Flag("--qps", "qps", "loadgen-server, generate-server: target queries per second", float),
+    Flag("--find-peak", "find_peak", "loadgen-server, generate-server: search the highest rate meeting the bounds "
+                                     "(LoadGen's FindPeakPerformance)", switch=True),
+    Flag("--loadgen-min-duration", "min_duration_s", "LoadGen's minimum run time in s", float),
+    Flag("--loadgen-min-queries", "min_queries", "LoadGen's minimum query count", int),
+)
+
+
+def generation_spec(model: str, prompt: int, new_tokens: int) -> ModelSpec:
+    """The model at the length a generation fills (rotary and position tables cover it)."""
+    return get_model(model, seq_len=prompt + new_tokens).without_dropout()
+
+
+def prompts(vocab: int, batch: int, prompt: int, seed: int, run: int) -> np.ndarray:
+    """The seeded prompt of one generation: the same in every framework for the same run (the warm-up's
+    is the run after the timed ones)."""
+    return np.random.default_rng([seed, batch, prompt, run]).integers(0, vocab, (batch, prompt)).astype(np.int64)
+
+
+def check_settings(models: list[str], settings: Any) -> None:
+    """Refuse prompt + new tokens beyond a model's context (a usage error, before anything runs)."""
+    total = settings.prompt + settings.new_tokens
+    for model in models:
+        try:
+            spec = get_model(model)
+        except UnknownModelError as exc:
+            raise UsageError(str(exc)) from None
+        limit = context_length(spec)
+        if limit is not None and total > limit:
+            raise UsageError(f"--prompt-len {settings.prompt} + --new-tokens {settings.new_tokens} = {total} tokens "
+                             f"exceed {model}'s context of {limit} positions")
+
+
+def gate_key(cell) -> str:
+    return "/".join(cell.group)
+
+
+class Generate(Scenario):
+    name = "generate"
+    description = ("greedy decoding with a key/value cache: TTFT, TPOT, tokens/s (per sequence and total), "
+                   "cache and peak memory; --prompt-len, --new-tokens")
+    requires = "forward"
+    per_iteration = False
+    settings_model = GenerationSettings
+    settings_section = "generation"
+    flags = FLAGS + LOADGEN_FLAGS
+
+    # --- cells ---------------------------------------------------------------------------------
+    def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
+        return DEFAULT_BATCHES[0]
+
+    def cells(self, cell, suite: SuiteView) -> list:
+        sizes = suite.batch_sizes
+        if isinstance(sizes, dict):
+            sizes = sizes.get(cell.model, sizes.get("default", ["default"]))
+        if "default" in sizes and cell.batch == DEFAULT_BATCHES[0]:
+            return [replace(cell, batch=b) for b in DEFAULT_BATCHES]
+        return [cell]
+
+    def check(self, cells, suite: SuiteView) -> None:
+        mine = [c for c in cells if c.scenario == self.name]
+        if any(c.data != "synthetic" for c in mine):
+            raise UsageError(f"the {self.name} scenario decodes seeded synthetic prompts; it reads no data set (--data)")
+        g = self.settings_of(suite)
+        check_settings(sorted({c.model for c in mine}), g)
+        if (g.ttft_ms is not None or g.tpot_ms is not None) and not any(c.scenario == "generate-server" for c in cells):
+            raise UsageError("--ttft-ms and --tpot-ms bound the generate-server scenario; the suite has none")
+        if (g.find_peak or g.qps is not None) and not any(c.scenario in ("generate-server", "loadgen-server")
+                                                          for c in cells):
+            raise UsageError("--find-peak and --qps set the generate-server and loadgen-server scenarios; "
+                             "the suite has neither")
+
+    def unsupported(self, info: FrameworkInfo) -> str | None:
+        if decoder_class_name(info.name) is None:
+            return unsupported_reason(info.name)
+        return None
+
+    def estimate(self, cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
+        g = self.settings_of(suite)
+        one = (g.prompt + g.new_tokens) * step_s / max(suite.protocol.repeats, 1)
+        return start_s * 2 + suite.protocol.repeats * (start_s + (g.runs + 1) * one)
+
+    def phase_job(self, cell, suite: SuiteView, phase: str) -> CellJob:
+        """A job of the cell's: ``gate`` (the generation gate) or ``measure`` (timed generations)."""
+        job = self.job(cell, suite)
+        job.extra["phase"] = phase
+        return job
+
+    # --- the parent's side ------------------------------------------------------------------------
+    def gate(self, cell, ctx: Context, out: CellOutcome) -> dict[str, Any] | None:
+        """The generation gate's verdict for the cell's group, run once per run (None: its process failed)."""
+        verdicts = ctx.sessions.setdefault("generation-gate", {})  # shared by the generate scenarios
+        key = gate_key(cell)
+        if key not in verdicts:
+            results = run_in_turn(cell, ctx, [self.phase_job(cell, ctx.suite, "gate")],
+                                  ctx.suite.protocol.timeout_s, out)
+            if not results:
+                return None
+            verdicts[key] = results[0]["gate"]
+        return verdicts[key]
+
+    def measure(self, cell, ctx: Context) -> CellOutcome:
+        out = CellOutcome("ok")
+        try:
+            check_decodable(get_model(cell.model))
+        except NotDecodable as exc:
+            return CellOutcome("unsupported", str(exc))
+        verdict = self.gate(cell, ctx, out)
+        if verdict is None:
+            return out
+        if verdict["verdict"] == "unsupported":
+            return CellOutcome("unsupported", verdict["reason"], seconds=out.seconds)
+        if verdict["verdict"] != "pass":
+            return CellOutcome("not_equivalent", f"failed the generation gate: {verdict['reason']}",
+                               metrics={"generation_gate": verdict}, seconds=out.seconds)
+        suite = ctx.suite
+        g = self.settings_of(suite)
+        jobs = [self.phase_job(cell, suite, "measure") for _ in range(suite.protocol.repeats)]
+        outdir = cell_artifacts(cell, ctx)
+        if suite.protocol.profile_calls and outdir is not None:
+            jobs[0].extra["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir / "profile")}
+        per_process = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s, out)
+        if out.status == "unsupported" or not per_process:
+            return out
+        out.metrics = figures(cell, per_process, jobs[0].settings, suite.seed)
+        out.metrics["generation_gate"] = verdict
+        for r, result in enumerate(per_process):
+            for i, run in enumerate(result["runs"]):
+                out.samples.append(Sample(r, i, "ttft", run["ttft_ns"]))
+                out.samples.append(Sample(r, i, "measure", run["ttft_ns"] + sum(run["tpot_ns"])))
+            out.samples += [Sample(r, i, "tpot", v) for i, v in enumerate(t for run in result["runs"]
+                                                                          for t in run["tpot_ns"])]
+            if result["truncated"]:
+                out.warnings.append(f"process {r}: stopped at max_time_s after {len(result['runs'])} of "
+                                    f"{g.runs} generations")
+        if verdict["ties"]:
+            out.warnings.append(f"generation gate: {len(verdict['ties'])} tie(s) inside the reference's top-1 margin")
+        profile = per_process[0].get("profile")
+        if profile:
+            if "ops" in profile:
+                out.metrics["profile"] = {**profile, "trace": f"{outdir.name}/profile/{profile['trace']}"}
+            else:
+                out.warnings.append(f"no profile: {profile['failed']}")
+        return out
+
+    # --- the measuring process's side -----------------------------------------------------------
+    def work(self, job: CellJob) -> dict[str, Any]:
+        if job.extra["phase"] == "gate":
+            from dlbench.generation.gate import verify_generation
+
+            c = job.cell
+            backend_for(CellJob(threads=job.threads, cell=replace(c, precision="fp32"), seed=job.seed,
+                                data_dir=job.data_dir, protocol=job.protocol, settings=job.settings))  # threads first
+            return {"gate": verify_generation(c.framework, c.model, c.variant, c.precision, job.seed,
+                                              c.device).to_dict()}
+        return measure_generation(job)
+
+    # --- results --------------------------------------------------------------------------------
+    def analyse(self, res: CellResult, samples: list[Sample], peak: float | None) -> None:
+        g = res.cell.metrics.get("generation", {})
+        measure = [s for s in samples if s.phase == "measure"]
+        if measure and res.cell.status == "ok":
+            res.samples_ms = [s.value_ns / 1e6 for s in measure]
+            res.sample_repeats = [s.repeat for s in measure]
+            res.time_ms = summarize(res.samples_ms, groups=res.sample_repeats)
+        total = g.get("tokens_per_s_total", {})
+        res.samples_per_s = total.get("median")
+
+    def throughput(self, res: CellResult) -> float | None:
+        return None  # tokens/s are in the scenario's own column, not samples/s
+
+    def text(self, res: CellResult) -> str:
+        if not res.ok:
+            return f"– ({res.cell.status})"
+        g = res.cell.metrics.get("generation", {})
+        if not g:
+            return "–"
+        ttft, tpot, rate = g["ttft_ms"], g["tpot_ms"], g["tokens_per_s_total"]
+        return (f"TTFT {ttft['median']:.3g} [{ttft['ci_low']:.3g}, {ttft['ci_high']:.3g}] ms, "
+                f"TPOT {tpot['median']:.3g} [{tpot['ci_low']:.3g}, {tpot['ci_high']:.3g}] ms, "
+                f"{rate['median']:,.1f} tok/s")
+
+    @property
+    def column(self) -> str:
+        return "generate: TTFT, TPOT [95% CI], tokens/s (total)"
+
+    # --- its report ---------------------------------------------------------------------------------
+    def report_sections(self, res) -> list:
+        """The "Generation" section, which the generate scenarios share."""
+        from dlbench.scenarios.generate_report import section
+
+        return [section(res)]
+
+    def report_plots(self, res) -> tuple[list, list]:
+        from dlbench.scenarios.generate_report import plots
+
+        return plots(res)
+
+    def show(self, res, db) -> Shown | None:
+        from dlbench.scenarios.generate_report import figures_table
+
+        table = figures_table(res)
+        return Shown(table) if table is not None else None
+
+
+def decoder_class_name(framework: str) -> str | None:
+    """The framework's decoder, named without importing it (the parent may not have the framework)."""
+    from dlbench.generation.decoder import DECODERS
+
+    return DECODERS.get(framework, (None, None))[1]
+
+
+def measure_generation(job: CellJob) -> dict[str, Any]:
+    """One measuring process: the decoder built, one untimed generation, then the timed ones."""
+    g, c = job.settings, job.cell
+    backend, readback = backend_for(job)
+    spec = generation_spec(c.model, g["prompt"], g["new_tokens"])
+    weights = init_weights(spec, job.seed)
+    batch, seed = c.batch, job.seed
+    rss_before = current_rss_bytes()
+    t0 = time.perf_counter_ns()
+    try:
+        decoder = make_decoder(c.framework, spec, weights, batch, g["prompt"] + g["new_tokens"], c.precision,
+                               c.variant, c.device)
+    except (UnsupportedError, NotDecodable) as exc:
+        return {"unsupported": str(exc)}
+    build_ns = time.perf_counter_ns() - t0
+    del weights
+    warm = greedy(decoder, prompts(spec.input.vocab, batch, g["prompt"], seed, g["runs"]), g["new_tokens"])
+    runs, truncated = [], False
+    deadline = time.perf_counter() + job.protocol["max_time_s"]
+    for r in range(g["runs"]):
+        gen = greedy(decoder, prompts(spec.input.vocab, batch, g["prompt"], seed, r), g["new_tokens"])
+        runs.append({"ttft_ns": gen.ttft_ns, "tpot_ns": gen.tpot_ns, "tokens": gen.tokens.tolist() if r == 0 else None})
+        if time.perf_counter() > deadline:
+            truncated = r + 1 < g["runs"]
+            break
+    out = {"runs": runs, "truncated": truncated, "warmup_ns": warm.total_ns, "build_ns": build_ns,
+           "cache_bytes": decoder.cache_bytes, "rss_before_build_bytes": rss_before,
+           "peak_rss_bytes": peak_rss_bytes(), "decoder": decoder.info(), "threads_readback": readback,
+           "versions": versions(backend)}
+    if "profile" in job.extra:
+        out["profile"] = _profile_steps(backend, decoder, prompts(spec.input.vocab, batch, g["prompt"], seed, 0),
+                                        g["new_tokens"], job.extra["profile"])
+    return out
+
+
+def _profile_steps(backend, decoder, prompt: np.ndarray, new_tokens: int, job: dict[str, Any]) -> dict[str, Any]:
+    """Decode steps under the framework's profiler, after the timed generations (at most the steps the
+    cache has room for)."""
+    from dlbench.measure.profile import profile_closure
+
+    calls = min(job["calls"], new_tokens - 1)
+    if calls < 1:
+        return {"failed": "one new token has no decode step to profile"}
+    _, token = decoder.prefill(prompt)
+    state = {"token": token}
+
+    def one_step():
+        _, state["token"] = decoder.step(state["token"])
+        return state["token"]
+    try:
+        return profile_closure(backend.profile, one_step, calls, Path(job["outdir"]))
+    except UnsupportedError as exc:
+        return {"failed": str(exc)}
+    except Exception as exc:  # the framework's profiler failed: said beside the cell's figures
+        return {"failed": f"the profiler failed: {type(exc).__name__}: {exc}"}
+
+
+def _summary(values: list[float], groups: list[int]) -> dict[str, Any]:
+    s = summarize(values, groups=groups)
+    return {"median": s.median, "ci_low": s.ci_low, "ci_high": s.ci_high, "n": s.n, "mean": s.mean}
+
+
+def figures(cell, per_process: list[dict[str, Any]], settings: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The cell's figures from its processes' generations (see the module docstring)."""
+    ttft, ttft_g, tpot, tpot_g, seq_rate, seq_g = [], [], [], [], [], []
+    for r, result in enumerate(per_process):
+        for run in result["runs"]:
+            ttft.append(run["ttft_ns"] / 1e6)
+            ttft_g.append(r)
+            tpot += [v / 1e6 for v in run["tpot_ns"]]
+            tpot_g += [r] * len(run["tpot_ns"])
+            seq_rate.append(settings["new_tokens"] / ((run["ttft_ns"] + sum(run["tpot_ns"])) / 1e9))
+            seq_g.append(r)
+    tpot_summary = _summary(tpot, tpot_g) if tpot else {"median": None, "ci_low": None, "ci_high": None, "n": 0}
+    per_seq = _summary(seq_rate, seq_g)
+    first = per_process[0]
+    return {
+        "generation": {
+            "settings": {k: settings[k] for k in ("prompt", "new_tokens", "runs")},
+            "ttft_ms": _summary(ttft, ttft_g), "tpot_ms": tpot_summary,
+            "tokens_per_s_sequence": per_seq,
+            "tokens_per_s_total": {k: (v * cell.batch if k in ("median", "ci_low", "ci_high", "mean") else v)
+                                   for k, v in per_seq.items()},
+            "ttft_percentiles": [p.to_dict() for p in percentiles(ttft, QUANTILES, seed=seed)],
+            "tpot_percentiles": [p.to_dict() for p in percentiles(tpot, QUANTILES, seed=seed)],
+            "ttft_samples_ms": ttft, "tpot_samples_ms": tpot,
+            "cache_bytes": first["cache_bytes"],
+            "tokens": first["runs"][0]["tokens"],
+            "decoder": first["decoder"],
+        },
+        "peak_rss_bytes": max(p["peak_rss_bytes"] for p in per_process),
+        "rss_growth_bytes": max(p["peak_rss_bytes"] - p["rss_before_build_bytes"] for p in per_process),
+        "build_ms": float(np.median([p["build_ns"] / 1e6 for p in per_process])),
+        "threads_readback": first["threads_readback"], "versions": first["versions"],
+        "repeats_done": len(per_process),
+    }
+
+
+SCENARIOS = (Generate(),)
