@@ -23,10 +23,7 @@ TTFT and TPOT percentiles, tokens/s, the result (VALID, or INVALID with LoadGen'
 
 from __future__ import annotations
 
-import queue
 import re
-import sys
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +37,19 @@ from dlbench.models import get_model
 from dlbench.models.weights import init_weights
 from dlbench.scenarios.base import CellOutcome, Context, Shown, SuiteView, cell_artifacts, run_in_turn
 from dlbench.scenarios.generate import Generate, generation_spec, prompts
-from dlbench.scenarios.loadgen import INSTALL, _described, _lg_version, _tempdir, parse_summary
+from dlbench.scenarios.loadgen import parse_summary
+from dlbench.scenarios.loadgen_harness import (
+    QueueServer,
+    base_settings,
+    described,
+    import_loadgen,
+    lg_version,
+    meets_rules,
+    read_summary,
+    result_warnings,
+    run_test,
+    tempdir,
+)
 from dlbench.scenarios.prepare import backend_for, versions
 
 if TYPE_CHECKING:
@@ -127,23 +136,16 @@ class GenerateLoadGen(Generate):
                                    "meets_rules": r["meets_rules"], "logs": r["logs"]},
                        "generation_gate": verdict, "generation": {"settings": r["generation"]},
                        "threads_readback": r["threads_readback"], "versions": r["versions"]}
-        if not r["meets_rules"]:
-            out.warnings.append("shortened LoadGen settings (--loadgen-min-duration/--loadgen-min-queries): "
-                                "the cell does not meet LoadGen's rules")
-        if figures.get("valid") is False:
-            why = [k for k in ("min_duration_satisfied", "min_queries_satisfied", "early_stopping_satisfied",
-                               "constraints_satisfied") if str(figures.get(k, "Yes")).lower() == "no"]
-            out.warnings.append(f"LoadGen's result is INVALID ({', '.join(why) or 'see its summary'} not satisfied)")
+        out.warnings += result_warnings(figures, r["meets_rules"])
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
     def work(self, job: CellJob) -> dict[str, Any]:
         if job.extra["phase"] == "gate":
             return super().work(job)
-        try:
-            import mlperf_loadgen as lg
-        except ImportError:
-            return {"unsupported": f"MLPerf LoadGen (mlperf_loadgen) is not installed in {sys.executable}: {INSTALL}"}
+        lg, missing = import_loadgen()
+        if missing is not None:
+            return missing
         g, c = job.settings, job.cell
         backend, readback = backend_for(job)
         spec = generation_spec(c.model, g["prompt"], g["new_tokens"])
@@ -162,28 +164,17 @@ class GenerateLoadGen(Generate):
         group_s = _warm(group, library[:size], g["new_tokens"]) if group is not None else single_s
         settings, meets_rules = _settings(lg, self.mode, g, single_s, size / group_s)
         sut = _TokenServer(lg, single, group, size, library, g["new_tokens"])
-        handle = lg.ConstructSUT(sut.issue, sut.flush)
-        qsl = lg.ConstructQSL(count, count, lambda _: None, lambda _: None)
-        outdir = job.extra["outdir"] or _tempdir()
-        output = lg.LogOutputSettings()
-        output.outdir, output.copy_summary_to_stdout = outdir, False
-        log = lg.LogSettings()
-        log.log_output, log.enable_trace = output, False
-        try:
-            lg.StartTestWithLogSettings(handle, qsl, settings, log)
-        finally:
-            sut.stop()
-            lg.DestroyQSL(qsl)
-            lg.DestroySUT(handle)
+        outdir = job.extra["outdir"] or tempdir()
+        run_test(lg, sut, count, settings, outdir)
         if sut.error is not None:
             raise sut.error
-        summary = (Path(outdir) / "mlperf_log_summary.txt").read_text()
-        described = {**_described(settings), "use_token_latencies": True, "ttft_latency_ns": settings.ttft_latency,
+        summary = read_summary(outdir)
+        shown = {**described(settings), "use_token_latencies": True, "ttft_latency_ns": settings.ttft_latency,
                      "tpot_latency_ns": settings.tpot_latency}
-        return {"summary": summary, "meets_rules": meets_rules, "settings": described,
+        return {"summary": summary, "meets_rules": meets_rules, "settings": shown,
                 "generation": {k: g[k] for k in ("prompt", "new_tokens")},
                 "logs": sorted(str(f) for f in Path(outdir).glob("mlperf_log_*")),
-                "threads_readback": readback, "versions": {**versions(backend), "mlcommons-loadgen": _lg_version()}}
+                "threads_readback": readback, "versions": {**versions(backend), "mlcommons-loadgen": lg_version()}}
 
     # --- results --------------------------------------------------------------------------------
     def analyse(self, res: CellResult, samples, peak: float | None) -> None:
@@ -219,14 +210,7 @@ def _warm(decoder: Decoder, prompt: np.ndarray, new_tokens: int) -> float:
 
 def _settings(lg, mode: str, g: dict[str, Any], single_s: float, group_rate: float) -> tuple[Any, bool]:
     """LoadGen's TestSettings in token-latency mode, and whether they keep LoadGen's own rules."""
-    s = lg.TestSettings()
-    s.scenario = getattr(lg.TestScenario, mode)
-    s.mode = lg.TestMode.FindPeakPerformance if g["find_peak"] else lg.TestMode.PerformanceOnly
-    default_duration_ms, default_queries = s.min_duration_ms, s.min_query_count
-    if g["min_duration_s"] is not None:
-        s.min_duration_ms = int(g["min_duration_s"] * 1000)
-    if g["min_queries"] is not None:
-        s.min_query_count = g["min_queries"]
+    s, defaults = base_settings(lg, mode, g)
     s.use_token_latencies = True
     if g["ttft_ms"] is not None:
         s.ttft_latency = int(g["ttft_ms"] * 1e6)
@@ -236,56 +220,33 @@ def _settings(lg, mode: str, g: dict[str, Any], single_s: float, group_rate: flo
     # LoadGen's peak search starts from a rate that meets the bounds: a tenth of one stream's rate
     share = 0.1 if g["find_peak"] else 0.5
     s.server_target_qps = g["qps"] if g["qps"] is not None else max(share / single_s, 0.1)
-    meets = s.min_duration_ms >= default_duration_ms and s.min_query_count >= default_queries
-    return s, meets
+    return s, meets_rules(s, defaults)
 
 
-class _TokenServer:
-    """The system under test: queries queue up, one thread decodes them (a whole batch of waiting
-    queries with the batch decoder, else one at a time), reporting each query's first token and then
-    all its tokens."""
+class _TokenServer(QueueServer):
+    """The system under test: one thread decodes the queued queries (a whole batch of waiting queries
+    with the batch decoder, else one at a time), reporting each query's first token and then all its
+    tokens."""
+
+    thread_name = "dlbench-generate-sut"
 
     def __init__(self, lg, single: Decoder, group: Decoder | None, size: int, library: np.ndarray, new_tokens: int):
         self.lg, self.single, self.group, self.size = lg, single, group, size
         self.library, self.new_tokens = library, new_tokens
-        self.queue: queue.Queue = queue.Queue()
         self.keep: list[np.ndarray] = []  # responses' buffers, alive until LoadGen has read them
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._serve, name="dlbench-generate-sut", daemon=True)
-        self.thread.start()
+        self.start()
 
-    def issue(self, samples) -> None:
-        for s in samples:
-            self.queue.put(s)
-
-    def flush(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        self.queue.put(None)
-        self.thread.join()
-
-    def _serve(self) -> None:
-        while (first := self.queue.get()) is not None:
-            waiting = [first]
-            while len(waiting) < self.size:
-                try:
-                    nxt = self.queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    self.queue.put(None)
-                    break
-                waiting.append(nxt)
-            try:
-                if self.group is not None and len(waiting) == self.size:
-                    self._decode(self.group, waiting)
-                else:
-                    for s in waiting:
-                        self._decode(self.single, [s])
-            except BaseException as exc:  # noqa: BLE001 - kept and raised in the measuring process's thread
-                self.error = exc
-                self._respond(waiting, [np.zeros(self.new_tokens, np.int64)] * len(waiting), self.lg.QuerySamplesComplete)
+    def serve(self, waiting: list) -> None:
+        try:
+            if self.group is not None and len(waiting) == self.size:
+                self._decode(self.group, waiting)
+            else:
+                for s in waiting:
+                    self._decode(self.single, [s])
+        except BaseException as exc:  # noqa: BLE001 - kept and raised in the measuring process's thread
+            self.error = exc
+            self._respond(waiting, [np.zeros(self.new_tokens, np.int64)] * len(waiting), self.lg.QuerySamplesComplete)
 
     def _decode(self, decoder: Decoder, samples: list) -> None:
         prompt = self.library[[s.index % len(self.library) for s in samples]]

@@ -35,11 +35,8 @@ latency is within :data:`NEAR_FLOOR` x of the floor's. It doubles a cell's LoadG
 from __future__ import annotations
 
 import os
-import queue
 import re
 import shutil
-import sys
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +48,18 @@ from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import UnsupportedError
 from dlbench.scenarios.base import CellOutcome, Context, Flag, Scenario, SuiteView, cell_artifacts, run_in_turn
 from dlbench.scenarios.latency import ServingSettings, report_plots, report_sections
+from dlbench.scenarios.loadgen_harness import (
+    QueueServer,
+    base_settings,
+    described,
+    import_loadgen,
+    lg_version,
+    meets_rules,
+    read_summary,
+    result_warnings,
+    run_test,
+    tempdir,
+)
 from dlbench.scenarios.prepare import cell_batch, prepare, versions
 from dlbench.scenarios.timed import make_closure
 
@@ -58,7 +67,6 @@ if TYPE_CHECKING:
     from dlbench.models.spec import ModelSpec
     from dlbench.storage.cell_result import CellResult
 
-INSTALL = "pip install mlcommons-loadgen"
 #: samples LoadGen may ask for (its performance sample count): at least this, and two batches
 SAMPLES = 64
 #: summary lines kept as key figures (LoadGen's own wording)
@@ -174,21 +182,14 @@ class LoadGen(Scenario):
                        "threads_readback": r["threads_readback"], "versions": r["versions"]}
         if warning := near_floor(self.mode, figures, floor):
             out.warnings.append(warning)
-        if not r["meets_rules"]:
-            out.warnings.append("shortened LoadGen settings (--loadgen-min-duration/--loadgen-min-queries): "
-                                "the cell does not meet LoadGen's rules")
-        if figures.get("valid") is False:
-            why = [k for k in ("min_duration_satisfied", "min_queries_satisfied", "early_stopping_satisfied",
-                               "constraints_satisfied") if str(figures.get(k, "Yes")).lower() == "no"]
-            out.warnings.append(f"LoadGen's result is INVALID ({', '.join(why) or 'see its summary'} not satisfied)")
+        out.warnings += result_warnings(figures, r["meets_rules"])
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
     def work(self, job: CellJob) -> dict[str, Any]:
-        try:
-            import mlperf_loadgen as lg
-        except ImportError:
-            return {"unsupported": f"MLPerf LoadGen (mlperf_loadgen) is not installed in {sys.executable}: {INSTALL}"}
+        lg, missing = import_loadgen()
+        if missing is not None:
+            return missing
         p = prepare(job)
         backend, spec, size = p.backend, p.spec, job.cell.batch
         count = max(SAMPLES, 2 * size) // size * size
@@ -209,27 +210,16 @@ class LoadGen(Scenario):
         settings, meets_rules = _settings(lg, {**job.settings, "mode": self.mode}, single_s, size / group_s)
         del p.batch  # only the QSL's samples are served
         sut = _Server(lg, singles, groups, size, backend.sync)
-        handle = lg.ConstructSUT(sut.issue, sut.flush)
-        qsl = lg.ConstructQSL(count, count, lambda _: None, lambda _: None)
-        outdir = job.extra["outdir"] or _tempdir()
-        output = lg.LogOutputSettings()
-        output.outdir, output.copy_summary_to_stdout = outdir, False
-        log = lg.LogSettings()
-        log.log_output, log.enable_trace = output, False
-        try:
-            lg.StartTestWithLogSettings(handle, qsl, settings, log)
-        finally:
-            sut.stop()
-            lg.DestroyQSL(qsl)
-            lg.DestroySUT(handle)
-        summary = (Path(outdir) / "mlperf_log_summary.txt").read_text()
+        outdir = job.extra["outdir"] or tempdir()
+        run_test(lg, sut, count, settings, outdir)
+        summary = read_summary(outdir)
         floor_summary = _floor(lg, settings, count, size, str(Path(outdir) / "floor"))
         kept = sorted(str(f) for f in Path(outdir).glob("mlperf_log_*")) if job.extra["outdir"] else []
         if not job.extra["outdir"]:  # a directory of our own: the summaries are stored, the rest is not kept
             shutil.rmtree(outdir, ignore_errors=True)
         return {"summary": summary, "floor_summary": floor_summary, "meets_rules": meets_rules,
-                "settings": _described(settings), "logs": kept,
-                "threads_readback": p.readback, "versions": {**versions(backend), "mlcommons-loadgen": _lg_version()}}
+                "settings": described(settings), "logs": kept,
+                "threads_readback": p.readback, "versions": {**versions(backend), "mlcommons-loadgen": lg_version()}}
 
     # --- results --------------------------------------------------------------------------------
     def analyse(self, res: CellResult, samples, peak: float | None) -> None:
@@ -278,19 +268,8 @@ def _floor(lg, settings, count: int, size: int, outdir: str) -> str:
         return None
     groups = count // size if size > 1 else 0
     sut = _Server(lg, [nothing] * count, [nothing] * groups, size, lambda _: None)
-    handle = lg.ConstructSUT(sut.issue, sut.flush)
-    qsl = lg.ConstructQSL(count, count, lambda _: None, lambda _: None)
-    output = lg.LogOutputSettings()
-    output.outdir, output.copy_summary_to_stdout = outdir, False
-    log = lg.LogSettings()
-    log.log_output, log.enable_trace = output, False
-    try:
-        lg.StartTestWithLogSettings(handle, qsl, settings, log)
-    finally:
-        sut.stop()
-        lg.DestroyQSL(qsl)
-        lg.DestroySUT(handle)
-    return (Path(outdir) / "mlperf_log_summary.txt").read_text()
+    run_test(lg, sut, count, settings, outdir)
+    return read_summary(outdir)
 
 
 def _rows(batch: Batch, start: int, stop: int) -> Batch:
@@ -313,38 +292,13 @@ def _warm(closures: list, sync, calls: int) -> float:
 
 def _settings(lg, opts: dict[str, Any], single_s: float, group_rate: float) -> tuple[Any, bool]:
     """LoadGen's TestSettings for the cell, and whether they keep LoadGen's own rules."""
-    s = lg.TestSettings()
-    s.scenario = getattr(lg.TestScenario, opts["mode"])
-    s.mode = lg.TestMode.FindPeakPerformance if opts["find_peak"] else lg.TestMode.PerformanceOnly
-    default_duration_ms, default_queries = s.min_duration_ms, s.min_query_count
-    if opts["min_duration_s"] is not None:
-        s.min_duration_ms = int(opts["min_duration_s"] * 1000)
-    if opts["min_queries"] is not None:
-        s.min_query_count = opts["min_queries"]
+    s, defaults = base_settings(lg, opts["mode"], opts)
     s.single_stream_expected_latency_ns = max(int(single_s * 1e9), 1)
     s.offline_expected_qps = max(group_rate, 1.0)
     s.server_target_qps = opts["qps"] if opts["qps"] is not None else max(0.5 / single_s, 1.0)
     if opts["p99_ms"] is not None:
         s.server_target_latency_ns = int(opts["p99_ms"] * 1e6)
-    meets = s.min_duration_ms >= default_duration_ms and s.min_query_count >= default_queries
-    return s, meets
-
-
-def _described(s) -> dict[str, Any]:
-    return {"scenario": s.scenario.name, "mode": s.mode.name, "min_duration_ms": s.min_duration_ms,
-            "min_query_count": s.min_query_count, "server_target_qps": s.server_target_qps,
-            "server_target_latency_ns": s.server_target_latency_ns,
-            "offline_expected_qps": s.offline_expected_qps,
-            "single_stream_expected_latency_ns": s.single_stream_expected_latency_ns}
-
-
-def _lg_version() -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("mlcommons-loadgen")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    return s, meets_rules(s, defaults)
 
 
 def _unwritable(outdir: Path) -> str | None:
@@ -359,52 +313,22 @@ def _unwritable(outdir: Path) -> str | None:
     return None
 
 
-def _tempdir() -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="dlbench-loadgen-")
-
-
-class _Server:
-    """The system under test: queries queue up, one thread serves them (a whole batch of waiting
-    samples as one call on a placed group, else one placed sample per call)."""
+class _Server(QueueServer):
+    """The system under test: one thread serves the queued queries (a whole batch of waiting samples
+    as one call on a placed group, else one placed sample per call)."""
 
     def __init__(self, lg, singles: list, groups: list, size: int, sync):
         self.lg, self.singles, self.groups, self.size, self.sync = lg, singles, groups, size, sync
-        self.queue: queue.Queue = queue.Queue()
-        self.thread = threading.Thread(target=self._serve, name="dlbench-sut", daemon=True)
-        self.thread.start()
+        self.start()
 
-    def issue(self, samples) -> None:
-        for s in samples:
-            self.queue.put(s)
-
-    def flush(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        self.queue.put(None)
-        self.thread.join()
-
-    def _serve(self) -> None:
-        while (first := self.queue.get()) is not None:
-            waiting = [first]
-            while len(waiting) < self.size:
-                try:
-                    nxt = self.queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    self.queue.put(None)
-                    break
-                waiting.append(nxt)
-            if self.groups and len(waiting) == self.size:
-                self.sync(self.groups[(waiting[0].index // self.size) % len(self.groups)]())
-                self._done(waiting)
-                continue
-            for s in waiting:
-                self.sync(self.singles[s.index % len(self.singles)]())
-                self._done([s])
+    def serve(self, waiting: list) -> None:
+        if self.groups and len(waiting) == self.size:
+            self.sync(self.groups[(waiting[0].index // self.size) % len(self.groups)]())
+            self._done(waiting)
+            return
+        for s in waiting:
+            self.sync(self.singles[s.index % len(self.singles)]())
+            self._done([s])
 
     def _done(self, samples) -> None:
         self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(s.id, 0, 0) for s in samples])
