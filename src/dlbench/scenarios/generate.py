@@ -229,8 +229,10 @@ class Generate(Scenario):
             verdicts[key] = results[0]["gate"]
         return verdicts[key]
 
-    def measure(self, cell, ctx: Context) -> CellOutcome:
-        out = CellOutcome("ok")
+    def passed_gate(self, cell, ctx: Context, out: CellOutcome) -> dict[str, Any] | CellOutcome:
+        """The cell's passing generation-gate verdict, or the outcome that ends the cell: a model that
+        cannot decode, a framework the gate found unsupported, a failed gate, or ``out`` where the
+        gate's process ended without a verdict."""
         try:
             check_decodable(get_model(cell.model))
         except NotDecodable as exc:
@@ -243,6 +245,13 @@ class Generate(Scenario):
         if verdict["verdict"] != "pass":
             return CellOutcome("not_equivalent", f"failed the generation gate: {verdict['reason']}",
                                metrics={"generation_gate": verdict}, seconds=out.seconds)
+        return verdict
+
+    def measure(self, cell, ctx: Context) -> CellOutcome:
+        out = CellOutcome("ok")
+        verdict = self.passed_gate(cell, ctx, out)
+        if isinstance(verdict, CellOutcome):
+            return verdict
         suite = ctx.suite
         g = self.settings_of(suite)
         jobs = [self.phase_job(cell, suite, "measure") for _ in range(suite.protocol.repeats)]

@@ -32,8 +32,7 @@ import numpy as np
 
 from dlbench.core.job import CellJob
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.generation.decoder import Decoder, NotDecodable, check_decodable, greedy, make_decoder
-from dlbench.models import get_model
+from dlbench.generation.decoder import Decoder, NotDecodable, greedy, make_decoder
 from dlbench.models.weights import init_weights
 from dlbench.scenarios.base import CellOutcome, Context, Shown, SuiteView, cell_artifacts, run_in_turn
 from dlbench.scenarios.generate import Generate, generation_spec, prompts
@@ -110,18 +109,9 @@ class GenerateLoadGen(Generate):
     # --- the parent's side ------------------------------------------------------------------------
     def measure(self, cell, ctx: Context) -> CellOutcome:
         out = CellOutcome("ok")
-        try:
-            check_decodable(get_model(cell.model))
-        except NotDecodable as exc:
-            return CellOutcome("unsupported", str(exc))
-        verdict = self.gate(cell, ctx, out)
-        if verdict is None:
-            return out
-        if verdict["verdict"] == "unsupported":
-            return CellOutcome("unsupported", verdict["reason"], seconds=out.seconds)
-        if verdict["verdict"] != "pass":
-            return CellOutcome("not_equivalent", f"failed the generation gate: {verdict['reason']}",
-                               metrics={"generation_gate": verdict}, seconds=out.seconds)
+        verdict = self.passed_gate(cell, ctx, out)
+        if isinstance(verdict, CellOutcome):
+            return verdict
         job = self.phase_job(cell, ctx.suite, "measure")
         outdir = cell_artifacts(cell, ctx)
         if outdir is not None:
