@@ -106,8 +106,21 @@ KINK_REDRAWS = 3
 VERIFY_BATCH = 8
 
 
+class Verdict:
+    """What a gate's result answers, whichever gate: whether it passed, and its stored form."""
+
+    verdict: str
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass
-class VerifyResult:
+class VerifyResult(Verdict):
     model: str
     framework: str
     variant: str
@@ -136,13 +149,6 @@ class VerifyResult:
     build: dict = field(default_factory=dict)
     #: (f) the relative change of the outputs a mask must hold still, by check (dlbench.gate.mask_checks)
     mask_changes: dict = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict == "pass"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:

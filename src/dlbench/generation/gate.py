@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from dlbench.data.synthetic import Batch
 from dlbench.frameworks import get_backend
 from dlbench.frameworks.base import UnsupportedError
 from dlbench.gate import reference
-from dlbench.gate.verify import TOLERANCES
+from dlbench.gate.verify import TOLERANCES, Verdict, _rel
 from dlbench.generation.decoder import Decoder, NotDecodable, check_decodable, make_decoder
 from dlbench.models import get_model
 from dlbench.models.spec import ModelSpec
@@ -44,7 +44,7 @@ PROMPT, NEW_TOKENS, BATCH = 5, 8, 2
 
 
 @dataclass
-class GenerationVerdict:
+class GenerationVerdict(Verdict):
     model: str
     framework: str
     variant: str
@@ -64,18 +64,6 @@ class GenerationVerdict:
     tolerance: float = 0.0
     shape: dict = field(default_factory=dict)
     seconds: float = 0.0
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict == "pass"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def _rel(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 def reference_greedy(spec: ModelSpec, weights: Weights, prompt: np.ndarray, new_tokens: int
