@@ -50,6 +50,15 @@ def svg(fig) -> str:
     return text[text.index("<svg"):]  # drop the XML prolog and doctype
 
 
+def finish(ax, xlabel: str, ylabel: str, title: str) -> None:
+    """The report's finish of one plot: axis labels, title, a light grid and a small legend."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+
+
 def by(cells: Iterable[Any], key: Callable[[Any], tuple]) -> dict[tuple, list[Any]]:
     out: dict[tuple, list[Any]] = {}
     for c in cells:

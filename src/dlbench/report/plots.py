@@ -13,7 +13,7 @@ reproducible (fixed hash salt, no date).
 
 from __future__ import annotations
 
-from dlbench.core.figures import Plot, Skipped, by, figure, safe, svg
+from dlbench.core.figures import Plot, Skipped, by, figure, finish, safe, svg
 from dlbench.report.results import CellResult, RunResults
 from dlbench.report.summary import summary_rows
 from dlbench.report.tables import row_memory_bytes
@@ -64,11 +64,7 @@ def _sweep(res: RunResults, axis: str, title: str, xlabel: str, what: str) -> tu
             ax.set_xscale("log", base=2)
             ax.set_xticks(sorted({getattr(c.cell, axis) for c in cells if c.cell.scenario == scenario}))
             ax.get_xaxis().set_major_formatter("{x:g}")
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel(f"{scenario} time per batch (ms)")
-            ax.set_title(f"{model[0]}: {scenario}")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize="small")
+            finish(ax, xlabel, f"{scenario} time per batch (ms)", f"{model[0]}: {scenario}")
         plots.append(Plot(f"{what}-{_safe(model[0])}", f"{model[0]}: {title}",
                           f"Median time per batch of each framework/variant; error bars are the 95% bootstrap "
                           f"confidence interval of the median. {shown} line(s).", _svg(fig)))
@@ -105,11 +101,7 @@ def memory_vs_batch(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted({b for pts in lines.values() for b, _ in pts}))
         ax.get_xaxis().set_major_formatter("{x:g}")
-        ax.set_xlabel("batch size (samples, log scale)")
-        ax.set_ylabel("peak memory (MiB)")
-        ax.set_title(f"{model}: peak memory")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
+        finish(ax, "batch size (samples, log scale)", "peak memory (MiB)", f"{model}: peak memory")
         plots.append(Plot(f"memory-vs-batch-{_safe(model)}", f"{model}: peak memory vs batch size",
                           "Peak resident memory of the measuring process (CPU) or the allocator's peak (GPU), the "
                           "largest over the row's scenarios. One process per value, so no confidence interval.",
@@ -143,11 +135,8 @@ def warmup_series(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
                     if c.series_ms[x][0] != c.series_ms[x - 1][0]:
                         ax.axvline(x - 0.5, color=drawn.get_color(), ls=":", lw=0.8)
             ax.set_yscale("log")
-            ax.set_xlabel("iteration, in the order run (dotted: next process)")
-            ax.set_ylabel(f"{scenario} time per iteration (ms, log scale)")
-            ax.set_title(f"{model[0]}: {scenario}")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize="small")
+            finish(ax, "iteration, in the order run (dotted: next process)",
+                   f"{scenario} time per iteration (ms, log scale)", f"{model[0]}: {scenario}")
         plots.append(Plot(f"iterations-{_safe(model[0])}", f"{model[0]}: time of each iteration, warm-up included",
                           "Hollow markers are warm-up iterations (timed, stored, left out of the statistics); the first "
                           "includes compilation and lazy initialisation. A sample that times a loop of k short "

@@ -9,6 +9,7 @@ is its emulation, not the framework's).
 
 from __future__ import annotations
 
+from dlbench.core.figures import finish as _finish
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import PRECISIONS
 from dlbench.report.plots import Plot, Skipped, _by, _figure, _safe, _svg
@@ -105,11 +106,8 @@ def speed_error(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
                 ax.annotate(c.cell.precision, (x, y), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("forward error vs float64 (relative, log scale)")
-        ax.set_ylabel("forward time (ms, median, log scale)")
-        ax.set_title(f"{model}, {threads} thread(s): speed against error")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
+        _finish(ax, "forward error vs float64 (relative, log scale)", "forward time (ms, median, log scale)",
+                f"{model}, {threads} thread(s): speed against error")
         plots.append(Plot(f"precision-{_safe(model)}-t{threads}", f"{model}, {threads} thread(s): speed against error",
                           "One point per framework and precision; lower left is faster and closer to the exact "
                           "function.", _svg(fig)))

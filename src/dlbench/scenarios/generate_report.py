@@ -16,6 +16,7 @@ from dlbench.core.document import DASH, Column, Section, Table, Value, fmt_bytes
 from dlbench.core.figures import Plot, Skipped
 from dlbench.core.figures import by as _by
 from dlbench.core.figures import figure as _figure
+from dlbench.core.figures import finish as _finish
 from dlbench.core.figures import safe as _safe
 from dlbench.core.figures import svg as _svg
 from dlbench.storage.cell_result import CellResult, RunResults
@@ -201,11 +202,8 @@ def server_rate_ttft(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
         for b in sorted({c.cell.metrics["loadgen"]["settings"].get("ttft_latency_ns", 0) / 1e6 for c in mcells}):
             ax.axhline(b, color="grey", ls="--", lw=0.8, label=f"TTFT bound {fmt_num(b)} ms")
         ax.set_yscale("log")
-        ax.set_xlabel("requests/s (LoadGen's scheduled rate)")
-        ax.set_ylabel("TTFT p99 (ms, log scale)")
-        ax.set_title(f"{model}: generate-server, request rate vs TTFT p99")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
+        _finish(ax, "requests/s (LoadGen's scheduled rate)", "TTFT p99 (ms, log scale)",
+                f"{model}: generate-server, request rate vs TTFT p99")
         plots.append(Plot(f"generate-server-{_safe(model)}", f"{model}: request rate vs TTFT p99",
                           "One point per generate-server cell; points above the dashed bound fail it. Runs at "
                           "several --qps trace the curve.", _svg(fig)))

@@ -17,6 +17,7 @@ from dlbench.core.document import DASH, Column, Section, Table, Value, fmt_num
 from dlbench.core.figures import Plot, Skipped
 from dlbench.core.figures import by as _by
 from dlbench.core.figures import figure as _figure
+from dlbench.core.figures import finish as _finish
 from dlbench.core.figures import safe as _safe
 from dlbench.core.figures import svg as _svg
 from dlbench.storage.cell_result import CellResult, RunResults
@@ -154,11 +155,8 @@ def latency_cdf(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
             x = np.sort(np.asarray(c.samples_ms))
             ax.plot(x, np.arange(1, x.size + 1) / x.size, label=f"{c.cell.framework}/{c.cell.variant} (b{c.cell.batch})")
         ax.set_xscale("log")
-        ax.set_xlabel("latency of one call (ms, log scale)")
-        ax.set_ylabel("fraction of calls at or below")
-        ax.set_title(f"{model}, {threads} thread(s): latency CDF")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
+        _finish(ax, "latency of one call (ms, log scale)", "fraction of calls at or below",
+                f"{model}, {threads} thread(s): latency CDF")
         plots.append(Plot(f"latency-cdf-{_safe(model)}-t{threads}", f"{model}, {threads} thread(s): latency CDF",
                           "Every timed single call of the cell's processes; the tail is the right end.", _svg(fig)))
     return plots, []
@@ -177,11 +175,8 @@ def server_qps_p99(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
         for b in sorted(bounds):
             ax.axhline(b, color="grey", ls="--", lw=0.8, label=f"p99 bound {fmt_num(b)} ms")
         ax.set_yscale("log")
-        ax.set_xlabel("completed samples/s (LoadGen)")
-        ax.set_ylabel("99th percentile latency (ms, log scale)")
-        ax.set_title(f"{model}: LoadGen server, QPS vs p99")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
+        _finish(ax, "completed samples/s (LoadGen)", "99th percentile latency (ms, log scale)",
+                f"{model}: LoadGen server, QPS vs p99")
         plots.append(Plot(f"loadgen-server-{_safe(model)}", f"{model}: LoadGen server, QPS vs p99",
                           "One point per server cell (its target QPS is --qps, or half one stream's rate); points "
                           "above the dashed bound fail it. Several runs at different --qps trace the curve.",
