@@ -65,6 +65,7 @@ class Bisection:
     releases: list[str]
     steps: list[Step] = field(default_factory=list)
     built: list[str] = field(default_factory=list)  # environments built by this bisection
+    used: list[str] = field(default_factory=list)  # releases whose environment it needed (built now or before)
     not_installable: list[str] = field(default_factory=list)
     status: str = "running"  # running, found, inconclusive, no-change, ambiguous, interrupted
     result: dict[str, Any] = field(default_factory=dict)
