@@ -71,7 +71,8 @@ def to_build(names: list[str]) -> list[str]:
     return out
 
 
-def _size(path: Path) -> int:
+def du(path: Path) -> int:
+    """Bytes of the files below ``path`` (links not followed; a file gone meanwhile counts 0)."""
     total = 0
     for root, _, files in os.walk(path):
         for f in files:
@@ -94,7 +95,7 @@ def estimate_builds(names: list[str]) -> list[BuildEstimate]:
             out.append(BuildEstimate(name, None, None, "no environment has been built here to go by"))
             continue
         which = f"{base}'s" if same else "other frameworks'"
-        out.append(BuildEstimate(name, median(_size(Path(r.path)) for r in basis_records),
+        out.append(BuildEstimate(name, median(du(Path(r.path)) for r in basis_records),
                                  median(r.create_seconds for r in basis_records),
                                  f"median of {len(basis_records)} of {which} environments built here"))
     return out

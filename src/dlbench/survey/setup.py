@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dlbench.envs.ondemand import du
 from dlbench.survey.catalog import Target, features_data, installed_distribution
 
 SRC = Path(__file__).resolve().parents[1]  # src/dlbench
@@ -58,16 +59,6 @@ def install_spec(target: Target) -> tuple[list[str], list[str]]:
     extra = ["--index-url", "https://download.pytorch.org/whl/cpu"] if "+cpu" in version else []
     return specs, extra
 
-
-def du(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_size
-            except OSError:
-                pass
-    return total
 
 
 def _run(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
