@@ -325,3 +325,42 @@ def test_a_model_option_its_factory_refuses_is_one_line_and_exit_2(tmp_path, cap
                  "--threads", "1", "--dry-run", "--db", str(tmp_path / "r.db")])
     err = capsys.readouterr().err
     assert code == 2 and "seq_len 256 must be 1 to the model's 64 positions" in err and "internal" not in err, err
+
+
+@requires("jax")
+def test_the_jax_decoder_on_a_gpu_keeps_float32_matmuls_at_full_precision(monkeypatch):
+    """XLA's GPU default is TF32 (about 1e-3): on an H100 the JAX decoder failed the generation gate
+    by 1.25e-3 until it took its device from the backend's jax_device, which turns TF32 off. The GPU
+    is faked by the CPU device, so this runs anywhere."""
+    import jax
+
+    from dlbench.generation.jax_decoder import JaxDecoder
+
+    cpu = jax.local_devices(backend="cpu")
+    monkeypatch.setattr(jax, "local_devices", lambda backend=None: cpu)
+    before = jax.config.jax_default_matmul_precision
+    try:
+        jax.config.update("jax_default_matmul_precision", None)
+        spec = get_model("gpt2", small=True, seq_len=8)
+        JaxDecoder(spec, init_weights(spec, seed=0), 1, 8, device="cuda")
+        assert jax.config.jax_default_matmul_precision == "highest"
+    finally:
+        jax.config.update("jax_default_matmul_precision", before)
+
+
+@requires("tensorflow")
+def test_the_tensorflow_device_of_a_gpu_turns_tf32_off(monkeypatch):
+    """TensorFlow runs float32 matmuls as TF32 on Ampere and later unless told not to; the models
+    and the decoder take their device from tf_device, which tells it."""
+    import tensorflow as tf
+
+    from dlbench.frameworks.tf_util import tf_device
+
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: ["fake GPU"])
+    before = tf.config.experimental.tensor_float_32_execution_enabled()
+    try:
+        tf.config.experimental.enable_tensor_float_32_execution(True)
+        assert tf_device("cuda:1") == "/GPU:1"
+        assert not tf.config.experimental.tensor_float_32_execution_enabled()
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(before)

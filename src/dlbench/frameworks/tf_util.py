@@ -16,13 +16,18 @@ from dlbench.measure.profile import ProfileTrace, complete_events, write_trace, 
 
 
 def tf_device(device: str) -> str:
-    """dlbench device name -> TF device string; 'cuda', 'cuda:1', 'gpu' map to TF's GPUs."""
+    """dlbench device name -> TF device string; 'cuda', 'cuda:1', 'gpu' map to TF's GPUs.
+
+    On a GPU, TensorFlow runs float32 matmuls and convolutions as TF32 by default (Ampere and later),
+    an error of about 1e-3 that the gate's float32 tolerance refuses: it is turned off here, as the
+    torch and JAX backends do, for the models and the decoders alike."""
     if device == "cpu":
         return "/CPU:0"
     if device.startswith(("cuda", "gpu")):
         index = device.partition(":")[2] or "0"
         if not tf.config.list_physical_devices("GPU"):
             raise UnsupportedError("no GPU is visible to this TensorFlow build")
+        tf.config.experimental.enable_tensor_float_32_execution(False)
         return f"/GPU:{index}"
     raise UnsupportedError(f"tensorflow backend: unknown device {device!r}")
 

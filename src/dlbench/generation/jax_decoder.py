@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from dlbench.frameworks.jax import jax_device
 from dlbench.generation.decoder import Decoder, attention_layers
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
@@ -35,7 +36,7 @@ class JaxDecoder(Decoder):
                  variant: str = "", device: str = "cpu"):
         super().__init__(spec, weights, batch, max_len, precision, variant, device)
         self.dtype = DTYPES[precision]
-        self.dev = jax.local_devices(backend="cpu")[0] if device == "cpu" else jax.devices()[0]
+        self.dev = jax_device(device)
         put = lambda a, dt: jax.device_put(jnp.asarray(a, dt), self.dev)  # noqa: E731
         self.params = {name: put(value, self.dtype) for name, value in weights.params.items()}
         self.slots: dict[str, int] = {}

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from dlbench.frameworks.tf_util import tf_device
 from dlbench.generation.decoder import Decoder, attention_layers
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
@@ -34,7 +35,7 @@ class TFDecoder(Decoder):
                  variant: str = "", device: str = "cpu"):
         super().__init__(spec, weights, batch, max_len, precision, variant, device)
         self.dtype = DTYPES[precision]
-        self.dev = "/CPU:0" if device == "cpu" else "/GPU:0"
+        self.dev = tf_device(device)
         with tf.device(self.dev):
             self.w = {name: tf.constant(value, self.dtype) for name, value in weights.params.items()}
             self.slots: dict[str, int] = {}
