@@ -51,12 +51,14 @@ def main() -> int:
     ap.add_argument("--max-repeats", default="15", dest="max_repeats")
     ap.add_argument("--min-time", default=None, dest="min_time", help="seconds of sampling per process")
     ap.add_argument("--workdir", type=Path, help="keep the database here (an interrupted bisection resumes)")
+    ap.add_argument("--faster", action="store_true", help="the release that made the figure faster")
     args = ap.parse_args()
     head = header(f"Bisecting {args.framework} {args.good} .. {args.bad}: {args.model} {args.scenario}, "
-                  f"{args.threads} thread(s)")
+                  f"{args.threads} thread(s)" + (", the release that made it faster" if args.faster else ""))
     flags = ["--framework", args.framework, "--good", args.good, "--bad", args.bad, "--model", args.model,
              "--scenario", args.scenario, "--threads", args.threads, "--repeats", args.repeats,
-             "--max-repeats", args.max_repeats, *(["--min-time", args.min_time] if args.min_time else [])]
+             "--max-repeats", args.max_repeats, *(["--min-time", args.min_time] if args.min_time else []),
+             *(["--faster"] if args.faster else [])]
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -85,7 +87,8 @@ def main() -> int:
             f"at most {s['max_repeats']}\n")
     if b["status"] == "found":
         t = r["ratio"]
-        print(f"**First bad release: {s['framework']} {r['first_bad']}** (last good: {r['last_good']}). "
+        first = "First faster release" if s.get("change") == "faster" else "First bad release"
+        print(f"**{first}: {s['framework']} {r['first_bad']}** (last good: {r['last_good']}). "
               + (f"{r['first_bad']} / {r['last_good']}: {t['ratio']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}], "
                  f"p = {t['p']:.2g}, medians {t['median_ms'][0]:.4g} and {t['median_ms'][1]:.4g} ms, "
                  f"{t['processes'][0]} and {t['processes'][1]} processes, measured in one run." if t else ""))

@@ -26,7 +26,8 @@ ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "f
          "side_by_side_h2o", "ray_fanout", "serving_study", "explain_study", "profile_overhead", "precision_study",
          "versions_study", "torch_release_size", "versions_study_torch", "explain_study_t1", "explain_study_t2",
          "jax_layout_profile", "explain_fcnr_t1", "explain_resnet56_t1", "bootstrap_speed", "trust_figures",
-         "ci_time", "bisect_jax", "adaptive_study", "noise_remedies"]
+         "ci_time", "bisect_jax", "bisect_jax_faster", "adaptive_study", "noise_remedies", "transformers_study",
+         "generation_study"]
 
 INTRO = """# Performance of dlbench itself
 
@@ -51,7 +52,8 @@ PARTS = {"versions_study_torch": ("versions_study.py", ["--only", "torch"]),
          "explain_study_t1": ("explain_study.py", ["--threads", "1"]),
          "explain_study_t2": ("explain_study.py", ["--threads", "2"]),
          "explain_fcnr_t1": ("explain_study.py", ["--threads", "1", "--only", "fcn-r", "--profile", "2"]),
-         "explain_resnet56_t1": ("explain_study.py", ["--threads", "1", "--only", "resnet-56", "--profile", "2"])}
+         "explain_resnet56_t1": ("explain_study.py", ["--threads", "1", "--only", "resnet-56", "--profile", "2"]),
+         "bisect_jax_faster": ("bisect_jax.py", ["--faster"])}
 
 
 def _command(name: str, extra: list[str]) -> tuple[Path, list[str]]:

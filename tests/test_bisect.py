@@ -148,7 +148,7 @@ BAD = [
     (["--framework", "jax", "--good", "0.4.38", "--bad", "0.10.2", "--model", "lenet", "--scenario", "compile"],
      "per-batch scenario"),
     (["--framework", "jax", "--good", "0.4.38", "--bad", "0.10.2", "--model", "lenet", "--gate", "--scenario",
-      "forward"], "leave --scenario out"),
+      "forward"], "leave --scenario and --faster out"),
     (["--framework", "jax", "--good", "0.4.38", "--bad", "0.10.2", "--model", "lenet", "--scenario", "forward",
       "--threshold", "0"], "--threshold"),
     (["--framework", "jax", "--good", "0.4.38", "--bad", "0.10.2", "--model", "lenet", "--scenario", "forward",
@@ -309,3 +309,32 @@ def test_a_dry_run_lists_the_releases_and_builds_nothing(local_index, tmp_path, 
     assert plan["releases"] == ["1.0", "1.1", "1.2", "1.3", "1.4"] and plan["ready"] == []
     assert (plan["steps_after_ends"], plan["builds_at_most"]) == (2, 4)
     assert not (tmp_path / "envs").exists() and not tmp_db.exists()
+
+
+def test_faster_finds_the_release_that_brought_an_improvement(tmp_db, monkeypatch, capsys):
+    """--faster: the cells faked (every release from 5.3 on runs in 0.8 of the time); bad is faster.
+    Without --faster the same releases are no regression, and the bisection says to bisect with it."""
+    from packaging.version import Version
+
+    releases = [f"5.{i}" for i in range(7)]
+    monkeypatch.setattr(bisect.releases, "between", lambda framework, good, bad, pre=False: releases)
+    monkeypatch.setattr(bisect._Measure, "build", lambda self, version: None)
+
+    def cells(self, versions, step):
+        step.processes += self.s.repeats
+        step.runs.append("r")
+        return {v: _cell(v, [(0.8 if Version(v) >= Version("5.3") else 1.0) * m for m in (1.0, 1.01, 0.99, 1.0)])
+                for v in versions}
+
+    monkeypatch.setattr(bisect._Measure, "cells", cells)
+    argv = ["bisect", "--framework", "jax", "--good", "5.0", "--bad", "5.6", "--model", "lenet", "--scenario",
+            "forward", "--repeats", "4", "--db", str(tmp_db), "--json"]
+    assert main([*argv, "--faster"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "found" and out["result"]["first_bad"] == "5.3" and out["result"]["last_good"] == "5.2"
+    assert out["result"]["ratio"]["ratio"] == pytest.approx(0.8, rel=0.02)
+    assert out["result"]["ratio"]["verdict"] == "faster"
+    assert main(argv) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "no-change" and "with --faster" in out["result"]["message"]
+    assert main([*argv[:-1], "--faster", "--gate"]) == 2

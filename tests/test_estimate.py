@@ -2,6 +2,7 @@
 
 import pytest
 
+from dlbench.models import get_model
 from dlbench.planning import estimate as est
 from dlbench.planning.estimate import Estimate, format_duration, prior_seconds, runs_a_process, setup_seconds
 from dlbench.planning.plan import Cell, suite_from_dict
@@ -28,7 +29,7 @@ def test_prior_follows_the_protocol():
     s1, s3 = suite(), suite(repeats=3)
     c = cell()
     # a small model's steps are far under min_time_s: a start-up and min_time_s per process
-    assert prior_seconds(c, s1) == pytest.approx(est.START_S + 3 * est.step_seconds(c) + 0.3)
+    assert prior_seconds(c, s1) == pytest.approx(est.START_S + 3 * est.step_seconds(c, s1) + 0.3)
     assert prior_seconds(c, s3) == pytest.approx(3 * prior_seconds(c, s1))
     assert prior_seconds(c, suite(min_time_s=5.0)) > prior_seconds(c, s1) + 4
     # a big model: its steps dominate, fewer threads take longer
@@ -39,7 +40,7 @@ def test_prior_follows_the_protocol():
     assert prior_seconds(cell(model="resnet-50", batch=512), capped) <= est.START_S + 2 + 8 + 1e-9
     # compile: a cold and a warm process per closure the framework has
     assert prior_seconds(cell(scenario="compile"), s1) == pytest.approx(3 * 2 * (est.START_S + est.step_seconds(
-        cell(scenario="compile"))))
+        cell(scenario="compile"), s1)))
 
 
 def test_setup_counts_peaks_per_thread_count_and_the_gate_per_group():
@@ -76,7 +77,7 @@ def test_convergence_counts_epochs_of_the_data_set():
                          "convergence": {"epochs": 4}, "protocol": {"repeats": 1}})
     c = Cell("torch", "eager", "lenet", "convergence", 100, 1, data="digits")
     small = Estimate(s, [c], {"digits": 1000}).predict(c)
-    assert small == pytest.approx(est.START_S + 4 * 10 * est.step_seconds(c))
+    assert small == pytest.approx(est.START_S + 4 * 10 * est.step_seconds(c, s))
     assert Estimate(s, [c], {"digits": 2000}).predict(c) > small
 
 
@@ -84,3 +85,46 @@ def test_convergence_counts_epochs_of_the_data_set():
                                            (750, "12 min"), (3600 + 5 * 60, "1 h 05 min")])
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
+
+
+def _store_run(db, cells, env):
+    """A stored run of ``cells`` ((cell, wall seconds, cost, call ms)) made on the machine ``env`` says."""
+    from dlbench.storage.store import Sample, Store
+
+    store = Store(db)
+    run = store.create_run("quick", {})
+    store.save_environment(run, env)
+    for c, seconds, cost, call_ms in cells:
+        store.save_cell(run, {**c.to_dict(), "key": c.key}, "ok", "", seconds, [], {"cost": cost},
+                        [Sample(r, i, "measure", call_ms * 1e6) for r in range(2) for i in range(5)])
+    store.finish_run(run, "complete")
+    store.close()
+
+
+def test_what_this_machine_measured_before_replaces_the_constants(tmp_path):
+    """The estimate learns one call of a key it measured, a process's overhead and this machine's FLOP
+    rate from the database's earlier runs on the same machine; another machine's runs teach nothing.
+    (Before, a fixed 20 GFLOP/s per thread guessed gpt2's forward 5x too slow on an AVX-512 CPU.)"""
+    from dlbench.measure.environment import machine
+    from dlbench.planning.history import load_history
+
+    env = {"cpu": {"model": "Test CPU", "flags": ["avx2"]}, "usable_cores": 2, "gpus": []}
+    here = machine(env)
+    lenet, resnet = cell(), cell(model="resnet-56", batch=128)
+    cost = {"start_s": 6.0, "build_s": 2.0, "warmup_s": 1.0, "timed_s": 2.0, "rest_s": 0.0, "processes": 2}
+    db = tmp_path / "r.db"
+    _store_run(db, [(lenet, 12.0, cost, 40.0)], env)
+    history = load_history(db, here)
+    assert history.runs == 1 and history.call_s(lenet) == pytest.approx(0.040)
+    assert history.start_s(resnet) == pytest.approx(4.0)  # (6 + 2 + 0) / 2 processes, same framework and scenario
+    flops = get_model("lenet").flops_per_sample * 64 * 1.0
+    assert history.flops_per_s(cell(threads=2)) == pytest.approx(2 * flops / 0.040)
+    s1 = suite()
+    e = Estimate(s1, [lenet, resnet], history=history)
+    # lenet: its own call (40 ms) and overhead; resnet-56: never measured, its FLOPs at the rate lenet reached
+    assert e.predict(lenet) == pytest.approx(4.0 + 3 * 0.040 + max(10 * 0.040, 0.3))
+    step = get_model("resnet-56").flops_per_sample * 128 / (flops / 0.040)
+    assert est.step_seconds(resnet, s1, history) == pytest.approx(step)
+    # runs on another machine are not evidence
+    assert load_history(db, {**here, "cpu": "Other CPU"}).calls == {}
+    assert load_history(tmp_path / "none.db", here).runs == 0

@@ -211,6 +211,9 @@ def test_a_measuring_process_times_generations_in_process():
     out = Generate().work(job)
     assert len(out["runs"]) == 2 and len(out["runs"][0]["tpot_ns"]) == 4
     assert np.array(out["runs"][0]["tokens"]).shape == (2, 5) and out["cache_bytes"] > 0
+    # where the process's time went (show --cost): a generate cell had all of it in "rest" before
+    assert all(out["cost"][part] > 0 for part in ("prepare_s", "build_s", "warmup_s", "timed_s"))
+    assert out["cost"]["work_s"] >= sum(out["cost"][p] for p in ("prepare_s", "build_s", "warmup_s", "timed_s"))
 
 
 @requires("transformers")

@@ -15,6 +15,10 @@ on the log per-process medians, p < 0.01 and more than ``threshold``):
   pooled with the step's earlier ones) up to ``max_repeats`` per release, and then the bisection
   stops as inconclusive with the interval it has.
 
+With ``change="faster"`` (``--faster``) the directions swap: *bad* is the release that made the figure
+faster, the one a user deciding to upgrade asks for (on an AVX-512 machine JAX 0.10.2 trained fcn-r
+faster than 0.4.38, where an AVX2 machine had found it slower).
+
 A release pip cannot install, or whose cells fail the gate or do not measure, is skipped and said,
 as ``git bisect skip`` does; the next candidate is the unjudged release nearest the middle. With
 ``gate=True`` the bisection looks for the first release that fails the equivalence gate instead
@@ -100,13 +104,18 @@ def _test(change: CellChange) -> dict[str, Any]:
             "median_ms": [change.median_a_ms, change.median_b_ms]}
 
 
-def judge(good: CellResult, cand: CellResult, bad: CellResult | None, threshold: float) -> tuple[str, dict, dict | None]:
-    """A candidate measured beside the last good (and first bad) release: good, bad or inconclusive."""
+def judge(good: CellResult, cand: CellResult, bad: CellResult | None, threshold: float,
+          change: str = "slower") -> tuple[str, dict, dict | None]:
+    """A candidate measured beside the last good (and first bad) release: good, bad or inconclusive.
+    ``change`` is what *bad* means: ``slower`` (a regression) or ``faster`` (an improvement's release)."""
     vs_good = compare_cells(good, cand, ALPHA, threshold)
     vs_bad = compare_cells(bad, cand, ALPHA, threshold) if bad is not None else None
-    if vs_good.verdict == "slower":
+    opposite = "faster" if change == "slower" else "slower"
+    # confidently no change of the threshold's size in the sought direction
+    unchanged = vs_good.ci_high < 1 + threshold if change == "slower" else vs_good.ci_low > 1 - threshold
+    if vs_good.verdict == change:
         verdict = "bad"
-    elif (vs_bad is not None and vs_bad.verdict == "faster") or vs_good.ci_high < 1 + threshold:
+    elif (vs_bad is not None and vs_bad.verdict == opposite) or unchanged:
         verdict = "good"
     else:
         verdict = "inconclusive"
@@ -214,12 +223,12 @@ def _timed_step(m: _Measure, version: str, good: str, bad: str | None) -> Step:
                 raise BisectError(f"--good {exc.version} cannot be measured: {exc.why}") from None
             raise BisectError(f"{s.framework} {exc.version}, measured before, now {exc.why}") from None
         if bad is None:  # the ends: the bad end against the good one
-            verdict, step.vs_good, step.vs_bad = judge(cells[good], cells[version], None, s.threshold)
-            if verdict == "good" or step.vs_good["verdict"] == "faster":
-                step.verdict, step.reason = "good", "no slowdown beyond the threshold between the ends"
+            verdict, step.vs_good, step.vs_bad = judge(cells[good], cells[version], None, s.threshold, s.change)
+            if verdict == "good" or step.vs_good["verdict"] not in (s.change, "same"):
+                step.verdict, step.reason = "good", f"not {s.change} beyond the threshold between the ends"
                 break
         else:
-            verdict, step.vs_good, step.vs_bad = judge(cells[good], cells[version], cells[bad], s.threshold)
+            verdict, step.vs_good, step.vs_bad = judge(cells[good], cells[version], cells[bad], s.threshold, s.change)
         if verdict != "inconclusive":
             step.verdict = verdict
             break
@@ -276,8 +285,12 @@ def _ends(m: _Measure) -> bool:
     m.save()
     if step.verdict == "good":
         b.status = "no-change"
-        b.result = {"message": f"{s.framework} {s.bad} is not slower than {s.good} by more than "
-                               f"{s.threshold:.0%}: {_fmt(step.vs_good)}; nothing to bisect",
+        opposite = step.vs_good["verdict"] not in (s.change, "same")
+        b.result = {"message": f"{s.framework} {s.bad} is not {s.change} than {s.good} by more than "
+                               f"{s.threshold:.0%}: {_fmt(step.vs_good)}; nothing to bisect"
+                               + (f" (it is {step.vs_good['verdict']}: bisect "
+                                  f"{'with --faster' if s.change == 'slower' else 'without --faster'} for the release"
+                                  " that made it so)" if opposite else ""),
                     "vs_good": step.vs_good}
         return False
     if step.verdict == "inconclusive":
@@ -307,7 +320,8 @@ def final_ratio(steps: list[Step], last_good: str, first_bad: str) -> dict[str, 
         if st.version == last_good and bad == first_bad and st.vs_bad:
             t = st.vs_bad  # candidate / first bad, turned into first bad / candidate
             return {**t, "ratio": 1 / t["ratio"], "ci_low": 1 / t["ci_high"], "ci_high": 1 / t["ci_low"],
-                    "verdict": "slower", "median_ms": t["median_ms"][::-1], "processes": t["processes"][::-1]}
+                    "verdict": {"slower": "faster", "faster": "slower"}.get(t["verdict"], t["verdict"]),
+                    "median_ms": t["median_ms"][::-1], "processes": t["processes"][::-1]}
     return None
 
 

@@ -1,4 +1,5 @@
-"""``dlbench bisect``: the first release of a framework that made a figure slower or broke the gate
+"""``dlbench bisect``: the first release of a framework that made a figure slower (or, ``--faster``,
+faster) or broke the gate
 (:mod:`dlbench.bisect`); ``--list`` shows the bisections stored in the database. Exit 0 when the
 first bad release is named, 1 when the bisection ends otherwise (no change, inconclusive, ambiguous
 between skipped releases, an end that cannot be measured), 2 on bad input."""
@@ -39,8 +40,9 @@ def _settings(args: argparse.Namespace) -> bisect.Settings:
     if args.model not in models.list_models():
         raise UsageError(f"unknown model {args.model!r}; known: {', '.join(models.list_models())}")
     if args.gate:
-        if args.scenario:
-            raise UsageError("--gate bisects the equivalence gate, which times nothing: leave --scenario out")
+        if args.scenario or args.faster:
+            raise UsageError("--gate bisects the equivalence gate, which times nothing: leave --scenario and "
+                             "--faster out")
     else:
         if not args.scenario:
             raise UsageError("bisect: --scenario is required (or --gate for the first release that fails the gate)")
@@ -59,7 +61,8 @@ def _settings(args: argparse.Namespace) -> bisect.Settings:
                                   ("timeout_s", args.timeout)) if v is not None}
     return bisect.Settings(framework=framework, good=args.good, bad=args.bad, model=args.model,
                            scenario=args.scenario, batch=args.batch, threads=args.threads, variant=args.variant,
-                           threshold=args.threshold / 100, gate=args.gate, repeats=args.repeats,
+                           threshold=args.threshold / 100, change="faster" if args.faster else "slower",
+                           gate=args.gate, repeats=args.repeats,
                            max_repeats=args.max_repeats, protocol=protocol, pre=args.pre)
 
 
@@ -76,7 +79,7 @@ def summary(b: bisect.Bisection) -> list[str]:
     fw = s.framework
     lines = []
     if b.status == "found":
-        what = "fails the gate" if s.gate else f"is the first slower by more than {s.threshold:.0%}"
+        what = "fails the gate" if s.gate else f"is the first {s.change} by more than {s.threshold:.0%}"
         lines.append(f"first bad release: {fw} {r['first_bad']} {what} (last good: {r['last_good']})")
         if r.get("ratio"):
             lines.append(f"  {fw} {r['first_bad']} / {r['last_good']}: {_ratio(r['ratio'])}, {s.figure}")
@@ -141,7 +144,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         return _list(args.db, args.json)
     try:
         if args.resume:
-            if args.framework or args.good or args.bad or args.model or args.scenario:
+            if args.framework or args.good or args.bad or args.model or args.scenario or args.faster:
                 raise UsageError(f"--resume {args.resume} goes on with the stored settings; it takes no others")
             b = bisect.resume(args.resume, args.db, say)
         elif args.dry_run:
@@ -172,8 +175,10 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=1, help="thread count (default 1)")
     p.add_argument("--variant", help="the framework's variant (default: its first)")
     p.add_argument("--threshold", type=float, default=5.0,
-                   help="a slowdown smaller than this percentage is not a change (default 5)")
+                   help="a change smaller than this percentage is not one (default 5)")
     p.add_argument("--gate", action="store_true", help="find the first release that fails the equivalence gate")
+    p.add_argument("--faster", action="store_true",
+                   help="find the first release that made the figure faster (an improvement) instead of slower")
     p.add_argument("--repeats", type=int, default=3, help="processes per release per measurement (default 3)")
     p.add_argument("--max-repeats", type=int, default=12, dest="max_repeats",
                    help="processes per release before a step is called inconclusive (default 12)")

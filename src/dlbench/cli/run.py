@@ -21,8 +21,10 @@ from dlbench.core.errors import UsageError
 from dlbench.core.interrupt import Interrupted, explain
 from dlbench.measure.adaptive import percent
 from dlbench.measure.stats import summarize
+from dlbench.planning import estimate as est
 from dlbench.planning import flags, resolve
 from dlbench.planning.estimate import Estimate, format_duration, setup_seconds
+from dlbench.planning.history import load_history
 from dlbench.planning.plan import Cell, Suite, suite_from_dict
 from dlbench.report import cost
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
@@ -112,7 +114,7 @@ class RichProgress:
         if self.current is not None:
             left += max(0.0, self.estimate.predict(self.current) - (now - self.current_since))
         elif self.done == 0 and not self.finished_s:  # the peak and the gate run before the first cell
-            left += max(0.0, setup_seconds(self.estimate.cells) - (now - self.started))
+            left += max(0.0, setup_seconds(self.estimate.cells, self.estimate.history) - (now - self.started))
         return left
 
     @staticmethod
@@ -228,7 +230,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _refuse_flags_with_resume(args)
     suite, todo, stored = _plan(args)
     left_out = _left_out(suite, args.suite or "quick")
-    estimate = Estimate(suite, todo, _epoch_samples(suite, todo))
+    estimate = Estimate(suite, todo, _epoch_samples(suite, todo), load_history(args.db))
     if args.dry_run:
         return _print_plan(suite, todo, stored, estimate, left_out, args.json)
     if left_out:
@@ -319,7 +321,7 @@ def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate
     from dlbench.envs.ondemand import estimate_builds
     from dlbench.planning.estimate import runs_a_process
 
-    setup = setup_seconds(cells)
+    setup = setup_seconds(cells, estimate.history)
     builds = estimate_builds([c.framework for c in cells])
     building = sum(b.seconds or 0 for b in builds)
     total = setup + estimate.remaining(cells) + building
@@ -340,7 +342,12 @@ def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate
     p = suite.protocol
     how = (f"a pilot of {max(p.repeats, 3)} process(es), then as many as +-{p.target_ci:g}% needs for a typical "
            f"noise, at most {p.max_cell_s:g} s a cell" if p.target_ci is not None else f"{p.repeats} process(es) per cell")
-    print(f"estimate: about {format_duration(total)} (rough, from the protocol: {how}, "
+    h = estimate.history
+    known = sum(h.call_s(c) is not None for c in cells)
+    evidence = (f"{h.runs} earlier run(s) on this machine, which measured {known} of the {len(cells)} cell(s)"
+                if h.runs else "no earlier run on this machine in this database: a rate of "
+                f"{est.GFLOPS_PER_THREAD:g} GFLOP/s per thread is assumed")
+    print(f"estimate: about {format_duration(total)} (rough, from the protocol and {evidence}: {how}, "
           f"{p.warmup} warm-up + at least {p.min_iters} iterations and {p.min_time_s:g} s each; "
           f"{format_duration(setup)} of machine peak and equivalence gate"
           + (f"; {format_duration(building)} building environments" if building else "") + ")")

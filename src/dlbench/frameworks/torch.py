@@ -16,7 +16,8 @@ Fast path and fairness settings:
 * variable-length sequences run over the padded batch and are masked when averaged (outputs of
   valid steps do not depend on later padding), which is faster on CPU than packed sequences.
 * CUDA: written the standard way (``torch.cuda.synchronize`` as sync, allocator peak from
-  ``torch.cuda.max_memory_allocated``) but untested unless a GPU run is recorded in docs.
+  ``torch.cuda.max_memory_allocated``); the gate, timed cells and generation ran on an H100
+  (docs/gpu.md); fp16, tf32 and the distributed NCCL path have not run on a GPU.
 
 Precisions (dlbench.core.precision), each torch's own idiom:
 

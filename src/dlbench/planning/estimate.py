@@ -1,12 +1,15 @@
 """How long a run will take: shown by ``dlbench run`` while it measures and by ``--dry-run`` before.
 
-Before any cell is done the estimate comes from the protocol alone (rough): per process, a start-up
-(interpreter, framework import, model build) plus ``warmup`` and ``min_iters`` steps (at least
-``min_time_s``), each step guessed from the model's FLOPs at :data:`GFLOPS_PER_THREAD`; ``repeats``
-processes per cell. Then each finished cell teaches it: a cell left is predicted by the mean wall
-time of the finished cells of its framework, variant and scenario, else of its scenario, else by its
-protocol guess scaled by how far the guesses for the finished cells were off. A cell whose framework
-cannot run its scenario costs nothing (no process is started).
+Before any cell is done the estimate comes from the protocol and what this machine measured before
+(:mod:`dlbench.planning.history`, read from the results database): per process, an overhead
+(interpreter, framework import, model build: learned per framework, variant and scenario, else
+:data:`START_S`) plus ``warmup`` and ``min_iters`` calls (at least ``min_time_s``), each call the
+median one stored for the same cell key, else guessed by the scenario from the model's FLOPs at the
+rate this machine's cells reached (else :data:`GFLOPS_PER_THREAD`); ``repeats`` processes per cell.
+Then each finished cell teaches it: a cell left is predicted by the mean wall time of the finished
+cells of its framework, variant and scenario, else of its scenario, else by its prior guess scaled
+by how far the guesses for the finished cells were off. A cell whose framework cannot run its
+scenario costs nothing (no process is started).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from dlbench.frameworks import framework_info
-from dlbench.models import get_model
+from dlbench.planning.history import History
 from dlbench.planning.plan import Cell, Suite
 from dlbench.scenarios import registry
 
@@ -40,30 +43,39 @@ def runs_a_process(cell: Cell) -> bool:
     return registry.of_stored(cell.scenario).unsupported(framework_info(cell.framework)) is None
 
 
-def step_seconds(cell: Cell) -> float:
-    """A guess at one call of the cell's closure, from the model's FLOPs (rough)."""
-    factor = registry.of_stored(cell.scenario).flop_factor or 3.0
-    flops = get_model(cell.model).flops_per_sample * cell.global_batch * factor
-    rate = GFLOPS_GPU if cell.device != "cpu" else GFLOPS_PER_THREAD * cell.threads
-    return max(flops / (rate * 1e9), 1e-4)
+def step_seconds(cell: Cell, suite: Suite, history: History | None = None) -> float:
+    """One stored sample of the cell (a call of its closure; a generation): as this machine measured
+    it before, else the scenario's guess from the model's FLOPs at the rate this machine reached."""
+    history = history or History()
+    known = history.call_s(cell)
+    if known is not None:
+        return known
+    rate = history.flops_per_s(cell) or 1e9 * (GFLOPS_GPU if cell.device != "cpu" else GFLOPS_PER_THREAD * cell.threads)
+    return registry.of_stored(cell.scenario).call_seconds(cell, suite, rate)
 
 
-def prior_seconds(cell: Cell, suite: Suite, epoch_samples: int | None = None) -> float:
-    """The protocol's guess at the cell's wall time, before anything is measured (each scenario
-    knows how many processes and calls a cell costs)."""
+def prior_seconds(cell: Cell, suite: Suite, epoch_samples: int | None = None, history: History | None = None) -> float:
+    """The guess at the cell's wall time before it is measured (each scenario knows how many
+    processes and calls a cell costs; ``history`` what they cost here)."""
     if not runs_a_process(cell):
         return 0.0
-    return registry.of_stored(cell.scenario).estimate(cell, suite, step_seconds(cell), START_S,
+    history = history or History()
+    start = history.start_s(cell)
+    return registry.of_stored(cell.scenario).estimate(cell, suite, step_seconds(cell, suite, history),
+                                                     START_S if start is None else start,
                                                      epoch_samples or EPOCH_SAMPLES)
 
 
-def setup_seconds(cells: list[Cell]) -> float:
-    """The machine peak per thread count and the equivalence gate per (framework, variant, device)."""
+def setup_seconds(cells: list[Cell], history: History | None = None) -> float:
+    """The machine peak per thread count and the equivalence gate per (framework, variant, device):
+    one process each (its overhead as learned, else :data:`START_S`) and a little per model."""
+    history = history or History()
     threads = {c.threads for c in cells if c.device == "cpu"}
     groups: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     for c in cells:
         groups[(c.framework, c.variant, c.device)].add(c.model)
-    return PEAK_S * len(threads) + sum(START_S + VERIFY_MODEL_S * len(m) for m in groups.values())
+    starts = {f: history.overhead_framework.get(f, START_S) for f, _, _ in groups}
+    return PEAK_S * len(threads) + sum(starts[f] + VERIFY_MODEL_S * len(m) for (f, _, _), m in groups.items())
 
 
 @dataclass
@@ -73,18 +85,20 @@ class Estimate:
     suite: Suite
     cells: list[Cell]
     epoch_samples: dict[str, int] = field(default_factory=dict)  # data set -> training samples (convergence)
+    history: History = field(default_factory=History)  # what this machine measured before
     _prior: dict[Cell, float] = field(init=False, repr=False)
     _by_group: dict[tuple[str, str, str], list[float]] = field(init=False, repr=False)
     _by_scenario: dict[str, list[float]] = field(init=False, repr=False)
     _ratio: list[tuple[float, float]] = field(init=False, repr=False)  # (measured, prior) of finished cells
 
     def __post_init__(self) -> None:
-        self._prior = {c: prior_seconds(c, self.suite, self.epoch_samples.get(c.data)) for c in self.cells}
+        self._prior = {c: prior_seconds(c, self.suite, self.epoch_samples.get(c.data), self.history)
+                       for c in self.cells}
         self._by_group, self._by_scenario, self._ratio = defaultdict(list), defaultdict(list), []
 
     def prior(self, cell: Cell) -> float:
         if cell not in self._prior:
-            self._prior[cell] = prior_seconds(cell, self.suite, self.epoch_samples.get(cell.data))
+            self._prior[cell] = prior_seconds(cell, self.suite, self.epoch_samples.get(cell.data), self.history)
         return self._prior[cell]
 
     def record(self, cell: Cell, seconds: float, status: str) -> None:

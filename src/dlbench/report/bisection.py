@@ -23,6 +23,8 @@ class Settings:
     threads: int = 1
     variant: str | None = None
     threshold: float = 0.05  # a fraction: 0.05 is 5%
+    #: the change sought: "slower" (a regression) or "faster" (the release that brought an improvement)
+    change: str = "slower"
     gate: bool = False
     repeats: int = 3  # processes per release per measurement
     max_repeats: int = 12  # processes per release before a step is called inconclusive

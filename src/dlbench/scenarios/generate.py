@@ -43,6 +43,7 @@ from dlbench.generation.decoder import (
     make_decoder,
     unsupported_reason,
 )
+from dlbench.measure.cost import WorkClock
 from dlbench.measure.memory import current_rss_bytes, peak_rss_bytes
 from dlbench.measure.percentiles import percentiles
 from dlbench.measure.stats import summarize
@@ -205,10 +206,19 @@ class Generate(Scenario):
             return unsupported_reason(info.name)
         return None
 
-    def estimate(self, cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
+    def call_seconds(self, cell, suite: SuiteView, flops_per_s: float) -> float:
+        """One generation (a stored ``measure`` sample): the forward FLOPs of prompt + new tokens at the
+        batch (the prefill's and the steps' together; attention's growth with the position ignored)."""
         g = self.settings_of(suite)
-        one = (g.prompt + g.new_tokens) * step_s / max(suite.protocol.repeats, 1)
-        return start_s * 2 + suite.protocol.repeats * (start_s + (g.runs + 1) * one)
+        spec = get_model(cell.model)
+        per_token = spec.flops_per_sample / spec.input.shape[0]
+        return max(per_token * cell.batch * (g.prompt + g.new_tokens) / flops_per_s, 1e-4)
+
+    def estimate(self, cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
+        """The gate's process (once per group, counted here) and ``repeats`` processes, each building
+        the decoder and generating ``runs`` + 1 times (``step_s``: one generation)."""
+        g = self.settings_of(suite)
+        return start_s + suite.protocol.repeats * (start_s + (g.runs + 1) * step_s)
 
     def phase_job(self, cell, suite: SuiteView, phase: str) -> CellJob:
         """A job of the cell's: ``gate`` (the generation gate) or ``measure`` (timed generations)."""
@@ -351,11 +361,13 @@ def decoder_class_name(framework: str) -> str | None:
 
 def measure_generation(job: CellJob) -> dict[str, Any]:
     """One measuring process: the decoder built, one untimed generation, then the timed ones."""
+    clock = WorkClock()
     g, c = job.settings, job.cell
     backend, readback = backend_for(job)
     spec = generation_spec(c.model, g["prompt"], g["new_tokens"])
     weights = init_weights(spec, job.seed)
     batch, seed = c.batch, job.seed
+    clock.mark("prepare_s")
     rss_before = current_rss_bytes()
     t0 = time.perf_counter_ns()
     try:
@@ -365,7 +377,9 @@ def measure_generation(job: CellJob) -> dict[str, Any]:
         return {"unsupported": str(exc)}
     build_ns = time.perf_counter_ns() - t0
     del weights
+    clock.mark("build_s")
     warm = greedy(decoder, prompts(spec.input.vocab, batch, g["prompt"], seed, g["runs"]), g["new_tokens"])
+    clock.mark("warmup_s")
     runs, truncated = [], False
     deadline = time.perf_counter() + job.protocol["max_time_s"]
     for r in range(g["runs"]):
@@ -374,7 +388,8 @@ def measure_generation(job: CellJob) -> dict[str, Any]:
         if time.perf_counter() > deadline:
             truncated = r + 1 < g["runs"]
             break
-    out = {"runs": runs, "truncated": truncated, "warmup_ns": warm.total_ns, "build_ns": build_ns,
+    clock.mark("timed_s")
+    out = {"cost": clock.to_dict(), "runs": runs, "truncated": truncated, "warmup_ns": warm.total_ns, "build_ns": build_ns,
            "cache_bytes": decoder.cache_bytes, "rss_before_build_bytes": rss_before,
            "peak_rss_bytes": peak_rss_bytes(), "decoder": decoder.info(), "threads_readback": readback,
            "versions": versions(backend)}
