@@ -338,3 +338,34 @@ def test_faster_finds_the_release_that_brought_an_improvement(tmp_db, monkeypatc
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "no-change" and "with --faster" in out["result"]["message"]
     assert main([*argv[:-1], "--faster", "--gate"]) == 2
+
+
+def test_a_second_resume_is_refused_while_the_first_driver_lives(tmp_db, monkeypatch, capsys):
+    """Two `bisect --resume ID` at once measured the same releases beside each other and both wrote
+    the state. The bisection now records its driver; a live one refuses the second (exit 2, one line),
+    a gone one (its process ended) lets the resume take over."""
+    import subprocess
+    import sys
+
+    from dlbench.storage import lease
+    from dlbench.storage.store import Store
+
+    def stored(driver):
+        b = bisect.Bisection("b-y", 1.0, bisect.Settings("jax", "0.4.38", "0.10.2", "fcn-r", "train_step"),
+                             ["0.4.38", "0.5.0", "0.10.2"], [Step("0.4.38", "good")], status="running", driver=driver)
+        store = Store(tmp_db)
+        store.save_bisection(b.id, b.started_at, b.status, b.to_dict())
+        store.close()
+
+    stored(lease.holder())  # this very process: alive
+    assert main(["bisect", "--resume", "b-y", "--db", str(tmp_db)]) == 2
+    err = capsys.readouterr().err
+    assert "bisection b-y is still being measured by pid" in err and len(err.strip().splitlines()) == 1
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stored({"pid": gone.pid, "host": lease.holder()["host"], "token": "", "heartbeat": 0.0})
+    resumed = []
+    monkeypatch.setattr(bisect, "_loop", lambda m: resumed.append(m.b.driver["pid"]) or m.b)
+    bisect.resume("b-y", tmp_db)
+    assert resumed == [lease.holder()["pid"]]
+    assert bisect.get("b-y", tmp_db).driver["pid"] == lease.holder()["pid"]  # the claim is stored

@@ -39,11 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import api, envs
+from dlbench.core.errors import UsageError
 from dlbench.envs import ondemand, releases
 from dlbench.frameworks import installed_version
 from dlbench.report.bisection import Bisection, Settings, Step
 from dlbench.report.compare import ALPHA, CellChange, compare_cells
 from dlbench.report.results import CellResult, load_run
+from dlbench.storage import lease
 from dlbench.storage.store import Store, new_run_id
 
 __all__ = ["Settings", "Step", "Bisection", "BisectError", "start", "plan", "resume", "listing",
@@ -131,6 +133,8 @@ class _Measure:
         self.s = b.settings
 
     def save(self) -> None:
+        if self.b.driver is not None:
+            self.b.driver["heartbeat"] = time.time()
         store = Store(self.db)
         try:
             store.save_bisection(self.b.id, self.b.started_at, self.b.status, self.b.to_dict())
@@ -390,7 +394,7 @@ def _loop(m: _Measure) -> Bisection:
 def start(settings: Settings, db: str | Path, progress: Progress = lambda s: None) -> Bisection:
     """List the releases, then bisect; the state is in ``db`` from the first step on."""
     found = releases.between(settings.framework, settings.good, settings.bad, pre=settings.pre)
-    b = Bisection("b-" + new_run_id(), time.time(), settings, found)
+    b = Bisection("b-" + new_run_id(), time.time(), settings, found, driver=lease.holder())
     progress(f"bisection {b.id}: {len(found)} {settings.framework} releases from {settings.good} to {settings.bad} "
              f"({', '.join(found)}); {settings.figure}; about {2 + math.ceil(math.log2(max(len(found) - 1, 1)))} "
              "builds at most without skips")
@@ -415,8 +419,16 @@ def resume(bisection_id: str, db: str | Path, progress: Progress = lambda s: Non
     b = get(bisection_id, db)
     if b.status not in ("running", "interrupted"):
         raise BisectError(f"bisection {bisection_id} is {b.status}; nothing to resume")
+    me = lease.holder()
+    store = Store(db)
+    try:  # one driver at a time: a second resume would measure the same releases beside the first
+        held = store.claim_bisection(b.id, me, lease.live)
+    finally:
+        store.close()
+    if held is not None:
+        raise UsageError(lease.refusal(b.id, held, "bisection"))
     progress(f"bisection {b.id}: resuming after {len(b.steps)} judged release(s)")
-    b.status = "running"
+    b.status, b.driver = "running", me
     return _loop(_Measure(b, db, progress))
 
 
@@ -429,8 +441,6 @@ def listing(db: str | Path) -> list[Bisection]:
 
 
 def get(bisection_id: str, db: str | Path) -> Bisection:
-    from dlbench.core.errors import UsageError
-
     for b in listing(db):
         if b.id == bisection_id:
             return b

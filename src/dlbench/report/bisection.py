@@ -72,6 +72,8 @@ class Bisection:
     status: str = "running"  # running, found, inconclusive, no-change, ambiguous, interrupted
     result: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    #: the process driving it (dlbench.storage.lease.holder): a second ``--resume`` is refused while it lives
+    driver: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

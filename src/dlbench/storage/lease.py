@@ -111,9 +111,9 @@ def judge(status: str, lease: dict[str, Any] | None) -> str:
     return status
 
 
-def refusal(run_id: str, lease: dict[str, Any]) -> str:
+def refusal(run_id: str, lease: dict[str, Any], what: str = "run") -> str:
     age = max(0.0, time.time() - lease["heartbeat"])
-    line = (f"run {run_id} is still being measured by pid {lease['pid']} on host {lease['host']} (last heartbeat "
+    line = (f"{what} {run_id} is still being measured by pid {lease['pid']} on host {lease['host']} (last heartbeat "
             f"{age:.0f} s ago); wait for it, or stop it (kill {lease['pid']}) and resume then")
     if not _local(lease):
         line += f" (a driver on another host counts as gone after {STALE_AFTER_S:.0f} s without a heartbeat)"

@@ -503,6 +503,29 @@ class Store:
             self.conn.execute("INSERT OR REPLACE INTO bisections VALUES (?,?,?,?,?)",
                               (bisection_id, started_at, time.time(), status, json.dumps(data, default=str)))
 
+    def claim_bisection(self, bisection_id: str, holder: dict[str, Any],
+                        live: Callable[[dict[str, Any]], bool]) -> dict | None:
+        """Make ``holder`` the driver of a stored bisection and mark it running, unless a live driver
+        has it: that driver is returned then and nothing is written. One transaction (BEGIN
+        IMMEDIATE), so two ``bisect --resume`` of one bisection cannot both get it."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = self.conn.execute("SELECT status, data FROM bisections WHERE id=?", (bisection_id,)).fetchone()
+            data = json.loads(row[1]) if row is not None else {}
+            driver = data.get("driver")
+            if row is not None and row[0] == "running" and driver and live(driver):
+                self.conn.rollback()
+                return driver
+            if row is not None:
+                data.update(driver=holder, status="running")
+                self.conn.execute("UPDATE bisections SET status='running', updated_at=?, data=? WHERE id=?",
+                                  (time.time(), json.dumps(data, default=str), bisection_id))
+            self.conn.commit()
+        except BaseException:
+            self.conn.rollback()
+            raise
+        return None
+
     def bisections(self) -> list[dict[str, Any]]:
         """Every stored bisection's data, oldest first (none where the table was never made)."""
         if self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='bisections'").fetchone() is None:
