@@ -536,3 +536,27 @@ def test_load_dataset_rejects_unknown_names():
         load_dataset("mnist", ".", "train", seq_len=3)
     assert issubclass(DataError, ValueError)
     assert str(DataError("a\n  b")) == "a b"
+
+
+def test_genesis_is_bundled_checked_and_split_by_verse(tmp_path, monkeypatch):
+    """The shipped text: three disjoint splits of whole verses in order, byte ids under 256, a small GPT
+    with a byte vocabulary reads it, and a changed file is refused by its checksum."""
+    from dlbench.data import genesis
+
+    splits = [load_dataset("genesis", None, s) for s in ("train", "valid", "test")]
+    text = genesis.TEXT.read_bytes()
+    assert b"".join(bytes(d.x.astype(np.uint8)) for d in splits) == text  # in order, nothing lost or repeated
+    assert bytes(splits[0].x[:16].astype(np.uint8)) == b"In the beginning"
+    assert all(d.kind == "stream" and d.vocab == 256 and int(d.x.max()) < 128 for d in splits)
+    assert len(splits[0]) > 15 * len(splits[2])  # 90% of the verses against 5%
+    gpt = get_model("gpt2:layers=1:dim=32:heads=2:vocab=256:seq_len=32")
+    fitted = adapt(splits[0], gpt)
+    b = next(fitted.batches(4, shuffle=False))
+    assert b.x.shape == (4, 32) and np.array_equal(b.x[:, 1:], b.y[:, :-1])
+    with pytest.raises(DataError, match="vocab"):
+        adapt(splits[0], get_model("gpt2:layers=1:dim=32:heads=2:vocab=64:seq_len=32"))
+    changed = tmp_path / "genesis.txt"
+    changed.write_bytes(text.replace(b"beginning", b"Beginning", 1))
+    monkeypatch.setattr(genesis, "TEXT", changed)
+    with pytest.raises(DataError, match="sha256"):
+        load_dataset("genesis", None, "train")

@@ -128,3 +128,14 @@ def test_what_this_machine_measured_before_replaces_the_constants(tmp_path):
     # runs on another machine are not evidence
     assert load_history(db, {**here, "cpu": "Other CPU"}).calls == {}
     assert load_history(tmp_path / "none.db", here).runs == 0
+
+
+def test_an_epoch_of_a_token_stream_counts_windows_not_tokens():
+    """A language model's epoch over a stream is its windows of seq_len tokens: counting tokens as samples
+    made --dry-run guess 14 min for a convergence cell that takes seconds."""
+    from dlbench.cli.run import _epoch_samples
+
+    model = "gpt2:layers=1:dim=32:heads=2:vocab=256:seq_len=32"
+    s = suite_from_dict({"models": [model], "scenarios": ["convergence"], "data": {"default": "genesis"}})
+    c = Cell("torch", "eager", model, "convergence", 8, 1, data="genesis")
+    assert _epoch_samples(s, [c]) == {"genesis": 175849 // 32}

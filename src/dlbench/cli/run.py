@@ -304,15 +304,20 @@ def _left_out(suite: Suite, name: str) -> str:
 
 
 def _epoch_samples(suite: Suite, cells: list[Cell]) -> dict[str, int]:
-    """Training samples of each real data set the cells use (what a training epoch costs, for the estimate)."""
+    """Training samples of each real data set the cells use (what a training epoch costs, for the estimate):
+    a token stream's are its windows of the model's sequence length, not its tokens."""
     from dlbench.data import DataError, load_dataset
+    from dlbench.models import get_model
 
     out = {}
-    for data in {c.data for c in cells if c.data != "synthetic"}:
+    for c in cells:
+        if c.data == "synthetic" or c.data in out:
+            continue
         try:
-            out[data] = len(load_dataset(data, suite.data_dir, "train"))
+            ds = load_dataset(c.data, suite.data_dir, "train")
         except DataError:
-            pass  # plan_cells has checked it; a guess stands in
+            continue  # plan_cells has checked it; a guess stands in
+        out[c.data] = len(ds) // get_model(c.model).input.shape[0] if ds.kind == "stream" else len(ds)
     return out
 
 

@@ -12,6 +12,7 @@ from dlbench.data.cifar import load_cifar10
 from dlbench.data.dataset import Dataset
 from dlbench.data.digits import load_digits
 from dlbench.data.errors import DataError
+from dlbench.data.genesis import load_genesis
 from dlbench.data.imdb import load_imdb
 from dlbench.data.mnist import load_mnist
 from dlbench.data.ptb import load_ptb
@@ -33,6 +34,9 @@ DATASETS: dict[str, DatasetEntry] = {
     "ptb": DatasetEntry(load_ptb, ("train", "valid", "test"), "Penn Treebank LM text (word stream, vocab <= 10,000)"),
     "digits": DatasetEntry(load_digits, ("train", "test"),
                            "scikit-learn's 8x8 digits resized to 1x28x28 (bundled, no --data-dir)", needs_dir=False),
+    "genesis": DatasetEntry(load_genesis, ("train", "valid", "test"),
+                            "the Book of Genesis (KJV, public domain) as a byte stream, vocab 256 (bundled)",
+                            needs_dir=False),
 }
 
 
