@@ -5,6 +5,7 @@ scenario's figures and cells, and its refusal of bad settings. Small model forms
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 
 import numpy as np
 import pytest
@@ -84,6 +85,26 @@ def test_the_decoders_with_past_pass_the_gate_and_a_past_one_position_short_fail
             return super().step(tokens)
     res = verify_generation(framework, "gpt2", decoder_cls=Short)
     assert res.verdict == "fail" and res.cache_error > 1e-2, res.reason
+
+
+@requires("openvino")
+def test_openvinos_decoder_runs_bf16_by_its_hint_and_passes_the_gate():
+    """OpenVINO's decoder with past at bf16 (its inference precision hint on the float32 export): the
+    runtime graph computes in bfloat16 and the generation gate passes at bf16's tolerance. ONNX
+    Runtime, with no bfloat16 matmul on the CPU, says so."""
+    from dlbench.core.precision import NATIVE, cpu_flags
+    from dlbench.frameworks.base import UnsupportedError
+
+    if not any(f in cpu_flags() for f in NATIVE["bf16"]):
+        pytest.skip("no native bf16 on this CPU: OpenVINO would run f32, which is refused")
+    res = verify_generation("openvino", "gpt2", "default", "bf16")
+    assert res.passed, res.reason
+    spec = get_model("gpt2", small=True, seq_len=8)
+    decoder = make_decoder("openvino", spec, init_weights(spec, seed=0), 1, 8, "bf16")
+    assert decoder.info()["runtime"] == {"param_dtype": "bfloat16", "compute_dtype": "bfloat16"}
+    if importlib.util.find_spec("onnxruntime") is not None:
+        with pytest.raises(UnsupportedError, match="fp32 only, not bf16"):
+            make_decoder("onnxruntime", spec, init_weights(spec, seed=0), 1, 8, "bf16")
 
 
 def test_tokens_inside_the_reference_margin_are_ties_outside_mismatches():

@@ -175,3 +175,43 @@ def test_missing_openvino_is_a_usage_error_with_the_pip_line(monkeypatch, capsys
     assert main(["verify", "--framework", "openvino", "--model", "lenet"]) == 2
     err = capsys.readouterr().err
     assert "framework 'openvino' is not installed (pip install 'dlbench[openvino]')" in err
+
+
+def _native_bf16() -> bool:
+    from dlbench.core.precision import NATIVE, cpu_flags
+
+    return any(f in cpu_flags() for f in NATIVE["bf16"])
+
+
+@pytest.mark.parametrize("model", ["lenet", "gpt2"])
+def test_bf16_is_openvinos_precision_hint_and_is_read_off_the_runtime_graph(exports, model):
+    """bf16 cells ask INFERENCE_PRECISION_HINT=bf16; what runs is observed on the compiled model's runtime
+    graph (every multiplying node, and those reading constant weights), not assumed from the hint. A CPU
+    without native bf16 gets f32 from OpenVINO, which is refused."""
+    import openvino as ov
+
+    b = get_backend("openvino")
+    b.set_threads(1)
+    spec = get_model(model, small=True)
+    weights = init_weights(spec, 0, mode="verify")
+    for precision in ("fp32", "bf16"):
+        b.set_precision(precision)
+        m = b.build(spec, weights)
+        if precision == "bf16" and not _native_bf16():
+            with pytest.raises(UnsupportedError, match="without native bf16"):
+                b.place(make_batch(spec, 2, 0), m)
+            continue
+        b.place(make_batch(spec, 2, 0), m)
+        dtype = {"fp32": "float32", "bf16": "bfloat16"}[precision]
+        assert b.precision_info(m) == {"param_dtype": dtype, "compute_dtype": dtype}
+        assert m.build_info["INFERENCE_PRECISION_HINT"] == {"fp32": "f32", "bf16": "bf16"}[precision]
+    with pytest.raises(UnsupportedError, match="not fp16"):
+        b.set_precision("fp16")
+
+    class Compiled:
+        def get_property(self, key):
+            return {"INFERENCE_PRECISION_HINT": ov.Type.f32, "INFERENCE_NUM_THREADS": 1}.get(key, "x")
+
+    b.set_precision("bf16")
+    with pytest.raises(UnsupportedError, match="bf16 was asked"):
+        b.check_compiled(Compiled())

@@ -28,6 +28,12 @@ read back from every compiled model and recorded in ``build_info``:
 * ``INFERENCE_PRECISION_HINT = f32``: the CPU plug-in's default is bf16 on CPUs with AVX-512 BF16
   or AMX (and f16 on ARM), a different precision from every other fp32 cell, which the gate would
   fail. The compiled model's precision is read back and a model not compiled for f32 is refused;
+* ``bf16`` cells ask ``INFERENCE_PRECISION_HINT = bf16``, OpenVINO's own way to run a float32 graph in
+  bfloat16: the plug-in converts the weights of its matrix operations to bfloat16 once, at compile,
+  and computes them in bfloat16 (where the CPU has it natively; elsewhere it keeps f32, read back and
+  refused). ``precision_info`` reads the precisions off the compiled model's runtime graph: every
+  fully connected, matmul and convolution node's runtime precision, and the type its weights are
+  reordered into (:func:`runtime_precisions`);
 * one infer request per placed batch, its input tensors sharing the batch's memory (the closure
   holds the placed batch, so the memory lives as long as it does); the timed closure is the
   synchronous ``infer()``, which returns when the output is computed (``sync`` has nothing to wait
@@ -58,6 +64,7 @@ import openvino as ov
 import torch
 
 from dlbench.core.cell import DEFAULT_DEVICE
+from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks import torch as torch_backend
 from dlbench.frameworks.base import UnsupportedError
@@ -72,6 +79,48 @@ from dlbench.models.weights import Weights
 #: the compiled model's properties recorded with every compile
 RECORDED = ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "INFERENCE_PRECISION_HINT",
             "EXECUTION_MODE_HINT", "ENABLE_HYPER_THREADING", "ENABLE_CPU_PINNING")
+
+
+#: dlbench precision -> OpenVINO's inference precision hint
+HINTS = {"fp32": "f32", "bf16": "bf16"}
+#: OpenVINO's short element type names -> numpy's
+OV_TYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "i8": "int8", "u8": "int8"}
+#: the runtime graph's layer types that multiply: their runtime precision is the compute precision
+COMPUTING = ("FullyConnected", "MatMul", "Convolution", "GroupConvolution", "Deconvolution", "RNNSeq", "RNNCell")
+
+
+def _one(types: set[str]) -> str:
+    """One type, or ``mixed:a,b`` (which no precision expects, so the gate names it)."""
+    return next(iter(types)) if len(types) == 1 else "mixed:" + ",".join(sorted(types)) if types else "none"
+
+
+def _layer(node: Any) -> str:
+    return node.get_rt_info()["layerType"].astype(str)
+
+
+def _constant(node: Any) -> bool:
+    """Whether ``node`` is a constant, or a constant reordered, transposed or converted at compile."""
+    while _layer(node) in ("Reorder", "Transpose", "Convert", "Reshape"):
+        node = node.input(0).get_source_output().get_node()
+    return _layer(node) == "Const"
+
+
+def runtime_precisions(compiled: ov.CompiledModel) -> dict[str, str]:
+    """What the CPU plug-in runs, read off the compiled model's runtime graph: ``compute_dtype``, the
+    runtime precision of every multiplying node (:data:`COMPUTING`); ``param_dtype``, that of the nodes
+    whose weights are constants (a node reads its inputs in its runtime precision, the plug-in
+    converting constant weights once, at compile: bf16 weights are visible as a reorder only for some
+    node types, inside oneDNN's primitive for the others)."""
+    compute, params = set(), set()
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        if _layer(op) not in COMPUTING:
+            continue
+        kind = op.get_rt_info()["runtimePrecision"].astype(str)
+        compute.add(OV_TYPES.get(kind, kind))
+        weights = list(op.inputs())[1:2]  # the second input: weights, or an activation in attention's matmuls
+        if weights and _constant(weights[0].get_source_output().get_node()):
+            params.add(OV_TYPES.get(kind, kind))
+    return {"param_dtype": _one(params), "compute_dtype": _one(compute)}
 
 
 @dataclass
@@ -109,9 +158,11 @@ class OpenVinoBackend(ExportEngine):
     variants = ("default",)
     devices = ("cpu",)
     packages = ("openvino", "onnx", "onnxscript", "torch")
+    precisions = ("fp32", "bf16")
 
     def __init__(self) -> None:
         self.threads: int | None = None
+        self.precision = DEFAULT_PRECISION
         self.exports: list[dict[str, Any]] = []
         self.core = ov.Core()
         self._torch = torch_backend.TorchBackend()
@@ -125,10 +176,16 @@ class OpenVinoBackend(ExportEngine):
         self.core.set_property("CPU", {"INFERENCE_NUM_THREADS": n})
         return {"inference_num_threads": self.core.get_property("CPU", "INFERENCE_NUM_THREADS"), "num_streams": 1}
 
+    def set_precision(self, precision: str) -> None:
+        if precision not in self.precisions:
+            raise UnsupportedError(f"openvino runs the float32 export at f32 or, by its inference precision hint, "
+                                   f"bf16 here, not {precision}")
+        self.precision = precision
+
     def config(self) -> dict[str, Any]:
         """The ``compile_model`` settings of the module docstring."""
-        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32",
-                                  "ENABLE_HYPER_THREADING": True}
+        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
+                                  "INFERENCE_PRECISION_HINT": HINTS[self.precision], "ENABLE_HYPER_THREADING": True}
         if self.threads:
             config["INFERENCE_NUM_THREADS"] = self.threads
         return config
@@ -137,9 +194,11 @@ class OpenVinoBackend(ExportEngine):
         """The compiled model's settings, read back; a model OpenVINO did not compile for f32 or for
         the cell's thread count is refused, so no cell measures another computation or thread count."""
         got = {key: compiled.get_property(key) for key in RECORDED}
-        if got["INFERENCE_PRECISION_HINT"] != ov.Type.f32:
+        hint = HINTS[self.precision]
+        if got["INFERENCE_PRECISION_HINT"] != getattr(ov.Type, hint):
             raise UnsupportedError(f"OpenVINO compiled the model for {got['INFERENCE_PRECISION_HINT']} although "
-                                   "INFERENCE_PRECISION_HINT=f32 was asked; the fp32 gate and timings need f32")
+                                   f"INFERENCE_PRECISION_HINT={hint} was asked (a CPU without native {hint} runs "
+                                   f"f32); the {self.precision} gate and timings need {hint}")
         if self.threads and got["INFERENCE_NUM_THREADS"] != self.threads:
             raise UnsupportedError(f"OpenVINO compiled the model for {got['INFERENCE_NUM_THREADS']} threads where "
                                    f"the cell asks {self.threads} (INFERENCE_NUM_THREADS)")
@@ -157,6 +216,13 @@ class OpenVinoBackend(ExportEngine):
 
     def build_info(self, model: Any) -> dict[str, Any]:
         return dict(model.build_info)
+
+    def precision_info(self, model: OvModel) -> dict[str, str]:
+        """Observed on the runtime graph of every model compiled so far (``place`` compiles one)."""
+        if not model.compiled:
+            raise RuntimeError("openvino: precision_info before any batch was placed (nothing compiled yet)")
+        seen = [runtime_precisions(c) for c in model.compiled.values()]
+        return {key: _one({s[key] for s in seen}) for key in ("param_dtype", "compute_dtype")}
 
     def build(self, spec: ModelSpec, weights: Weights, device: str = DEFAULT_DEVICE, variant: str | None = None) -> OvModel:
         variant = variant or "default"
