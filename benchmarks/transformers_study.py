@@ -81,11 +81,14 @@ def main() -> None:
         explained = None
         if gap is not None:
             model, a, b, _, threads = gap
-            layers_argv = ["run", "--scenario", "layers", "--model", model, "--framework", f"{a},{b}", "--precision",
-                           "fp32", "--threads", str(threads), "--profile", "3", *PROTOCOL]
+            # two blocks of the model's own width: its blocks are alike, so two stand for all of them at a
+            # tenth of the cells (a part per block: 25 parts in gpt2, 61 in smollm2-135m)
+            layers_argv = ["run", "--scenario", "layers", "--model", f"{model}:layers=2", "--framework", f"{a},{b}",
+                           "--precision", "fp32", "--threads", str(threads), "--profile", "3", *PROTOCOL]
             layers = study_part(work / "layers.json", [*layers_argv, "--db", db, "--json"], db=db)
             layers_id = json.loads(layers["stdout"])["run_id"]
-            explain_argv = ["explain", layers_id, "--framework", f"{a},{b}", "--model", model, "--scenario", "forward"]
+            explain_argv = ["explain", layers_id, "--framework", f"{a},{b}", "--model", f"{model}:layers=2",
+                            "--scenario", "forward"]
             explained = (layers_argv, layers, explain_argv,
                          study_part(work / "explain.json", [*explain_argv, "--db", db]))
 
@@ -100,6 +103,8 @@ def main() -> None:
         layers_argv, layers, explain_argv, out = explained
         print(f"\n#### The largest forward gap: {gap[2]} against torch on {gap[0]} ({gap[3]:.2f}x, fp32, "
               f"{gap[4]} threads)\n")
+        print(f"`explain` on {gap[0]} with two of its blocks (`{gap[0]}:layers=2`: the same widths, its blocks alike), "
+              "each block's attention and MLP a part of their own:\n")
         print(f"`dlbench {' '.join(layers_argv)}` (exit code {layers['returncode']}, {layers['seconds'] / 60:.1f} min), "
               f"then `dlbench {' '.join(explain_argv[:1] + ['RUN'] + explain_argv[2:])}`:\n")
         print("```\n" + out["stdout"].strip() + "\n```")

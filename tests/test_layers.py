@@ -2,14 +2,15 @@
 the gate checks, and ``dlbench explain`` ranks the parts by their share of a gap."""
 
 import json
+import math
 
 import pytest
 
 from dlbench import api
 from dlbench.cli.main import main
 from dlbench.models import UnknownModelError, get_model, list_models, verify_spec
-from dlbench.models.layers import Flatten, GlobalAvgPool, sequence_shape
-from dlbench.models.split import parse_part, part_ref, split
+from dlbench.models.layers import Attention, Flatten, GlobalAvgPool, MaskedMean, sequence_shape, walk
+from dlbench.models.split import counterpart, parse_part, part_ref, split
 from dlbench.running.runner import plan_cells
 from dlbench.scenarios.layers_report import breakdowns, explain
 from dlbench.storage.store import Sample, Store
@@ -22,7 +23,10 @@ def test_every_model_splits_into_parts_that_chain_and_add_up(model):
         parts = split(spec)
         assert [p.index for p in parts] == list(range(len(parts)))
         assert sum(p.spec.flops_per_sample for p in parts) == spec.flops_per_sample
-        assert sum(p.spec.param_count for p in parts) == spec.param_count
+        # a tied LM head whose embedding is in another part holds a copy of the table's shape there
+        untied = sum(math.prod(shape) for p in parts for name, shape in p.spec.param_shapes().items()
+                     if name.endswith(".head.weight"))
+        assert sum(p.spec.param_count for p in parts) == spec.param_count + untied
         first = parts[0].spec.input
         assert (first.kind, first.shape, first.vocab) == (spec.input.kind, spec.input.shape, spec.input.vocab)
         assert parts[-1].spec.loss == spec.loss and parts[-1].spec.input.classes == spec.input.classes
@@ -31,9 +35,20 @@ def test_every_model_splits_into_parts_that_chain_and_add_up(model):
             if len(after.spec.input.shape) == 3:  # an image between them: the part's loss pooled it
                 assert isinstance(layers[-1], GlobalAvgPool)
                 layers = layers[:-1]
+            elif len(after.spec.input.shape) == 2:  # a transformer's sequence: the loss averaged its steps
+                assert isinstance(layers[-1], MaskedMean) and after.spec.input.kind == "sequence"
+                layers = layers[:-1]
             assert sequence_shape(layers, before.spec.input.shape) == after.spec.input.shape
             assert not isinstance(layers[-1], Flatten)  # a flatten stays with the dense layer after it
-        assert len(split(get_model(model, small=not small))) == len(parts)  # the gate's parts are the same parts
+        other = split(get_model(model, small=not small))
+        if not any(isinstance(x, Attention) for x in walk(spec.layers)):
+            assert len(other) == len(parts)  # the gate's parts are the same parts
+        else:  # a transformer's small form has 2 blocks: each part of the model has one of its kind there
+            full, few = (other, parts) if small else (parts, other)
+            assert [full[counterpart(full, few, k)].label.split(" ")[-1] for k in range(3)] == [
+                p.label.split(" ")[-1] for p in full[:3]]
+            for k in range(len(full)):
+                assert get_model(part_ref(model, k), small=True).description == full[k].spec.description
 
 
 def test_a_part_is_a_model_reference():
@@ -45,6 +60,30 @@ def test_a_part_is_a_model_reference():
     assert parse_part("alexnet:lrn=0#2") == ("alexnet:lrn=0", 2) and part_ref("lenet", 1) == "lenet#1"
     with pytest.raises(UnknownModelError, match="lenet has 4 part"):
         get_model("lenet#4")
+
+
+def test_a_transformer_is_split_per_block_attention_and_mlp_apart():
+    """Each residual block a part (its attention, its MLP), the embeddings one, the final norm with the
+    last block, the head after it; norms and position embeddings never start a part; a tied LM head
+    away from its embedding is a dense layer of the same shape. Before, a transformer was one part."""
+    labels = {m: [p.label for p in split(get_model(m))] for m in ("gpt2", "bert-base", "vit-b16", "smollm2-135m")}
+    assert labels["gpt2"][:3] == ["wte+wpe", "h0 attention", "h0 mlp"] and labels["gpt2"][-1] == "h11 mlp+ln_f+wte.head"
+    assert len(labels["gpt2"]) == 1 + 2 * 12 and len(labels["smollm2-135m"]) == 1 + 2 * 30
+    assert labels["bert-base"][-2:] == ["pooler", "classifier"] and labels["bert-base"][1] == "l0 attention"
+    assert labels["vit-b16"][0] == "patch+position" and labels["vit-b16"][-1] == "head"
+    part = get_model("gpt2#3")
+    assert (part.input.kind, part.input.shape) == ("sequence", (256, 768)) and part.input.labels == "class"
+    assert split(get_model("lstm-imdb"))[0].label == "embed+lstm"  # no attention: sequences stay inside a part
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax", "tensorflow", "onnxruntime", "openvino"])
+def test_every_part_of_a_transformer_passes_the_gate(framework):
+    """A part's input is a (T, D) sequence of floats: every framework builds it from the same spec."""
+    pytest.importorskip({"torch": "torch", "jax": "flax", "tensorflow": "tensorflow", "onnxruntime": "onnxruntime",
+                         "openvino": "openvino"}[framework])
+    models = [part_ref("gpt2", k) for k in range(5)] + ["bert-base#1", "bert-base#6", "vit-b16#0", "smollm2-135m#4"]
+    results = api.verify(models=models, frameworks=[framework])
+    assert [r.verdict for r in results] == ["pass"] * len(models), [r.reason for r in results]
 
 
 def test_layers_cells_are_the_parts_and_the_whole_model_timed():

@@ -48,8 +48,8 @@ def make_batch(spec: ModelSpec, batch_size: int, seed: int = DEFAULT_SEED) -> Ba
         x = rng.standard_normal((batch_size, *inp.shape), dtype=np.float32)
     if inp.labels == "class":
         y = rng.integers(0, inp.classes, batch_size).astype(np.int64)
-    elif inp.labels == "sequence":
-        y = rng.integers(0, inp.classes, x.shape).astype(np.int64)
+    elif inp.labels == "sequence":  # one label per step (x is (N, T) ids, or (N, T, D) for a transformer's part)
+        y = rng.integers(0, inp.classes, x.shape[:2]).astype(np.int64)
     else:
         y = None
     return Batch(x, y, mask)

@@ -418,7 +418,7 @@ class TiedLMHead(Op):
 
 
 #: the layers whose output type is the network's compute type (they hold the dots and convolutions)
-_COMPUTING = (nnx.Conv, nnx.Linear, LSTMLayer, TiedDense, Attention, SwiGLU, TiedLMHead)
+_COMPUTING = (nnx.Conv, nnx.Linear, LSTMLayer, TiedDense, Attention, SwiGLU, TiedLMHead, PatchEmbed)
 
 
 # A binding ties a canonical parameter to a Flax variable: (variable, to_flax, from_flax).

@@ -755,8 +755,10 @@ def keras_inputs(spec: ModelSpec, x: np.ndarray, mask: np.ndarray | None) -> Any
         x = np.ascontiguousarray(np.transpose(x, (0, 2, 3, 1)))
     elif spec.input.kind == "tokens":
         x = x.astype(np.int32)
-    if any(isinstance(layer, L.MaskedMean) for layer in L.walk(spec.layers)) or (
-            spec.input.variable_length and any(isinstance(layer, L.Attention) for layer in L.walk(spec.layers))):
+    # the mask is over token steps: a transformer's part (a sequence or image input) has none, and its
+    # MaskedMean (the part's pooling, models.split) averages every step
+    if spec.input.kind == "tokens" and (any(isinstance(layer, L.MaskedMean) for layer in L.walk(spec.layers)) or (
+            spec.input.variable_length and any(isinstance(layer, L.Attention) for layer in L.walk(spec.layers)))):
         valid = np.ones(x.shape[:2], np.float32) if mask is None else mask.astype(np.float32)
         return {"x": x, "valid": valid}
     return x

@@ -87,6 +87,8 @@ HINTS = {"fp32": "f32", "bf16": "bf16"}
 OV_TYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "i8": "int8", "u8": "int8"}
 #: the runtime graph's layer types that multiply: their runtime precision is the compute precision
 COMPUTING = ("FullyConnected", "MatMul", "Convolution", "GroupConvolution", "Deconvolution", "RNNSeq", "RNNCell")
+#: those that only look up a constant table (embeddings): their table's type counts as a parameter's
+LOOKUPS = ("Gather",)
 
 
 def _one(types: set[str]) -> str:
@@ -110,9 +112,13 @@ def runtime_precisions(compiled: ov.CompiledModel) -> dict[str, str]:
     runtime precision of every multiplying node (:data:`COMPUTING`); ``param_dtype``, that of the nodes
     whose weights are constants (a node reads its inputs in its runtime precision, the plug-in
     converting constant weights once, at compile: bf16 weights are visible as a reorder only for some
-    node types, inside oneDNN's primitive for the others)."""
-    compute, params = set(), set()
+    node types, inside oneDNN's primitive for the others). Embedding tables, which only lookups read,
+    stay f32 under the bf16 hint and count only in a graph of lookups alone."""
+    compute, params, tables = set(), set(), set()
     for op in compiled.get_runtime_model().get_ordered_ops():
+        if _layer(op) in LOOKUPS and _constant(op.input(0).get_source_output().get_node()):
+            kind = op.get_rt_info()["runtimePrecision"].astype(str)
+            tables.add(OV_TYPES.get(kind, kind))
         if _layer(op) not in COMPUTING:
             continue
         kind = op.get_rt_info()["runtimePrecision"].astype(str)
@@ -120,7 +126,9 @@ def runtime_precisions(compiled: ov.CompiledModel) -> dict[str, str]:
         weights = list(op.inputs())[1:2]  # the second input: weights, or an activation in attention's matmuls
         if weights and _constant(weights[0].get_source_output().get_node()):
             params.add(OV_TYPES.get(kind, kind))
-    return {"param_dtype": _one(params), "compute_dtype": _one(compute)}
+    # the weights the arithmetic reads; a graph of lookups alone (an embeddings part) by its tables, which
+    # OpenVINO keeps in f32 under the bf16 hint (a lookup has no arithmetic to lower)
+    return {"param_dtype": _one(params or tables), "compute_dtype": _one(compute)}
 
 
 @dataclass

@@ -4,7 +4,10 @@ Measured per thread count in a fresh process pinned to that many cores, with eve
 engine that can do the multiply here; the fastest of a precision counts as that precision's peak.
 Square 2048 matrices, best of several calls after a warm-up:
 
-* ``fp32``: NumPy's BLAS (``numpy``) and torch's MKL/oneDNN (``torch``);
+* ``fp32``: NumPy's BLAS (``numpy``), torch's MKL/oneDNN (``torch``) and ONNX Runtime's MLAS
+  (``onnxruntime``, a one-node MatMul graph): on an AMD EPYC with AVX-512 (2026-11-26) NumPy's and
+  torch's SGEMM reached 129 GFLOP/s on one core and MLAS 230, so ONNX Runtime's fcn-r forward showed
+  180% of a peak that only two engines had set;
 * ``bf16``: torch's bfloat16 matmul (``torch:bf16``; oneDNN's AMX-BF16 or AVX512-BF16 kernels), where
   the CPU computes bfloat16 natively (:data:`dlbench.core.precision.NATIVE`);
 * ``int8``: torch's int8 x int8 -> int32 matmul (``torch:int8``, ``torch._int_mm``; AMX-INT8 or VNNI),
@@ -91,6 +94,8 @@ def measure_peak_gflops(threads: int, flags: frozenset[str] | None = None) -> di
             rates["numpy"] = _best_rate(np.matmul, a, b)
     except Exception:
         rates["numpy"] = _best_rate(np.matmul, a, b)
+    if importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None:
+        rates["onnxruntime"] = _best_rate(_ort_matmul(threads), a, b)
     if importlib.util.find_spec("torch") is not None:
         import torch
 
@@ -104,6 +109,25 @@ def measure_peak_gflops(threads: int, flags: frozenset[str] | None = None) -> di
                 except RuntimeError:  # this torch build has no such kernel on this CPU
                     pass
     return rates
+
+
+def _ort_matmul(threads: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """ONNX Runtime's float32 MatMul (its MLAS GEMM) as a function of two arrays, on ``threads`` threads."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    shape = [SIZE, SIZE]
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "gemm",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("a", "b")],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = min(model.ir_version, 9)  # what older ONNX Runtime releases read
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    session = ort.InferenceSession(onnx.ModelProto.SerializeToString(model), options,
+                                   providers=["CPUExecutionProvider"])
+    return lambda x, y: session.run(None, {"a": x, "b": y})[0]
 
 
 def _reduced(torch, a, b) -> dict[str, tuple[object, object, Callable]]:

@@ -103,10 +103,15 @@ def get_model(ref: str, small: bool = False, **overrides) -> ModelSpec:
     :mod:`dlbench.models.split` defines it). ``small`` uses the gate's reduced input size."""
     whole, index = split.parse_part(ref)
     if index is not None:
-        parts = split.split(get_model(whole, small, **overrides))
-        if index >= len(parts):
-            raise UnknownModelError(f"model {ref}: {whole} has {len(parts)} part(s), 0 to {len(parts) - 1}")
-        return parts[index].spec
+        full = split.split(get_model(whole, False, **overrides))
+        if index >= len(full):
+            raise UnknownModelError(f"model {ref}: {whole} has {len(full)} part(s), 0 to {len(full) - 1}")
+        if not small:
+            return full[index].spec
+        parts = split.split(get_model(whole, True, **overrides))
+        # a transformer's small form has fewer blocks: part k's gate form is the small part of the same kind
+        k = index if len(parts) == len(full) else split.counterpart(full, parts, index)
+        return replace(parts[k].spec, name=full[index].spec.name, description=full[index].spec.description)
     name, kwargs = parse_model_ref(ref)
     entry = REGISTRY[name]
     defaults = {k: p.default for k, p in inspect.signature(entry.factory).parameters.items()}

@@ -23,12 +23,13 @@ from dlbench.models.layers import (
 class InputSpec:
     """What one sample looks like and what its label is.
 
-    ``kind``: ``image`` (float32 C,H,W), ``vector`` (float32 D), ``tokens`` (int64 T).
+    ``kind``: ``image`` (float32 C,H,W), ``vector`` (float32 D), ``tokens`` (int64 T), ``sequence``
+    (float32 T,D: a transformer's activation, the input of one of its parts, :mod:`dlbench.models.split`).
     ``labels``: ``class`` (one int in [0, classes)), ``sequence`` (one int per step), ``none``.
     ``variable_length``: token sequences padded to the longest in the batch, with a mask.
     """
 
-    kind: Literal["image", "vector", "tokens"]
+    kind: Literal["image", "vector", "tokens", "sequence"]
     shape: Shape
     labels: Literal["class", "sequence", "none"] = "class"
     classes: int = 0
