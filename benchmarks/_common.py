@@ -47,8 +47,8 @@ def command(argv: list[str] | None = None) -> str:
             return arg
         try:
             return str(path.resolve().relative_to(ROOT))
-        except ValueError:
-            return arg
+        except ValueError:  # a scratch folder of the machine it ran on (--workdir): not the reader's path
+            return "DIR" if path.is_absolute() else arg
 
     return shlex.join(["python", rel(argv[0], script=True), *map(rel, argv[1:])])
 
