@@ -108,3 +108,11 @@ def study_part(marker: Path, argv: list[str], db: str | None = None) -> dict:
         raise SystemExit(f"dlbench {' '.join(argv)} exited {out.returncode}: {out.stderr[-2000:]}")
     marker.write_text(json.dumps(part))
     return part
+
+
+def report_section(md: str, title: str) -> str:
+    """One ``## title`` section of a report.md, its headings moved down two levels for a fragment."""
+    start = md.index(f"## {title}")
+    end = md.find("\n## ", start + 3)
+    text = md[start:end if end > 0 else None]
+    return text.replace("\n### ", "\n##### ").replace(f"## {title}", f"#### {title}", 1)

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from _common import dlbench, header, study_part
+from _common import report_section as section
 
 GRID = ["--scenario", "generate", "--model", "gpt2,smollm2-135m",
         "--framework", "torch,jax,tensorflow,onnxruntime,openvino", "--variant", "eager,compile,jit,function,default",
@@ -32,14 +33,6 @@ SERVER = ["--scenario", "generate-server", "--model", "gpt2", "--framework", "to
           "--loadgen-min-duration", "20", "--loadgen-min-queries", "16"]
 TINY_SERVER = [*SERVER[:SERVER.index("--prompt-len")], "--prompt-len", "16", "--new-tokens", "4", "--ttft-ms",
                "2000", "--tpot-ms", "250", "--loadgen-min-duration", "3", "--loadgen-min-queries", "4"]
-
-
-def section(md: str, title: str) -> str:
-    """One ``## title`` section of a report.md, its headings moved down two levels for the fragment."""
-    start = md.index(f"## {title}")
-    end = md.find("\n## ", start + 3)
-    text = md[start:end if end > 0 else None]
-    return text.replace("\n### ", "\n##### ").replace(f"## {title}", f"#### {title}", 1)
 
 
 def slowest(results) -> object | None:
