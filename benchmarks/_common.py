@@ -116,3 +116,12 @@ def report_section(md: str, title: str) -> str:
     end = md.find("\n## ", start + 3)
     text = md[start:end if end > 0 else None]
     return text.replace("\n### ", "\n##### ").replace(f"## {title}", f"#### {title}", 1)
+
+
+def reported_run(work: Path, name: str, argv: list[str], db: str) -> tuple[dict, str, str]:
+    """A study's ``dlbench run`` (:func:`study_part`: read back or resumed from ``work``), its run id and
+    its report.md (``dlbench report`` into ``work/<name>-report``)."""
+    part = study_part(work / f"{name}.json", [*argv, "--db", db, "--json"], db=db)
+    run_id = json.loads(part["stdout"])["run_id"]
+    dlbench("report", run_id, "--db", db, "--out", str(work / f"{name}-report"))
+    return part, run_id, (work / f"{name}-report" / "report.md").read_text()

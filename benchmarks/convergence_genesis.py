@@ -14,11 +14,10 @@ accuracy and the agreement check of the training losses step by step.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
-from _common import dlbench, header, report_section, study_part
+from _common import header, report_section, reported_run
 
 MODEL = "gpt2:layers=2:dim=128:heads=4:vocab=256:seq_len=64"
 
@@ -36,10 +35,7 @@ def main() -> None:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         db = str(work / "results.db")
-        run = study_part(work / "run.json", [*argv, "--db", db, "--json"], db=db)
-        run_id = json.loads(run["stdout"])["run_id"]
-        dlbench("report", run_id, "--db", db, "--out", str(work / "report"))
-        md = (work / "report" / "report.md").read_text()
+        run, _, md = reported_run(work, "run", argv, db)
     print(head)
     print(f"- `dlbench {' '.join(argv)}`: exit code {run['returncode']}, {run['seconds'] / 60:.1f} min\n")
     print(report_section(md, "Convergence"))

@@ -18,7 +18,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from _common import dlbench, header, study_part
+from _common import header, reported_run, study_part
 from _common import report_section as section
 
 GRID = ["--scenario", "generate", "--model", "gpt2,smollm2-135m",
@@ -55,11 +55,7 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         db = str(work / "results.db")
         grid = TINY if args.tiny else GRID
-        run = study_part(work / "grid.json", ["run", *grid, "--db", db, "--json"], db=db)
-        run_id = json.loads(run["stdout"])["run_id"]
-        out = work / "report"
-        dlbench("report", run_id, "--db", db, "--out", str(out))
-        md = (out / "report.md").read_text()
+        run, run_id, md = reported_run(work, "grid", ["run", *grid], db)
         res = api.results(run_id, db)
         worst = slowest(res)
         prof_argv = None
@@ -71,10 +67,7 @@ def main() -> None:
             prof = study_part(work / "profile.json", [*prof_argv, "--db", db, "--json"], db=db)
             prof_res = api.results(json.loads(prof["stdout"])["run_id"], db)
         server_argv = ["run", *(TINY_SERVER if args.tiny else SERVER)]
-        server = study_part(work / "server.json", [*server_argv, "--db", db, "--json"], db=db)
-        server_id = json.loads(server["stdout"])["run_id"]
-        dlbench("report", server_id, "--db", db, "--out", str(work / "server-report"))
-        server_md = (work / "server-report" / "report.md").read_text()
+        server, _, server_md = reported_run(work, "server", server_argv, db)
 
     print(head)
     print(f"- grid: `dlbench {' '.join(grid)}`: exit code {run['returncode']}, {run['seconds'] / 60:.1f} min")
