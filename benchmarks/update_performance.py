@@ -27,7 +27,7 @@ ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "f
          "versions_study", "torch_release_size", "versions_study_torch", "explain_study_t1", "explain_study_t2",
          "jax_layout_profile", "explain_fcnr_t1", "explain_resnet56_t1", "bootstrap_speed", "trust_figures",
          "ci_time", "bisect_jax", "bisect_jax_faster", "adaptive_study", "noise_remedies", "transformers_study",
-         "generation_study", "convergence_genesis"]
+         "generation_study", "generate_vs_transformers", "convergence_genesis"]
 
 INTRO = """# Performance of dlbench itself
 
