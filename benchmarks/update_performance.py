@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent / "docs"
 FRAGMENTS = DOCS / "performance"
 ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "fidelity_tensorflow",
-         "fidelity_transformers",
+         "fidelity_transformers", "fidelity_keras_hub",
          "compare_selfcheck", "gemm_probe", "side_by_side_backends", "side_by_side_compile", "side_by_side_environments",
          "side_by_side_h2o", "ray_fanout", "serving_study", "explain_study", "profile_overhead", "precision_study",
          "versions_study", "torch_release_size", "versions_study_torch", "explain_study_t1", "explain_study_t2",

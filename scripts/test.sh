@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -c constraints.txt -e '.[all,test]'
+# keras-hub (the fidelity check of the Keras models, gate/keras_hub_models.py) without its dependencies:
+# its tensorflow-text requirement would install a second, full TensorFlow; building a model needs neither
+.venv/bin/pip install -q --no-deps -c constraints.txt keras-hub
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/lint-imports  # the layers contract in pyproject.toml: an upward import fails here
 if [ "$#" -gt 0 ]; then  # tests named on the command line: one plain pytest run
