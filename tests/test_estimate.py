@@ -139,3 +139,19 @@ def test_an_epoch_of_a_token_stream_counts_windows_not_tokens():
     s = suite_from_dict({"models": [model], "scenarios": ["convergence"], "data": {"default": "genesis"}})
     c = Cell("torch", "eager", model, "convergence", 8, 1, data="genesis")
     assert _epoch_samples(s, [c]) == {"genesis": 175849 // 32}
+
+
+def test_a_damaged_stored_cell_is_no_evidence_and_breaks_no_estimate(tmp_path):
+    """The estimate reads every recent run before `dlbench run` starts: a cell whose cost or samples are
+    not times (text, negative, infinite) is skipped, not a traceback that would stop every run."""
+    from dlbench.measure.environment import machine
+    from dlbench.planning.history import load_history
+
+    env = {"cpu": {"model": "Test CPU", "flags": []}, "usable_cores": 2, "gpus": []}
+    good = {"start_s": 2.0, "build_s": 0.0, "warmup_s": 0.0, "timed_s": 1.0, "rest_s": 0.0, "processes": 1}
+    bad = {**good, "start_s": "a while"}
+    db = tmp_path / "r.db"
+    _store_run(db, [(cell(), 5.0, bad, 40.0), (cell(threads=2), 5.0, good, float("inf")),
+                    (cell(model="resnet-56"), 5.0, good, 30.0)], env)
+    history = load_history(db, machine(env))
+    assert set(history.calls) == {cell(model="resnet-56").key} and history.start_s(cell()) == 2.0

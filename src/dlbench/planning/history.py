@@ -98,26 +98,41 @@ def _read(store: Store, here: dict) -> History:
         for rec in store.cells(run["id"]):
             if rec.status != "ok":
                 continue
-            cost = rec.metrics.get("cost") or {}
-            processes = cost.get("processes") or 0
-            if processes and cost.get("timed_s"):  # a scenario whose processes report their parts
-                per_process = (cost["start_s"] + cost["build_s"] + cost["rest_s"]) / processes
+            try:
+                per_process, call = _evidence(store, rec)
+            except (TypeError, ValueError, KeyError, ArithmeticError):  # a damaged row is no evidence
+                continue
+            if per_process is not None:
                 overhead[(rec.framework, rec.variant, rec.scenario)].append(per_process)
                 by_framework[rec.framework].append(per_process)
-            if rec.key in out.calls:  # a newer run measured it already
+            if call is None or rec.key in out.calls:  # none, or a newer run measured it already
                 continue
-            values = [s.value_ns for s in store.samples(rec.id, "measure")]
-            if not values:
-                continue
-            call = statistics.median(values) / 1e9
             out.calls[rec.key] = call
             cell = Cell(rec.framework, rec.variant, rec.model, rec.scenario, rec.batch, rec.threads, rec.device,
                         rec.data, precision=rec.precision)
-            flops = flops_of_call(cell) if cell.key == rec.key else None  # not a scaling cell's workers
-            if flops and call > 0:
+            try:
+                flops = flops_of_call(cell) if cell.key == rec.key else None  # not a scaling cell's workers
+            except (UsageError, ValueError):  # a scenario or model this dlbench does not know (a plug-in's)
+                flops = None
+            if flops:
                 kind = "cpu" if rec.device == "cpu" else "gpu"
                 rates[kind].append(flops / call / (rec.threads if kind == "cpu" else 1))
     out.overhead = {k: statistics.median(v) for k, v in overhead.items()}
     out.overhead_framework = {k: statistics.median(v) for k, v in by_framework.items()}
     out.rate = {k: statistics.median(v) for k, v in rates.items()}
     return out
+
+
+def _evidence(store: Store, rec) -> tuple[float | None, float | None]:
+    """A stored cell's overhead per process (None: its processes reported no parts) and its median
+    timed sample in seconds (None: no ``measure`` samples)."""
+    cost = rec.metrics.get("cost") or {}
+    processes = cost.get("processes") or 0
+    per_process = None
+    if processes and cost.get("timed_s"):  # a scenario whose processes report their parts
+        per_process = float(cost["start_s"] + cost["build_s"] + cost["rest_s"]) / processes
+    values = [s.value_ns for s in store.samples(rec.id, "measure")]
+    call = statistics.median(values) / 1e9 if values else None
+    if (per_process is not None and not per_process >= 0) or (call is not None and not 0 < call < float("inf")):
+        raise ValueError("not a time")
+    return per_process, call
