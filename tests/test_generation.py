@@ -88,6 +88,31 @@ def test_the_decoders_with_past_pass_the_gate_and_a_past_one_position_short_fail
 
 
 @requires("openvino")
+def test_openvinos_stateful_decoder_keeps_the_cache_inside_and_passes_the_gate():
+    """The stateful variant (OpenVINO's make-stateful transformation: the past/present pairs become the
+    model's state) takes only tokens, passes the gate, and a prompt after a first one starts from an
+    empty cache (reset_state): a decoder that kept the last prompt's state fails."""
+    from dlbench.generation.onnx_decoder import OpenVINODecoder
+
+    res = verify_generation("openvino", "gpt2", "stateful")
+    assert res.passed and res.cache_error < 1e-5, res.reason
+    spec = get_model("gpt2", small=True, seq_len=12)
+    decoder = make_decoder("openvino", spec, init_weights(spec, seed=0), 1, 12, "fp32", "stateful")
+    assert [i.get_any_name() for i in decoder.compiled.inputs] == ["tokens"]
+    prompt = prompts(spec.input.vocab, 1, 4, 0, 0)
+    first = greedy(decoder, prompt, 3).tokens
+    assert np.array_equal(greedy(decoder, prompt, 3).tokens, first)  # the second prompt saw no stale state
+
+    class KeepsState(OpenVINODecoder):
+        def prefill(self, prompt):
+            logits, token = self.call({"tokens": np.ascontiguousarray(prompt, np.int64)})  # no reset_state
+            self.pos = prompt.shape[1]
+            return logits, token
+    res = verify_generation("openvino", "gpt2", "stateful", decoder_cls=KeepsState)
+    assert res.verdict == "fail", res.reason
+
+
+@requires("openvino")
 def test_openvinos_decoder_runs_bf16_by_its_hint_and_passes_the_gate():
     """OpenVINO's decoder with past at bf16 (its inference precision hint on the float32 export): the
     runtime graph computes in bfloat16 and the generation gate passes at bf16's tolerance. ONNX

@@ -5,7 +5,9 @@ On the model's small form (as the equivalence gate, :mod:`dlbench.gate.verify`),
 
 1. **the reference** decodes greedily in float64 (:mod:`dlbench.gate.reference`, the whole sequence
    recomputed at every step): its tokens and each step's logits;
-2. **the decoder** is fed the same prompt and then, at every step, the *reference's* token (teacher
+2. **the decoder** first generates from another prompt (a decoder serves several prompts in a row, the
+   warm-up and then the timed generations, so one whose cache carries a prompt into the next fails the
+   checks below), then is fed the same prompt and, at every step, the *reference's* token (teacher
    forcing), so one disagreement never derails the steps after it; its logits and tokens per step;
 3. **cache against recomputation**: the framework's own model (its backend's ``forward``, the closure
    the equivalence gate checked) recomputes the whole sequence; every step's cached logits must equal
@@ -34,7 +36,7 @@ from dlbench.frameworks import get_backend
 from dlbench.frameworks.base import UnsupportedError
 from dlbench.gate import reference
 from dlbench.gate.verify import TOLERANCES, Verdict, _rel
-from dlbench.generation.decoder import Decoder, NotDecodable, check_decodable, make_decoder
+from dlbench.generation.decoder import Decoder, NotDecodable, check_decodable, greedy, make_decoder
 from dlbench.models import get_model
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights, init_weights
@@ -115,6 +117,10 @@ def verify_generation(framework: str, model_ref: str, variant: str = "", precisi
         else:
             decoder = decoder_cls(spec, weights, BATCH, PROMPT + NEW_TOKENS, precision, variant, device)
         res.variant = decoder.variant
+        # a decoder serves several prompts in a row (the warm-up, then the timed generations): one goes
+        # first here, so a cache that carries a prompt's keys into the next fails the checks below
+        other = np.random.default_rng([seed, 34]).integers(0, spec.input.vocab, (BATCH, PROMPT)).astype(np.int64)
+        greedy(decoder, other, NEW_TOKENS)
         logits, token = decoder.prefill(prompt)
         steps, tokens = [decoder.host(logits)], [decoder.host(token)]
         for i in range(1, NEW_TOKENS):  # teacher forcing: the reference's token, whatever the decoder chose

@@ -185,8 +185,15 @@ class OnnxRuntimeDecoder(_WithPastDecoder):
 
 
 class OpenVINODecoder(_WithPastDecoder):
+    """OpenVINO runs the graph with past in two ways: ``default``, the past as inputs and outputs (as
+    ONNX Runtime does); ``stateful``, OpenVINO's own form for LLMs (what OpenVINO GenAI and Optimum
+    Intel run), the past/present pairs turned into the model's internal state by OpenVINO's
+    make-stateful transformation, so the cache stays inside the engine between calls and only the
+    tokens go in (``reset_state`` before each prompt)."""
+
     framework = "openvino"
     precisions = ("fp32", "bf16")
+    variants = ("default", "stateful")
 
     def __init__(self, *args, **kwargs):
         import openvino as ov
@@ -196,6 +203,11 @@ class OpenVINODecoder(_WithPastDecoder):
         super().__init__(*args, **kwargs)
         core = ov.Core()
         model = core.read_model(io.BytesIO(self.graph).getvalue(), b"")
+        self.stateful = self.variant == "stateful"
+        if self.stateful:
+            from openvino._offline_transformations import apply_make_stateful_transformation
+
+            apply_make_stateful_transformation(model, {n: n.replace("past", "present") for n in self.names})
         hint = HINTS[self.precision]
         self.compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": self.threads,
                                                           "INFERENCE_PRECISION_HINT": hint})
@@ -211,7 +223,27 @@ class OpenVINODecoder(_WithPastDecoder):
         result = self.request.infer(feeds)
         return [np.array(result[o]) for o in self.outputs]
 
+    def prefill(self, prompt: np.ndarray) -> tuple[Any, Any]:
+        if not self.stateful:
+            return super().prefill(prompt)
+        self.request.reset_state()  # an empty cache: the prompt's keys and values are its first
+        logits, token = self.call({"tokens": np.ascontiguousarray(prompt, np.int64)})
+        self.pos = prompt.shape[1]
+        return logits, token
+
+    def step(self, tokens: Any) -> tuple[Any, Any]:
+        if not self.stateful:
+            return super().step(tokens)
+        logits, token = self.call({"tokens": np.ascontiguousarray(np.asarray(tokens).reshape(-1, 1), np.int64)})
+        self.pos += 1
+        return logits, token
+
     def info(self) -> dict[str, Any]:
+        if self.stateful:
+            return {"cache": "OpenVINO state (make-stateful transformation of the past/present pairs; reset per prompt)",
+                    "exporter": f"torch.onnx TorchScript, opset {OPSET}",
+                    "engine": f"OpenVINO compiled model (CPU, {HINT_NAMES[self.precision]})", "threads": self.threads,
+                    "runtime": self.runtime}
         return {"cache": "past/present key-value inputs and outputs (grows one position a step)",
                 "exporter": f"torch.onnx TorchScript, opset {OPSET}",
                 "engine": f"OpenVINO compiled model (CPU, {HINT_NAMES[self.precision]})", "threads": self.threads,
