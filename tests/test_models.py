@@ -142,3 +142,16 @@ def test_a_transformer_part_names_its_blocks():
 
     assert [p.label for p in split.split(verify_spec("gpt2"))] == ["wte+wpe+h0+h1+ln_f"]
     assert [p.label for p in split.split(verify_spec("vit-b16"))] == ["patch+position+l0+l1+ln", "head"]
+
+
+def test_a_reference_with_a_longer_input_is_gated_at_the_small_forms_size():
+    """`gpt2:...:seq_len=64` (a small GPT on the shipped text) and MLPerf's `bert-base:seq_len=384` failed the
+    gate before it ran: the reference's length overrode the small form's and overflowed its 16 positions.
+    The gate's form keeps its own input size; the other options, and a caller's overrides, still apply."""
+    from dlbench.models import verify_spec
+
+    gpt = verify_spec("gpt2:layers=2:dim=128:heads=4:vocab=256:seq_len=64")
+    assert gpt.input.shape == (8,) and gpt.input.vocab == 256 and gpt.name.endswith("seq_len=64:vocab=256")
+    assert verify_spec("bert-base:seq_len=384").input.shape == (12,)
+    assert get_model("bert-base:seq_len=384").input.shape == (384,)  # the measured model is the one asked for
+    assert get_model("gpt2:seq_len=64", small=True, seq_len=13).input.shape == (13,)

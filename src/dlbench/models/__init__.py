@@ -98,6 +98,10 @@ def parse_model_ref(ref: str) -> tuple[str, dict]:
     return name, kwargs
 
 
+#: options that size a model's input: its small form (the gate's) keeps its own, whatever the reference says
+GATE_SIZES = ("seq_len", "image_size")
+
+
 def get_model(ref: str, small: bool = False, **overrides) -> ModelSpec:
     """The spec for a model reference (``MODEL[:option=value...][#PART]``, a part as
     :mod:`dlbench.models.split` defines it). ``small`` uses the gate's reduced input size."""
@@ -115,7 +119,10 @@ def get_model(ref: str, small: bool = False, **overrides) -> ModelSpec:
     name, kwargs = parse_model_ref(ref)
     entry = REGISTRY[name]
     defaults = {k: p.default for k, p in inspect.signature(entry.factory).parameters.items()}
-    options = {**kwargs, **overrides}
+    # the gate's form keeps its own input size: `gpt2:seq_len=64` (or bert-base's MLPerf 384) is gated
+    # at the small form's sequence, which its small position table holds (the caller's overrides still win)
+    user = {k: v for k, v in kwargs.items() if not (small and k in GATE_SIZES and k in entry.small)}
+    options = {**user, **overrides}
     try:
         spec = entry.factory(**({**entry.small, **options} if small else options))
     except (TypeError, ValueError) as exc:
