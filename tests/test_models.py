@@ -140,8 +140,10 @@ def test_a_transformer_part_names_its_blocks():
     nearly every parameter were missing from it."""
     from dlbench.models import split
 
-    assert [p.label for p in split.split(verify_spec("gpt2"))] == ["wte+wpe+h0+h1+ln_f"]
-    assert [p.label for p in split.split(verify_spec("vit-b16"))] == ["patch+position+l0+l1+ln", "head"]
+    assert [p.label for p in split.split(verify_spec("gpt2"))] == [
+        "wte+wpe", "h0 attention", "h0 mlp", "h1 attention", "h1 mlp+ln_f+wte.head"]
+    assert [p.label for p in split.split(verify_spec("vit-b16"))] == [
+        "patch+position", "l0 attention", "l0 mlp", "l1 attention", "l1 mlp+ln", "head"]
 
 
 def test_a_reference_with_a_longer_input_is_gated_at_the_small_forms_size():
