@@ -68,8 +68,9 @@ def main() -> None:
             prof_argv = ["run", "--scenario", "generate", "--model", c.model, "--framework", c.framework, "--variant",
                          c.variant, "--batch", "1", "--threads", str(c.threads), "--repeats", "1", "--generations", "1",
                          "--profile", "20", *(grid[grid.index("--prompt-len"):] if args.tiny else [])]
-            prof = study_part(work / "profile.json", [*prof_argv, "--db", db, "--json"], db=db)
-            prof_res = api.results(json.loads(prof["stdout"])["run_id"], db)
+            prof_db = str(work / "profile.db")  # its own: a run the grid's database holds is not taken for it
+            prof = study_part(work / "profile.json", [*prof_argv, "--db", prof_db, "--json"], db=prof_db)
+            prof_res = api.results(json.loads(prof["stdout"])["run_id"], prof_db)
         server_argv = ["run", *(TINY_SERVER if args.tiny else SERVER)]
         server, _, server_md = reported_run(work, "server", server_argv, db)
 

@@ -52,6 +52,11 @@ class Dataset:
     def sample_shape(self) -> tuple[int, ...]:
         return tuple(int(d) for d in self.x.shape[1:])
 
+    @property
+    def max_batch(self) -> int:
+        """The largest batch one pass can use: the samples, or a stream's rows of ``seq_len`` + 1 tokens."""
+        return len(self) // (self.seq_len + 1) if self.kind == "stream" else len(self)
+
     def num_batches(self, batch_size: int, drop_last: bool = True) -> int:
         _check_batch_size(batch_size)
         if self.kind == "stream":
