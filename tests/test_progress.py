@@ -109,7 +109,8 @@ def test_dry_run_lists_cells_and_estimate_and_stores_nothing(tmp_path, capsys, m
         out = capsys.readouterr().out
         assert "fakefw/ok/lenet/forward/b64/t1/cpu" in out and "fakefw/ok/lenet/gradient/b64/t1/cpu" in out
         assert re.search(r"onnxruntime/default/lenet/gradient/b64/t1/cpu\s*│\s*unsupported: no process", out)
-        assert re.search(r"estimate: about [\d a-z]+ \(rough, from the protocol: 3 process\(es\) per cell", out)
+        assert re.search(r"estimate: about [\d a-z]+ \(rough, from the protocol and no earlier run on this machine in this "
+                     r"database: .*: 3 process\(es\) per cell", out)
         assert "no run created" in out
         assert main([*args, "--json"]) == 0
         data = json.loads(capsys.readouterr().out)

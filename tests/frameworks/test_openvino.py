@@ -183,11 +183,14 @@ def _native_bf16() -> bool:
     return any(f in cpu_flags() for f in NATIVE["bf16"])
 
 
-@pytest.mark.parametrize("model", ["lenet", "gpt2"])
+@pytest.mark.parametrize("model", ["lenet"])
 def test_bf16_is_openvinos_precision_hint_and_is_read_off_the_runtime_graph(exports, model):
     """bf16 cells ask INFERENCE_PRECISION_HINT=bf16; what runs is observed on the compiled model's runtime
     graph (every multiplying node, and those reading constant weights), not assumed from the hint. A CPU
-    without native bf16 gets f32 from OpenVINO, which is refused."""
+    without native bf16 gets f32 from OpenVINO, which is refused. (LeNet only: after a bf16 GPT-2 was
+    compiled and its runtime graph read, a later float32 model in the same process ran some of its nodes
+    a different number of times per call, which tests/test_profile.py counts; dlbench measures every cell
+    in a fresh process. The transformers' bf16 runtime graph is read in tests/test_generation.py.)"""
     import openvino as ov
 
     b = get_backend("openvino")
