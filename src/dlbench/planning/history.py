@@ -27,7 +27,7 @@ from pathlib import Path
 from dlbench.core.cell import Cell
 from dlbench.core.errors import UsageError
 from dlbench.measure.environment import machine, this_machine
-from dlbench.models import UnknownModelError, get_model
+from dlbench.models import UnknownModelError
 from dlbench.scenarios import registry
 from dlbench.storage.store import Store
 
@@ -63,11 +63,8 @@ class History:
 
 def flops_of_call(cell: Cell) -> float | None:
     """FLOPs of one call of the cell's closure, where its scenario counts them (None elsewhere)."""
-    factor = registry.of_stored(cell.scenario).flop_factor
-    if factor is None:
-        return None
     try:
-        return get_model(cell.model).flops_per_sample * cell.global_batch * factor
+        return registry.of_stored(cell.scenario).call_flops(cell)
     except UnknownModelError:
         return None
 

@@ -232,11 +232,16 @@ class Scenario(ABC):
                        protocol=suite.protocol.timer_fields(), settings=settings_dict(settings),
                        optimizer=suite.optimizer.model_dump(mode="json") if self.updates else None)
 
+    def call_flops(self, cell: Cell, factor: float | None = None) -> float | None:
+        """FLOPs of one call of the cell's closure at this scenario's ``flop_factor`` (or ``factor``);
+        None where the scenario counts none."""
+        factor = factor or self.flop_factor
+        return None if factor is None else get_model(cell.model).flops_per_sample * cell.global_batch * factor
+
     def call_seconds(self, cell: Cell, suite: SuiteView, flops_per_s: float) -> float:
         """A guess at one stored ``measure`` sample of the cell (here one call of its closure) at
         ``flops_per_s``, for a cell this machine never measured: the unit ``estimate`` counts in."""
-        flops = get_model(cell.model).flops_per_sample * cell.global_batch * (self.flop_factor or 3.0)
-        return max(flops / flops_per_s, 1e-4)
+        return max(self.call_flops(cell, self.flop_factor or 3.0) / flops_per_s, 1e-4)
 
     def estimate(self, cell: Cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
         """A rough guess at the cell's wall time before anything is measured (``dlbench run --dry-run``
