@@ -6,6 +6,8 @@
 #
 #     OUT=/tmp/gpu benchmarks/gpu_check.sh            # the whole check (about 9 minutes on an H100)
 #     OUT=/tmp/gpu DEVICE=cpu QUICK=1 benchmarks/gpu_check.sh   # the same steps on the CPU, tiny
+#     OUT=/tmp/gpu STEPS="run show" MODELS=bert-base,gpt2 RUN_LIMIT=480 benchmarks/gpu_check.sh
+#                                       # only those steps (a measured grid of the models named; each is gated first)
 #
 # docs/gpu.md quotes what one run printed, with the machine it ran on.
 set -u
@@ -15,12 +17,15 @@ DEVICE=${DEVICE:-cuda}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 DB="$OUT/gpu.db"
-if [ -n "${QUICK:-}" ]; then TIMING=(--repeats 2 --min-time 0.1 --warmup 2 --min-iters 3); MODELS=gpt2; GEN=(--prompt-len 8 --new-tokens 4 --generations 2)
-else TIMING=(--repeats 2 --min-time 1); MODELS=gpt2; GEN=(); fi
+if [ -n "${QUICK:-}" ]; then TIMING=(--repeats 2 --min-time 0.1 --warmup 2 --min-iters 3); GEN=(--prompt-len 8 --new-tokens 4 --generations 2)
+else TIMING=(--repeats 2 --min-time 1); GEN=(); fi
+MODELS=${MODELS:-gpt2}
+STEPS=" ${STEPS:-verify-torch verify-jax generate run verify-compile show} "
 GATE_MODELS=${GATE_MODELS:-lenet,resnet-56,lstm-ptb,bert-base,gpt2,vit-b16,smollm2-135m}
 
-step() {  # step NAME SECONDS COMMAND...: run one step, its output to OUT/NAME.txt and here
+step() {  # step NAME SECONDS COMMAND...: run one step (if STEPS names it), its output to OUT/NAME.txt and here
     local name=$1 limit=$2; shift 2
+    [[ "$STEPS" == *" $name "* ]] || return 0
     echo "== $name: $*" | tee "$OUT/$name.txt"
     local t0=$SECONDS
     timeout "$limit" "$@" >>"$OUT/$name.txt" 2>&1
@@ -40,7 +45,7 @@ step verify-torch 90 $PY -m dlbench verify --device "$DEVICE" --framework torch 
 step verify-jax 150 $PY -m dlbench verify --device "$DEVICE" --framework jax --precision fp32,bf16 --model "$GATE_MODELS"
 step generate 80 $PY -m dlbench run --db "$DB" --device "$DEVICE" --framework torch,jax --model gpt2 --threads 2 \
     --scenario generate --precision fp32,bf16 --batch 1,4 "${TIMING[@]}" "${GEN[@]}"
-step run 130 $PY -m dlbench run --db "$DB" --device "$DEVICE" --framework torch,jax --model "$MODELS" --threads 2 \
+step run "${RUN_LIMIT:-130}" $PY -m dlbench run --db "$DB" --device "$DEVICE" --framework torch,jax --model "$MODELS" --threads 2 \
     --scenario forward,train_step --precision fp32,bf16 --batch 8 "${TIMING[@]}"
 step verify-compile 60 $PY -m dlbench verify --device "$DEVICE" --framework torch --variant compile --model gpt2
 step show 20 $PY -m dlbench show --db "$DB"

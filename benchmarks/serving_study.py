@@ -3,6 +3,11 @@ scenarios for LeNet, ResNet-56 and the IMDB LSTM in every inference engine, at 1
 
     python benchmarks/update_performance.py serving_study            # LoadGen's rules, 3 x 3,500 calls
     python benchmarks/update_performance.py serving_study --args=--quick
+    python benchmarks/update_performance.py serving_study_bert     # MLPerf's BERT shape (issue #32)
+
+``--model``, ``--framework``, ``--threads`` and ``--latency-calls`` change the grid (``serving_study_bert``
+is bert-base at sequence length 384 in torch, ONNX Runtime and OpenVINO at 2 threads, 200 latency calls
+a process: a call takes a few hundred milliseconds here).
 
 ``--quick`` shortens everything (1,000 calls in 2 processes: no p99.9; LoadGen runs of 2 s, marked
 as not meeting LoadGen's rules). Prints the report's "Latency and load" section of the run, and the
@@ -30,14 +35,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--db", help="keep the run in this database (default: a scratch one)")
+    ap.add_argument("--model", default=MODELS)
+    ap.add_argument("--framework", default=FRAMEWORKS)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--latency-calls", help="calls per process of the latency scenario (default: dlbench's)")
     args = ap.parse_args()
+    quick = [*QUICK] if args.quick else []
+    if args.latency_calls:
+        quick = [a for i, a in enumerate(quick) if a != "--latency-calls" and (i == 0 or quick[i - 1] != "--latency-calls")]
+        quick += ["--latency-calls", args.latency_calls]
+    grid = ["--model", args.model, "--framework", args.framework, "--threads", args.threads, *quick]
     # the load average before the study, not after
     head = header("Deployment: latency percentiles and MLPerf LoadGen" + (" (quick form)" if args.quick else ""))
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(args.db) if args.db else Path(tmp) / "results.db"
         argv = [sys.executable, "-m", "dlbench", "run", "--scenario", "latency,loadgen-offline,loadgen-server",
-                "--model", MODELS, "--framework", FRAMEWORKS, "--threads", "1,2", "--db", str(db), "--json",
-                *(QUICK if args.quick else [])]
+                *grid, "--db", str(db), "--json"]
         t0 = time.perf_counter()
         out = subprocess.run(argv, capture_output=True, text=True)
         wall = time.perf_counter() - t0
@@ -51,8 +64,7 @@ def main() -> None:
     section = md[md.index("## Latency and load"):]
     section = section[:section.index("\n## ", 3)]
     print(head)
-    print(f"- run: `dlbench run --scenario latency,loadgen-offline,loadgen-server --model {MODELS} "
-          f"--framework {FRAMEWORKS} --threads 1,2{' ' + ' '.join(QUICK) if args.quick else ''}`; "
+    print(f"- run: `dlbench run --scenario latency,loadgen-offline,loadgen-server {' '.join(grid)}`; "
           f"{len(res.cells)} cells in {wall / 60:.1f} min, exit code {out.returncode}")
     for c in res.cells:
         if not c.ok:

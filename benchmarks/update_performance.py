@@ -27,6 +27,7 @@ ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "f
          "versions_study", "torch_release_size", "versions_study_torch", "explain_study_t1", "explain_study_t2",
          "jax_layout_profile", "explain_fcnr_t1", "explain_resnet56_t1", "bootstrap_speed", "trust_figures",
          "ci_time", "bisect_jax", "bisect_jax_faster", "adaptive_study", "noise_remedies", "transformers_study",
+         "transformers_study_t1", "serving_study_bert",
          "generation_study", "generate_vs_transformers", "convergence_genesis"]
 
 INTRO = """# Performance of dlbench itself
@@ -53,7 +54,11 @@ PARTS = {"versions_study_torch": ("versions_study.py", ["--only", "torch"]),
          "explain_study_t2": ("explain_study.py", ["--threads", "2"]),
          "explain_fcnr_t1": ("explain_study.py", ["--threads", "1", "--only", "fcn-r", "--profile", "2"]),
          "explain_resnet56_t1": ("explain_study.py", ["--threads", "1", "--only", "resnet-56", "--profile", "2"]),
-         "bisect_jax_faster": ("bisect_jax.py", ["--faster"])}
+         "bisect_jax_faster": ("bisect_jax.py", ["--faster"]),
+         "transformers_study_t1": ("transformers_study.py", ["--threads", "1"]),
+         "serving_study_bert": ("serving_study.py", ["--quick", "--model", "bert-base:seq_len=384", "--framework",
+                                                     "torch,onnxruntime,openvino", "--threads", "2",
+                                                     "--latency-calls", "200"])}
 
 
 def _command(name: str, extra: list[str]) -> tuple[Path, list[str]]:

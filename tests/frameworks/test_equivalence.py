@@ -38,12 +38,17 @@ _cache: dict = {}
 #: H2O builds multilayer perceptron classifiers only (frameworks/h2o.py ``plan_of``)
 _H2O_MLP_ONLY = "h2o deep learning builds multilayer perceptrons only (no convolution"
 _H2O_CLASSIFIERS = "h2o deep learning trains classifiers here (softmax output)"
+TRANSFORMERS = ("bert-base", "gpt2", "vit-b16", "smollm2-135m")
+#: MXNet, Chainer and PyTensor have no attention layer in dlbench (Paddle has: frameworks/paddle_layers.py)
+_NO_TRANSFORMER_LAYERS = "backend has no rule for layer"
 #: (framework, model) -> words its ``unsupported`` reason holds: every pair the gate may call unsupported
 EXPECTED_UNSUPPORTED: dict[tuple[str, str], str] = {
     **{("h2o", m): _H2O_MLP_ONLY for m in ("lenet", "alexnet", "alexnet-s", "lstm-imdb", "alexnet-r", "resnet-56",
                                            "resnet-50", "resnet-50-cifar", "conv", "alexnet:lrn=0:groups=1")},
     **{("h2o", m): _H2O_CLASSIFIERS for m in ("lstm-ptb", "dense-1", "sae:phase=pretrain1", "sae:phase=pretrain3")},
+    **{("h2o", m): _H2O_MLP_ONLY for m in TRANSFORMERS},
     ("h2o", "gemm"): "h2o deep learning builds multilayer perceptrons only; it has no Dense layer",
+    **{(fw, m): _NO_TRANSFORMER_LAYERS for fw in ("mxnet", "chainer", "pytensor") for m in TRANSFORMERS},
 }
 
 

@@ -15,6 +15,16 @@ def test_gate_passes_on_both_variants():
                                                        if r.verdict != "pass"]
 
 
+def test_transformers_pass_the_gate_on_both_variants():
+    """Paddle's SDPA attention (frameworks/paddle_layers.py), with the gate's causal and padding mask checks
+    and both optimisers' update check: GPT-2 (learned positions, tied head) and SmolLM2 (RoPE, grouped-query
+    attention, RMSNorm, SwiGLU) here; BERT (padding mask, post-norm) and ViT (patches) in the nightly set."""
+    results = verify(models=env_models(["gpt2", "smollm2-135m"], ["bert-base", "vit-b16"]), frameworks=["paddle"],
+                     variants=["all"])
+    assert results and all(r.verdict == "pass" for r in results), [(r.model, r.variant, r.reason) for r in results
+                                                                    if r.verdict != "pass"]
+
+
 def test_to_static_train_step_computes_gradients_and_updates_every_parameter():
     out = run_in_framework("paddle", """
         import json, numpy as np

@@ -28,6 +28,10 @@ Fast path and fairness settings:
 * Batch norm: Paddle's ``momentum`` weights the old running value, so it is 1 - the spec's; its
   running statistics (``_mean``, ``_variance``) are parameters with ``trainable=False`` in Paddle and
   are not counted as the spec's parameters.
+* transformers: ``frameworks/paddle_layers.py`` (Paddle 3's ``scaled_dot_product_attention`` in its
+  (N, T, heads, head_dim) layout, ``nn.LayerNorm``, ``nn.GELU``; RMSNorm composed, as PaddleNLP's
+  Llama does on the CPU). Paddle's ``nn.Linear`` weight is (in, out), the spec's layout, so no
+  projection is transposed.
 * average pooling: ``exclusive=True`` (divide by the in-bounds elements) is Caffe's rule when there is
   no padding, which is every average pooling of the zoo (AlexNet-R's ceil-mode windows included).
 """
@@ -47,6 +51,7 @@ from paddle import nn
 
 from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
+from dlbench.frameworks import paddle_layers as PL
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.builder import LayerBuilder, make_optimizer
 from dlbench.measure.profile import ProfileTrace, complete_events, read_trace
@@ -57,7 +62,7 @@ from dlbench.models.weights import Weights
 
 
 class Seq(nn.Layer):
-    """Runs layers in order, passing the mask to a masked mean and keeping the Mark'd activation."""
+    """Runs layers in order, passing the mask to those that need it and keeping the Mark'd activation."""
 
     def __init__(self, layers: list[nn.Layer]):
         super().__init__()
@@ -68,7 +73,7 @@ class Seq(nn.Layer):
         for m in self.layers:
             if isinstance(m, Mark):
                 target = x
-            elif isinstance(m, MaskedMean):
+            elif isinstance(m, MaskedMean | PL.TakesMask):
                 x = m(x, mask)
             else:
                 x = m(x)
@@ -265,6 +270,63 @@ class Builder(LayerBuilder):
     def make_residual(self, layer: L.Residual, shape) -> nn.Layer:
         return Residual(self.sequence(layer.body, shape)[0], self.sequence(layer.shortcut, shape)[0],
                         layer.post == "relu")
+
+    # --- transformer layers (frameworks/paddle_layers.py) ---
+    def make_positionembedding(self, layer: L.PositionEmbedding, shape) -> nn.Layer:
+        m = PL.PositionEmbedding(layer.max_len, layer.dim)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        return m
+
+    def make_segmentembedding(self, layer: L.SegmentEmbedding, shape) -> nn.Layer:
+        m = PL.SegmentEmbedding(layer.types, layer.dim)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        return m
+
+    def make_layernorm(self, layer: L.LayerNorm, shape) -> nn.Layer:
+        m = nn.LayerNorm(shape[-1], epsilon=layer.eps)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        self.params[f"{layer.name}.bias"] = (m.bias, _same, _same)
+        return m
+
+    def make_rmsnorm(self, layer: L.RMSNorm, shape) -> nn.Layer:
+        m = PL.RMSNorm(shape[-1], layer.eps)
+        self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
+        return m
+
+    def make_gelu(self, layer: L.GELU, shape) -> nn.Layer:
+        return nn.GELU(approximate=layer.approximate == "tanh")
+
+    def make_attention(self, layer: L.Attention, shape) -> nn.Layer:
+        heads, kv, hd = layer.dims(shape[-1])
+        m = PL.Attention(shape[-1], heads, kv, hd, layer.causal, layer.rope_theta, layer.bias, shape[0])
+        for proj in "qkvo":
+            linear = getattr(m, proj)
+            self.params[f"{layer.name}.w{proj}"] = (linear.weight, _same, _same)
+            if layer.bias:
+                self.params[f"{layer.name}.b{proj}"] = (linear.bias, _same, _same)
+        return m
+
+    def make_swiglu(self, layer: L.SwiGLU, shape) -> nn.Layer:
+        m = PL.SwiGLU(shape[-1], layer.hidden)
+        for leaf, linear in (("w_gate", m.gate), ("w_up", m.up), ("w_down", m.down)):
+            self.params[f"{layer.name}.{leaf}"] = (linear.weight, _same, _same)
+        return m
+
+    def make_skipblock(self, layer: L.SkipBlock, shape) -> nn.Layer:
+        return PL.SkipBlock(self.sequence(layer.body, shape)[0], self.sequence(layer.post, shape)[0])
+
+    def make_patchembed(self, layer: L.PatchEmbed, shape) -> nn.Layer:
+        m = PL.PatchEmbed(shape[0], layer.dim, layer.patch)
+        self.params[f"{layer.name}.weight"] = (m.proj.weight, _same, _same)
+        self.params[f"{layer.name}.bias"] = (m.proj.bias, _same, _same)
+        self.params[f"{layer.name}.cls"] = (m.cls, _same, _same)
+        return m
+
+    def make_taketoken(self, layer: L.TakeToken, shape) -> nn.Layer:
+        return PL.TakeToken(layer.index)
+
+    def make_lmhead(self, layer: L.LMHead, shape) -> nn.Layer:
+        return PL.TiedLMHead(self.params[f"{layer.tied_to}.weight"][0])
 
 
 class PaddleModel:
