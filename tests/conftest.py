@@ -206,9 +206,10 @@ def profile_in_framework(name: str, backend: str, scenario: str = "gradient") ->
         from dlbench.measure.profile import profile_closure, read_trace
         m, p = built("lenet")
         run = getattr(b, "{scenario}")(m, p); b.sync(run())
-        out = Path(tempfile.mkdtemp())
-        summary = profile_closure(b.profile, run, 2, out)
-        spans = [e for e in read_trace(out / summary["trace"]) if e.get("ph") in ("X", "B")]
+        with tempfile.TemporaryDirectory() as tmp:  # the trace goes with it (none left in the system's temp)
+            out = Path(tmp)
+            summary = profile_closure(b.profile, run, 2, out)
+            spans = [e for e in read_trace(out / summary["trace"]) if e.get("ph") in ("X", "B")]
         summary["chrome_fields"] = bool(spans) and all({{"name", "ts", "pid", "tid"}} <= e.keys() for e in spans)
         print(json.dumps(summary))
     """)
