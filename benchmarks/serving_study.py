@@ -6,7 +6,7 @@ scenarios for LeNet, ResNet-56 and the IMDB LSTM in every inference engine, at 1
     python benchmarks/update_performance.py serving_study_bert     # MLPerf's BERT shape (issue #32)
 
 ``--model``, ``--framework``, ``--threads`` and ``--latency-calls`` change the grid (``serving_study_bert``
-is bert-base at sequence length 384 in torch, ONNX Runtime and OpenVINO at 2 threads, 200 latency calls
+is bert-base at sequence length 384 in torch, ONNX Runtime and OpenVINO at 2 threads, 100 latency calls
 a process: a call takes a few hundred milliseconds here).
 
 ``--quick`` shortens everything (1,000 calls in 2 processes: no p99.9; LoadGen runs of 2 s, marked

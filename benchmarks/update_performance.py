@@ -58,7 +58,7 @@ PARTS = {"versions_study_torch": ("versions_study.py", ["--only", "torch"]),
          "transformers_study_t1": ("transformers_study.py", ["--threads", "1"]),
          "serving_study_bert": ("serving_study.py", ["--quick", "--model", "bert-base:seq_len=384", "--framework",
                                                      "torch,onnxruntime,openvino", "--threads", "2",
-                                                     "--latency-calls", "200"])}
+                                                     "--latency-calls", "100"])}
 
 
 def _command(name: str, extra: list[str]) -> tuple[Path, list[str]]:
