@@ -48,6 +48,8 @@ def test_a_cell_measured_to_a_target_reports_its_two_stages_cost_and_variance(tm
     # the figure is the second stage's interval
     assert cell.time_ms.ci_low == pytest.approx(adaptive["low"] / 1e6)
     assert cell.time_ms.ci_high == pytest.approx(adaptive["high"] / 1e6)
+    # so are the samples `compare` tests and bounds its ratio with: the second stage's processes alone
+    assert cell.sample_repeats and min(cell.sample_repeats) >= adaptive["first_counted"]
     assert (adaptive["half_width"] <= 0.05) == adaptive["met"]
     if not adaptive["met"]:
         assert any("target +-5% not met" in w for w in cell.cell.warnings)
