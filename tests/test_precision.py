@@ -326,3 +326,40 @@ def test_onnxruntime_int8_is_observed_in_the_graph_it_runs():
     assert result.verdict == "unsupported" and "leaves LSTM of lstm-imdb computing in float32" in result.reason
     lenet = verify_model(OnnxRuntimeBackend(), "lenet", precision="int8")
     assert lenet.build["int8"]["integer_ops"] == ["ConvInteger", "DynamicQuantizeMatMul"]
+
+
+@requires("onnxruntime")
+def test_onnxruntime_int8_judges_the_layers_with_weights_not_attentions_activation_products():
+    """Regression: attention's score and value products (MatMul of two activations, which no dynamic
+    quantization touches, torch's neither) made every transformer `unsupported` at int8 in ONNX Runtime."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from dlbench.frameworks.onnxruntime import OnnxRuntimeBackend, weight_ops
+
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], [0.0] * 16)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]),
+                               helper.make_node("MatMul", ["h", "h"], ["scores"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [4, 4])], [w])
+    assert weight_ops(onnx.helper.make_model(graph).graph) == {"MatMul": 1}
+    result = verify_model(OnnxRuntimeBackend(), "gpt2", precision="int8")
+    assert result.verdict == "pass", result.reason
+    assert result.dtypes == {"param_dtype": "int8", "compute_dtype": "int8"}
+
+
+def test_torch_int8_quantizes_a_tied_lm_head_as_the_linear_layer_it_is():
+    """Regression: GPT-2's tied head stayed a float32 product with the embedding, so the precision check
+    saw a mixed model and the gate failed it; Hugging Face's head is an nn.Linear, which dynamic
+    quantization packs. The float network keeps its head tied."""
+    from dlbench.frameworks import torch_layers as TL
+
+    backend = TorchBackend()
+    backend.set_precision("int8")
+    spec = get_model("gpt2", small=True)
+    model = backend.build(spec, init_weights(spec, 0))
+    assert any(isinstance(m, TL.TiedLMHead) for m in model.net.modules())
+    assert not any(isinstance(m, TL.TiedLMHead) for m in model.qnet.modules())
+    result = verify_model(TorchBackend(), "gpt2", precision="int8")
+    assert result.verdict == "pass", result.reason
+    assert result.dtypes == {"param_dtype": "int8", "compute_dtype": "int8"}

@@ -61,7 +61,8 @@ quantization guide says for that case: the u8 x s8 multiply-add those CPUs have 
 sums with 8-bit weights. Recorded in ``build_info["int8"]``. Parameters are still read from the float
 export (what was quantized); ``precision_info`` counts the quantized graph's initializers by type,
 and observes the compute type in the graph ONNX Runtime optimises and runs (a session's
-``optimized_model_filepath``): int8 where its multiplying operators are all integer kernels
+``optimized_model_filepath``): int8 where its multiplying operators that read a weight are all integer
+kernels (attention's products of two activations stay float32, as in torch: :func:`weight_ops`)
 (``ConvInteger``, ``DynamicQuantizeMatMul``, ...), mixed where a float one (``Conv``, ``Gemm``, ``LSTM``,
 ...) is left. A model whose quantized graph keeps a float one (lstm-imdb: ONNX Runtime keeps its LSTM
 in float32) is ``unsupported`` at int8, with the operators named: int8 would not be what runs.
@@ -144,6 +145,15 @@ INT_COMPUTE = frozenset({"MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul"
                          "QLinearMatMul", "QLinearConv", "DynamicQuantizeLSTM", "QGemm", "QAttention"})
 
 
+def weight_ops(graph: onnx.GraphProto) -> Counter:
+    """The operator types of the nodes that read a weight (an initializer, or a ``Constant``'s output).
+    Attention's score and value products multiply two activations: dynamic quantization, ONNX
+    Runtime's as torch's, quantizes layers with weights, so those stay float32 in every framework and
+    say nothing about whether int8 is what the layers run."""
+    weights = {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    return Counter(n.op_type for n in graph.node if any(i in weights for i in n.input))
+
+
 def compute_dtype(ops) -> str:
     """int8 where every multiplying operator is an integer kernel, float32 where none is, else mixed."""
     floats, ints = any(op in FLOAT_COMPUTE for op in ops), any(op in INT_COMPUTE for op in ops)
@@ -208,13 +218,14 @@ class OnnxRuntimeBackend(ExportEngine):
         return {"param_dtype": kind, "compute_dtype": compute_dtype(self.optimised_ops(model.graph, model.device))}
 
     def optimised_ops(self, graph: bytes, device: str) -> Counter:
-        """The operator types of ``graph`` as ONNX Runtime optimises it for this session's settings."""
+        """The operator types of ``graph`` as ONNX Runtime optimises it for this session's settings, of
+        the nodes that read a weight (:func:`weight_ops`)."""
         so = self.session_options()
         so.log_severity_level = 3  # not its notice that an optimised graph written out is hardware specific
         with tempfile.TemporaryDirectory(prefix="dlbench-ort-graph-") as tmp:
             so.optimized_model_filepath = str(Path(tmp) / "optimised.onnx")
             ort.InferenceSession(graph, so, providers=self.providers(device))
-            return Counter(n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node)
+            return weight_ops(onnx.load(so.optimized_model_filepath).graph)
 
     # --- set-up -----------------------------------------------------------------------
     def set_threads(self, n: int) -> dict[str, Any]:

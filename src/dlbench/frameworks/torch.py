@@ -30,7 +30,9 @@ Precisions (dlbench.core.precision), each torch's own idiom:
 * ``int8``: ``torch.ao.quantization.quantize_dynamic`` of the ``nn.Linear`` and ``nn.LSTM`` layers
   (qint8 weights, one scale per tensor; activations quantized per call) and, weight-only, of
   ``nn.Embedding`` (8-bit rows with a float scale each: torch's qconfig for embeddings), inference
-  only; torch's dynamic quantization has no convolution, so a model whose parameters are mostly in
+  only (a tied LM head is quantized as the ``nn.Linear`` it is in Hugging Face's models: :func:`untied_copy`;
+  torch's dynamic Linear quantizes its activations to 7 bits, ``reduce_range``, on every CPU);
+  torch's dynamic quantization has no convolution, so a model whose parameters are mostly in
   convolutions is ``unsupported`` (static quantization needs a calibration set dlbench does not define). torch 2.13
   warns that this API moves to torchao. The gate's precision check observes the quantized network
   as it runs (``precision_info``): every dense and LSTM layer must run its int8 kernel.
@@ -42,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable
+from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
@@ -323,6 +326,22 @@ COMPUTING = (nn.Conv2d, nn.Linear, nn.LSTM, TiedLinear, TL.TiedLMHead)
 QUANTIZED = (torch.ao.nn.quantized.dynamic.Linear, torch.ao.nn.quantized.dynamic.LSTM)
 
 
+def untied_copy(net: Seq) -> Seq:
+    """A copy of ``net`` whose tied LM heads are ``nn.Linear`` layers holding a copy of the embedding's
+    weight, for int8: dynamic quantization packs ``nn.Linear`` layers only (Hugging Face's GPT-2 head
+    is one, sharing the embedding's Parameter, so it is quantized), and an inference copy shares
+    nothing with training."""
+    copy = deepcopy(net)
+    for parent in list(copy.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, TL.TiedLMHead):
+                weight = child.embedding[0].detach()
+                linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device)
+                linear.weight = nn.Parameter(weight.clone(), requires_grad=False)
+                setattr(parent, name, linear)
+    return copy
+
+
 class TorchModel:
     """The built network with what the closures need: bindings, device, compiled function, and the
     precision's context (autocast), loss scaler and quantized copy."""
@@ -338,7 +357,7 @@ class TorchModel:
         if precision == "int8":
             with warnings.catch_warnings():  # torch.ao.quantization's notices that it moves to torchao
                 warnings.simplefilter("ignore")
-                self.qnet = torch.ao.quantization.quantize_dynamic(net.eval(), QCONFIGS)
+                self.qnet = torch.ao.quantization.quantize_dynamic(untied_copy(net.eval()), QCONFIGS, inplace=True)
         infer_net = self.qnet if self.qnet is not None else net
         self.infer_fn = lambda x, mask: infer_net(x, mask)[0]
         if variant == "compile":
