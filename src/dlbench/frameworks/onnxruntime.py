@@ -62,9 +62,9 @@ sums with 8-bit weights. Recorded in ``build_info["int8"]``. Parameters are stil
 export (what was quantized); ``precision_info`` counts the quantized graph's initializers by type,
 and observes the compute type in the graph ONNX Runtime optimises and runs (a session's
 ``optimized_model_filepath``): int8 where its multiplying operators that read a weight are all integer
-kernels (attention's products of two activations stay float32, as in torch: :func:`weight_ops`)
-(``ConvInteger``, ``DynamicQuantizeMatMul``, ...), mixed where a float one (``Conv``, ``Gemm``, ``LSTM``,
-...) is left. A model whose quantized graph keeps a float one (lstm-imdb: ONNX Runtime keeps its LSTM
+kernels (``ConvInteger``, ``DynamicQuantizeMatMul``, ...), mixed where a float one (``Conv``, ``Gemm``,
+``LSTM``, ...) is left; attention's products of two activations stay float32, as in torch, and are not
+counted (:func:`weight_ops`). A model whose quantized graph keeps a float one (lstm-imdb: ONNX Runtime keeps its LSTM
 in float32) is ``unsupported`` at int8, with the operators named: int8 would not be what runs.
 Other precisions are not offered: the exported graph is float32, and ORT's CPU provider has no
 bfloat16 kernels for most operators.
