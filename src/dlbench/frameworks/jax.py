@@ -339,9 +339,7 @@ class GELU(Op):
 def _rope(x: jax.Array, theta: float) -> jax.Array:
     """Rotary embedding of (N, T, heads, hd), half-split pairs; the tables are constants of the trace."""
     t, hd = x.shape[1], x.shape[-1]
-    inv = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
-    angles = np.arange(t, dtype=np.float64)[:, None] * inv[None, :]
-    angles = np.concatenate([angles, angles], axis=-1)[None, :, None, :]
+    angles = L.rope_angles(t, hd, theta)[None, :, None, :]
     cos, sin = jnp.asarray(np.cos(angles), x.dtype), jnp.asarray(np.sin(angles), x.dtype)
     half = hd // 2
     return x * cos + jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1) * sin

@@ -231,9 +231,7 @@ class GELU(keras.layers.Layer):
 def _rope(x, theta: float):
     """Rotary embedding of (N, T, heads, hd), half-split pairs; the tables are NumPy constants."""
     t, hd = x.shape[1], x.shape[-1]
-    inv = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
-    angles = np.arange(t, dtype=np.float64)[:, None] * inv[None, :]
-    angles = np.concatenate([angles, angles], axis=-1)[None, :, None, :]
+    angles = L.rope_angles(t, hd, theta)[None, :, None, :]
     cos = ops.convert_to_tensor(np.cos(angles).astype(np.float32), dtype=x.dtype)
     sin = ops.convert_to_tensor(np.sin(angles).astype(np.float32), dtype=x.dtype)
     half = hd // 2

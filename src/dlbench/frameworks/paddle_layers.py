@@ -18,6 +18,8 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
+from dlbench.models.layers import rope_angles
+
 
 class TakesMask(nn.Layer):
     """A layer called as ``m(x, mask)`` (mask: float (N, T), 1 for valid steps, or None)."""
@@ -60,10 +62,8 @@ class RMSNorm(nn.Layer):
 
 
 def rope_tables(length: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin (length, 1, head_dim) for the (N, T, heads, head_dim) layout, each half repeated."""
-    inv = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    angles = np.arange(length, dtype=np.float64)[:, None] * inv[None, :]
-    angles = np.concatenate([angles, angles], axis=-1)[:, None, :]
+    """cos and sin (length, 1, head_dim) for the (N, T, heads, head_dim) layout (:func:`rope_angles`)."""
+    angles = rope_angles(length, head_dim, theta)[:, None, :]
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dlbench.models.layers import rope_angles
+
 
 class TakesMask(nn.Module):
     """A module called as ``m(x, mask)`` (mask: float (N, T), 1 for valid steps, or None)."""
@@ -48,10 +50,8 @@ class SegmentEmbedding(nn.Module):
 
 
 def rope_tables(length: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin (length, head_dim), each half repeated (the half-split pairing)."""
-    inv = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    angles = torch.arange(length, dtype=torch.float64)[:, None] * inv[None, :]
-    angles = torch.cat([angles, angles], dim=-1)
+    """cos and sin (length, head_dim), float32, from :func:`dlbench.models.layers.rope_angles`."""
+    angles = torch.from_numpy(rope_angles(length, head_dim, theta))
     return angles.cos().float(), angles.sin().float()
 
 

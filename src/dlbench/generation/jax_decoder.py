@@ -47,9 +47,7 @@ class JaxDecoder(Decoder):
             self.cache.append((put(np.zeros((batch, max_len, kv, hd)), self.dtype),
                                put(np.zeros((batch, max_len, kv, hd)), self.dtype)))
             if layer.rope_theta and f"rope:{layer.rope_theta}" not in self.params:
-                inv = layer.rope_theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
-                angles = np.arange(max_len, dtype=np.float64)[:, None] * inv[None, :]
-                angles = np.concatenate([angles, angles], axis=-1)
+                angles = L.rope_angles(max_len, hd, layer.rope_theta)
                 self.params[f"rope:{layer.rope_theta}"] = put(np.stack([np.cos(angles), np.sin(angles)]), self.dtype)
         self._prefill = jax.jit(self.run_prefill, donate_argnums=(1,))
         self._step = jax.jit(self.run_step, donate_argnums=(1,))

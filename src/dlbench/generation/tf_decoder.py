@@ -46,9 +46,7 @@ class TFDecoder(Decoder):
                 self.cache.append(tuple(tf.Variable(tf.zeros((batch, max_len, kv, hd), self.dtype), trainable=False)
                                         for _ in range(2)))
                 if layer.rope_theta and f"rope:{layer.rope_theta}" not in self.w:
-                    inv = layer.rope_theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
-                    angles = np.arange(max_len, dtype=np.float64)[:, None] * inv[None, :]
-                    angles = np.concatenate([angles, angles], axis=-1)
+                    angles = L.rope_angles(max_len, hd, layer.rope_theta)
                     self.w[f"rope:{layer.rope_theta}"] = tf.constant(np.stack([np.cos(angles), np.sin(angles)]),
                                                                      self.dtype)
         jit = self.variant == "xla"

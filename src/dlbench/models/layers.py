@@ -29,6 +29,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 Shape = tuple[int, ...]
 
 
@@ -354,6 +356,15 @@ class GELU(Layer):
     approximation (GPT-2's ``gelu_new``)."""
 
     approximate: Literal["none", "tanh"] = "none"
+
+
+def rope_angles(length: int, head_dim: int, theta: float) -> np.ndarray:
+    """The rotary embedding's angles (length, head_dim), float64: position times ``theta ** (-2i / hd)``,
+    each half repeated (the half-split pairing of GPT-NeoX and Llama). Every backend and decoder builds
+    its cos/sin tables from this; the float64 reference computes its own, so a wrong table here fails the gate."""
+    inv = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    angles = np.arange(length, dtype=np.float64)[:, None] * inv[None, :]
+    return np.concatenate([angles, angles], axis=-1)
 
 
 @dataclass(frozen=True)
