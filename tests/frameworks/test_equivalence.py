@@ -55,7 +55,8 @@ EXPECTED_UNSUPPORTED: dict[tuple[str, str], str] = {
     **{("h2o", m): _H2O_MLP_ONLY for m in ("lenet", "alexnet", "alexnet-s", "lstm-imdb", "alexnet-r", "resnet-56",
                                            "resnet-50", "resnet-50-cifar", "conv", "alexnet:lrn=0:groups=1")},
     **{("h2o", m): _H2O_CLASSIFIERS for m in ("lstm-ptb", "dense-1", "sae:phase=pretrain1", "sae:phase=pretrain3")},
-    **{("h2o", m): _H2O_MLP_ONLY for m in TRANSFORMERS},
+    **{("h2o", m): _H2O_MLP_ONLY for m in ("bert-base", "vit-b16")},
+    **{("h2o", m): _H2O_CLASSIFIERS for m in ("gpt2", "smollm2-135m")},  # a label per token
     ("h2o", "gemm"): "h2o deep learning builds multilayer perceptrons only; it has no Dense layer",
     **{(fw, m): _NO_TRANSFORMER_LAYERS for fw in ("mxnet", "chainer", "pytensor") for m in TRANSFORMERS},
 }

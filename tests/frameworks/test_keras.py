@@ -23,6 +23,10 @@ from tests.frameworks.closure_checks import CHECKS
 pytestmark = requires("keras")
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain2"]
+#: (model, variant) -> words of the reason the gate fails it with: a framework's own bug the gate found,
+#: documented (docs/scenarios.md); a pinned pair that starts to pass fails here too (unpin it)
+KNOWN_FAILURES = {("lstm-imdb", "keras-tensorflow"):
+                  "adamw step 1"}  # Keras 3.15's AdamW on TensorFlow: an embedding row of a repeated token
 PACKAGE = {"keras-jax": "jax", "keras-tensorflow": "tensorflow", "keras-torch": "torch"}
 _cache: dict = {}
 
@@ -52,6 +56,10 @@ def test_other_variants_pass_gate(variant, model):
         _cache[("gate", variant)] = {r.model: r for r in verify(models=MODELS, frameworks=["keras"],
                                                                   variants=[variant])}
     result = _cache[("gate", variant)][model]
+    if (model, variant) in KNOWN_FAILURES:
+        assert result.verdict == "fail" and KNOWN_FAILURES[model, variant] in result.reason, result.reason
+        assert "embed.weight" in result.reason and "sgd" not in result.reason, result.reason
+        return
     assert result.verdict == "pass", result.reason
 
 

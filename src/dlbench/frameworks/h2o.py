@@ -174,9 +174,13 @@ class Plan:
 
 def plan_of(spec: ModelSpec) -> Plan:
     """The spec as an H2O MLP, or UnsupportedError with the reason."""
-    if spec.loss.kind != "softmax_ce" or spec.input.labels != "class":
-        raise UnsupportedError("h2o deep learning trains classifiers here (softmax output): its autoencoder mode "
-                               "has untied weights and no frozen layers, so the SAE pre-training phases cannot be expressed")
+    if spec.loss.kind != "softmax_ce":
+        raise UnsupportedError(f"h2o deep learning trains classifiers here (softmax output); {spec.name} has a "
+                               f"{spec.loss.kind} loss (H2O's autoencoder mode has untied weights and no frozen layers, "
+                               "so not even the SAE pre-training phases can be expressed)")
+    if spec.input.labels != "class":
+        raise UnsupportedError(f"h2o deep learning trains classifiers here (softmax output), one class per sample; "
+                               f"{spec.name} has {spec.input.labels} labels")
     if spec.input.kind != "vector":
         raise UnsupportedError(f"h2o deep learning builds multilayer perceptrons only (no convolution, pooling, embedding "
                                f"or recurrent layers); {spec.name} takes {spec.input.kind} input")
