@@ -28,7 +28,8 @@ from _common import header
 
 MODELS = "lenet,resnet-56,lstm-imdb"
 FRAMEWORKS = "torch,jax,tensorflow,onnxruntime,openvino"
-QUICK = ["--latency-calls", "1000", "--repeats", "2", "--loadgen-min-duration", "2"]
+QUICK = ["--repeats", "2", "--loadgen-min-duration", "2"]
+QUICK_CALLS = "1000"
 
 
 def main() -> None:
@@ -40,11 +41,9 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--latency-calls", help="calls per process of the latency scenario (default: dlbench's)")
     args = ap.parse_args()
-    quick = [*QUICK] if args.quick else []
-    if args.latency_calls:
-        quick = [a for i, a in enumerate(quick) if a != "--latency-calls" and (i == 0 or quick[i - 1] != "--latency-calls")]
-        quick += ["--latency-calls", args.latency_calls]
-    grid = ["--model", args.model, "--framework", args.framework, "--threads", args.threads, *quick]
+    calls = args.latency_calls or (QUICK_CALLS if args.quick else None)
+    grid = ["--model", args.model, "--framework", args.framework, "--threads", args.threads,
+            *(QUICK if args.quick else []), *(["--latency-calls", calls] if calls else [])]
     # the load average before the study, not after
     head = header("Deployment: latency percentiles and MLPerf LoadGen" + (" (quick form)" if args.quick else ""))
     with tempfile.TemporaryDirectory() as tmp:
