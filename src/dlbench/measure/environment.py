@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import platform
 import shutil
@@ -33,6 +35,13 @@ def git_commit() -> str | None:
 
 
 def cpu_info() -> dict[str, Any]:
+    """The CPU's model, architecture and SIMD flags: read once per process (py-cpuinfo takes about a second,
+    and a run asked for it twice: the estimate's history and the run's own record); a copy each call."""
+    return copy.deepcopy(_cpu_info())
+
+
+@functools.cache
+def _cpu_info() -> dict[str, Any]:
     try:
         import cpuinfo
 
