@@ -10,6 +10,12 @@ with ``--target-ci 2``:
 The last two run at batch 32 and 1 thread: at the models' default batches (128 for resnet-56) the six runs
 take over four hours on 2 cores by ``--dry-run``; at 32, about two.
 
+Then two more runs of the quick suite, with the fixed protocol, check ``--dry-run``'s estimate as a user's
+database would make it (the database holds the first quick run): ``quick_again`` the suite as it is,
+``quick_env`` the suite and a release of JAX whose environment is not built (``jax==0.4.36``; remove it
+with ``dlbench envs remove jax==0.4.36`` to measure again). The first runs' databases are empty, so
+their estimates are the cold guesses of a machine dlbench has never measured.
+
 For each run it reports the wall time, the share of cells that met the target, the median half-width the
 cells reached (the second stage's interval with a target, the stored samples' otherwise) and the median
 between-process share of the variance, read from ``dlbench show --cost --json``, and ``--dry-run``'s
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import statistics
 import tempfile
 from pathlib import Path
@@ -44,7 +51,18 @@ WORKLOADS: dict[str, list[str]] = {
                   "fp32,bf16,int8", "--scenario", "forward,train_step", "--threads", "1", "--batch", "32"],
     "explain": ["--model", "fcn-r,resnet-56", "--framework", "torch,jax,tensorflow", "--scenario",
                 "forward,gradient,train_step", "--threads", "1", "--batch", "32"],
+    "quick_again": ["--suite", "quick"],
+    "quick_env": ["--suite", "quick"],  # and --framework: the quick suite's and ENV_PIN (_with_env)
 }
+#: runs that check ``--dry-run``'s estimate of the quick suite as a user's database would make it: the
+#: fixed protocol only, their database starting as a copy of the quick suite's fixed run (its history);
+#: ``quick_env`` adds a release of JAX whose environment is not built (ENV_PIN), so the estimate counts
+#: building it
+SEEDED = {"quick_again": "quick", "quick_env": "quick"}
+ENV_PIN = "jax==0.4.36"
+SHOWN = {"quick_again": "quick, again", "quick_env": f"quick + {ENV_PIN} to build"}
+#: the cost breakdown's parts (``dlbench show --cost``), in the order a process spends them
+PARTS = ("start", "build", "gate", "warmup", "timed", "rest")
 TINY = ["--model", "lenet", "--framework", "torch", "--scenario", "forward", "--threads", "1", "--batch", "4",
         "--repeats", "2", "--warmup", "2", "--min-iters", "10", "--min-time", "0"]
 TINY_TARGET = ["--target-ci", "10", "--max-time", "30"]
@@ -61,7 +79,9 @@ def figures(db: str, run_id: str, seconds: float, target: float) -> dict:
     process = [r["process_between_share"] for r in rows if r["process_between_share"] is not None]
     targeted = [r for r in rows if r["met"] is not None]
     within = [r for r in rows if r["half_width"] is not None and r["half_width"] <= target]
-    return {"seconds": seconds, "cells": len(rows),
+    total = json.loads(out.stdout)["total"]
+    return {"seconds": seconds, "cells": len(rows), "parts": {p: total[f"{p}_s"] for p in PARTS},
+            "outside_s": total["outside_cells_s"],
             "met": (sum(r["met"] for r in targeted) / len(targeted)) if targeted else None,
             "within_target": len(within) / len(rows) if rows else None,
             "median_half_width": statistics.median(widths) if widths else None,
@@ -78,6 +98,18 @@ def _estimate_before(marker: Path, argv: list[str], db: str) -> float | None:
     estimate = json.loads(dry.stdout)["estimate_s"] if dry.returncode == 0 else None
     marker.write_text(json.dumps(estimate))
     return estimate
+
+
+def _with_env(argv: list[str]) -> list[str]:
+    """The quick suite's frameworks and :data:`ENV_PIN`, whose environment must not exist yet: the run is to
+    show what ``--dry-run`` says about building it."""
+    listed = dlbench("envs", "list", "--json")
+    if ENV_PIN.replace("==", "-") in listed.stdout:
+        raise SystemExit(f"{ENV_PIN}'s environment exists: remove it (dlbench envs remove {ENV_PIN}) to measure "
+                         "an estimate with an environment to build")
+    dry = json.loads(dlbench("run", *argv, "--dry-run", "--json").stdout)
+    frameworks = list(dict.fromkeys(c["framework"] for c in dry["cells"]))
+    return [*argv, "--framework", ",".join([*frameworks, ENV_PIN])]
 
 
 def _estimate(f: dict) -> str:
@@ -114,7 +146,7 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         for name, argv in workloads.items():
             fixed_width = None
-            for kind in protocols:
+            for kind in (["fixed"] if name in SEEDED else protocols):
                 if kind == "fixed":
                     protocol, extra = "fixed", []
                 elif kind == "matched":
@@ -126,6 +158,14 @@ def main() -> None:
                     protocol, extra = f"--target-ci {target[1]}", target
                 tag = f"{name}-{kind}"
                 db = str(work / f"{tag}.db")
+                if name in SEEDED and not Path(db).exists():
+                    seed = work / f"{SEEDED[name]}-fixed.db"
+                    if not seed.exists():
+                        raise SystemExit(f"{name} needs the {SEEDED[name]} workload's fixed run first")
+                    with sqlite3.connect(seed) as src, sqlite3.connect(db) as dst:  # with its write-ahead log
+                        src.backup(dst)
+                if name == "quick_env" and not (work / f"{tag}.json").exists():
+                    argv = _with_env(argv)
                 estimate = _estimate_before(work / f"{tag}.estimate.json", [*argv, *extra], db)
                 part = study_part(work / f"{tag}.json", ["run", *argv, *extra, "--db", db, "--json"], db)
                 run_id = json.loads(part["stdout"])["run_id"]
@@ -144,14 +184,26 @@ def main() -> None:
           "between share | process between | --dry-run's estimate |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, protocol, f in rows:
-        print(f"| {name} | {protocol} | {f['seconds'] / 60:.1f} min | {f['cells']} | {_pct(f['met'])} | "
+        print(f"| {SHOWN.get(name, name)} | {protocol} | {f['seconds'] / 60:.1f} min | {f['cells']} | {_pct(f['met'])} | "
               f"{_pct(f['within_target'])} | ±{_pct(f['median_half_width'])} | {_pct(f['between_share'])} | "
               f"{_pct(f['process_between'])} | {_estimate(f)} |")
+    print("\nWhere the time went (`dlbench show RUN --cost`, summed over the run's cells; outside: the run's own "
+          "work between cells, the machine's peak among it):\n")
+    print("| workload | protocol | start+imports | build | gate | warm-up | timed | rest | outside |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, protocol, f in rows:
+        parts = [f["parts"][p] for p in PARTS] + [f["outside_s"]]
+        whole = sum(parts) or 1.0
+        shares = " | ".join(f"{x / 60:.1f} min ({100 * x / whole:.0f}%)" for x in parts)
+        print(f"| {SHOWN.get(name, name)} | {protocol} | {shares} |")
     fixed = {n: f for n, p, f in rows if p == "fixed"}
     for name, protocol, f in rows:
         if protocol != "fixed" and fixed.get(name, {}).get("seconds"):
-            print(f"\n{name}, {protocol}: {f['seconds'] / fixed[name]['seconds']:.2f}x the fixed protocol's wall "
-                  "time.")
+            base = fixed[name]
+            gate = f["seconds"] - f["parts"]["gate"], base["seconds"] - base["parts"]["gate"]
+            print(f"\n{name}, {protocol}: {f['seconds'] / base['seconds']:.2f}x the fixed protocol's wall time "
+                  f"({gate[0] / gate[1]:.2f}x without the gate, which the first run of a workload pays and a "
+                  "later one reuses).")
 
 
 if __name__ == "__main__":
