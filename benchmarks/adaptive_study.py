@@ -166,7 +166,7 @@ def main() -> None:
                         src.backup(dst)
                 if name == "quick_env" and not (work / f"{tag}.json").exists():
                     argv = _with_env(argv)
-                estimate = _estimate_before(work / f"{tag}.estimate.json", [*argv, *extra], db)
+                estimate = _estimate_before(work / f"{tag}.estimate", [*argv, *extra], db)
                 part = study_part(work / f"{tag}.json", ["run", *argv, *extra, "--db", db, "--json"], db)
                 run_id = json.loads(part["stdout"])["run_id"]
                 goal = float(extra[1]) / 100 if extra else float(target[1]) / 100
