@@ -10,7 +10,9 @@ import pytest
 
 from dlbench import api
 from dlbench.cli.main import main
+from dlbench.core.cell import Cell
 from dlbench.measure import reuse
+from dlbench.running import runner
 from tests.conftest import requires
 
 pytestmark = requires("torch")
@@ -85,13 +87,16 @@ def test_the_gates_pass_is_reused_on_this_host_and_rechecked_when_the_fingerprin
     second = api.run(**kw)
     (cell,) = second.cells
     assert cell.verified == "pass" and first.run_id in cell.cell.metrics["reused"]["gate"]
+    # --dry-run's estimate knows it: no gate process for the kept group (it counted one before)
+    c = Cell("torch", "eager", "lenet", "forward", 4, 1)
+    assert runner.kept_gates([c], "sgd") == {c.group}
     monkeypatch.setattr(reuse, "_source_hash", lambda extra=(): "another dlbench")
+    assert runner.kept_gates([c], "sgd") == frozenset()
     third = api.run(**kw)
     assert "gate" not in third.cells[0].cell.metrics.get("reused", {})
 
 
 def test_compilation_caches_only_for_timed_cells_of_frameworks_that_have_one(tmp_path, monkeypatch):
-    from dlbench.core.cell import Cell
 
     monkeypatch.setenv("DLBENCH_COMPILATION_CACHE", str(tmp_path))
 

@@ -49,6 +49,17 @@ def test_setup_counts_peaks_per_thread_count_and_the_gate_per_group():
     assert setup_seconds(cells) == pytest.approx(2 * est.PEAK_S + 2 * est.START_S + 3 * est.VERIFY_MODEL_S)
 
 
+def test_setup_counts_no_gate_for_a_group_whose_pass_this_host_kept():
+    torch1, torch2, jax2 = cell(threads=1), cell(threads=2), cell("jax", threads=2, variant="jit")
+    kept = frozenset({torch1.group})  # torch's lenet at fp32: one gate group for both thread counts
+    assert setup_seconds([torch1, torch2, jax2], verified=kept) == pytest.approx(
+        2 * est.PEAK_S + est.START_S + est.VERIFY_MODEL_S)
+    assert Estimate(suite(), [torch1, torch2], verified=kept).setup() == pytest.approx(2 * est.PEAK_S)
+    # a gate runs per precision, as the runner verifies
+    bf16 = Cell("torch", "eager", "lenet", "forward", 64, 1, precision="bf16")
+    assert setup_seconds([torch1, bf16]) == pytest.approx(est.PEAK_S + 2 * (est.START_S + est.VERIFY_MODEL_S))
+
+
 def test_measured_cells_replace_the_guess():
     torch_fwd, torch_train = cell(), cell(scenario="train_step")
     jax_fwd, jax_train = cell("jax", variant="jit"), cell("jax", "train_step", variant="jit")

@@ -23,7 +23,7 @@ from dlbench.measure.adaptive import percent
 from dlbench.measure.stats import summarize
 from dlbench.planning import estimate as est
 from dlbench.planning import flags, resolve
-from dlbench.planning.estimate import Estimate, format_duration, setup_seconds
+from dlbench.planning.estimate import Estimate, format_duration
 from dlbench.planning.history import load_history
 from dlbench.planning.plan import Cell, Suite, suite_from_dict
 from dlbench.report import cost
@@ -114,7 +114,7 @@ class RichProgress:
         if self.current is not None:
             left += max(0.0, self.estimate.predict(self.current) - (now - self.current_since))
         elif self.done == 0 and not self.finished_s:  # the peak and the gate run before the first cell
-            left += max(0.0, setup_seconds(self.estimate.cells, self.estimate.history) - (now - self.started))
+            left += max(0.0, self.estimate.setup() - (now - self.started))
         return left
 
     @staticmethod
@@ -225,12 +225,14 @@ def _refuse_flags_with_resume(args: argparse.Namespace) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from dlbench import api
+    from dlbench.running import runner
 
     if args.resume:
         _refuse_flags_with_resume(args)
     suite, todo, stored = _plan(args)
     left_out = _left_out(suite, args.suite or "quick")
-    estimate = Estimate(suite, todo, _epoch_samples(suite, todo), load_history(args.db))
+    estimate = Estimate(suite, todo, _epoch_samples(suite, todo), load_history(args.db),
+                        verified=runner.kept_gates(todo, suite.optimizer.name))
     if args.dry_run:
         return _print_plan(suite, todo, stored, estimate, left_out, args.json)
     if left_out:
@@ -326,7 +328,7 @@ def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate
     from dlbench.envs.ondemand import estimate_builds
     from dlbench.planning.estimate import runs_a_process
 
-    setup = setup_seconds(cells, estimate.history)
+    setup = estimate.setup()
     builds = estimate_builds([c.framework for c in cells])
     building = sum(b.seconds or 0 for b in builds)
     total = setup + estimate.remaining(cells) + building

@@ -66,16 +66,20 @@ def prior_seconds(cell: Cell, suite: Suite, epoch_samples: int | None = None, hi
                                                      epoch_samples or EPOCH_SAMPLES)
 
 
-def setup_seconds(cells: list[Cell], history: History | None = None) -> float:
-    """The machine peak per thread count and the equivalence gate per (framework, variant, device):
-    one process each (its overhead as learned, else :data:`START_S`) and a little per model."""
+def setup_seconds(cells: list[Cell], history: History | None = None,
+                  verified: frozenset[tuple[str, ...]] = frozenset()) -> float:
+    """The machine peak per thread count and the equivalence gate per (framework, variant, device,
+    precision), as the runner verifies: one process each (its overhead as learned, else :data:`START_S`)
+    and a little per model. ``verified``: the groups (:attr:`Cell.group`) whose pass this host kept
+    (:mod:`dlbench.measure.reuse`), which the run does not verify again."""
     history = history or History()
     threads = {c.threads for c in cells if c.device == "cpu"}
-    groups: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    groups: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
     for c in cells:
-        groups[(c.framework, c.variant, c.device)].add(c.model)
-    starts = {f: history.overhead_framework.get(f, START_S) for f, _, _ in groups}
-    return PEAK_S * len(threads) + sum(starts[f] + VERIFY_MODEL_S * len(m) for (f, _, _), m in groups.items())
+        if c.group not in verified:
+            groups[(c.framework, c.variant, c.device, c.precision)].add(c.model)
+    return PEAK_S * len(threads) + sum(history.overhead_framework.get(f, START_S) + VERIFY_MODEL_S * len(m)
+                                       for (f, *_), m in groups.items())
 
 
 @dataclass
@@ -86,6 +90,8 @@ class Estimate:
     cells: list[Cell]
     epoch_samples: dict[str, int] = field(default_factory=dict)  # data set -> training samples (convergence)
     history: History = field(default_factory=History)  # what this machine measured before
+    #: the gate groups (:attr:`Cell.group`) whose pass this host kept: no gate process for them
+    verified: frozenset[tuple[str, ...]] = frozenset()
     _prior: dict[Cell, float] = field(init=False, repr=False)
     _by_group: dict[tuple[str, str, str], list[float]] = field(init=False, repr=False)
     _by_scenario: dict[str, list[float]] = field(init=False, repr=False)
@@ -100,6 +106,10 @@ class Estimate:
         if cell not in self._prior:
             self._prior[cell] = prior_seconds(cell, self.suite, self.epoch_samples.get(cell.data), self.history)
         return self._prior[cell]
+
+    def setup(self) -> float:
+        """Seconds before the first cell: the machine peak and the gates the run will run."""
+        return setup_seconds(self.cells, self.history, self.verified)
 
     def record(self, cell: Cell, seconds: float, status: str) -> None:
         """A finished cell's wall time. Cells that started no process, or stopped early (failed,

@@ -15,7 +15,7 @@ import json
 import os
 import platform
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,16 +116,20 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
                 models.append(c.model)
     cache = reuse.GateCache()
     machine = environment.this_machine() if cache.enabled else {}
+    kept = _kept(cache, machine, [(fw, variant, m, device, precision)
+                                  for (fw, variant, device, precision), models in groups.items() for m in models],
+                 suite.optimizer.name)
     for (fw, variant, device, precision), models in groups.items():
-        fp = _gate_fingerprint(fw, variant, machine) if cache.enabled else ""
         for m in list(models):  # a pass kept on this host for the same fingerprint is not re-verified
-            kept = cache.get(reuse.gate_key(fw, variant, m, device, precision, suite.optimizer.name, fp))
-            if kept is not None:
-                store.save_verification(run_id, fw, variant, m, device, kept["verdict"], kept["reason"],
-                                        {**kept["data"], "seconds": 0.0, "cached_from": kept["run_id"]}, precision)
+            verdict = kept.get((fw, variant, m, device, precision))
+            if verdict is not None:
+                store.save_verification(run_id, fw, variant, m, device, verdict["verdict"], verdict["reason"],
+                                        {**verdict["data"], "seconds": 0.0, "cached_from": verdict["run_id"]},
+                                        precision)
                 models.remove(m)
         if not models:
             continue
+        fp = _gate_fingerprint(fw, variant, machine) if cache.enabled else ""
         at = f" at {precision}" if precision != DEFAULT_PRECISION else ""
         progress("phase", text=f"verify {fw}/{variant}{at}: {len(models)} model(s)")
         job = VerifyJob(threads=None, framework=fw, models=models, variants=[variant], device=device,
@@ -145,6 +149,31 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
             for m in models:
                 store.save_verification(run_id, fw, variant, m, device, "fail", f"verification process: {o.reason}", {},
                                         precision)
+
+
+def kept_gates(cells: list[Cell], optimizer: str) -> frozenset[tuple[str, ...]]:
+    """The gate groups (:attr:`Cell.group`) of ``cells`` whose pass this host kept for the present
+    fingerprint: a run of them verifies none of these again (what ``--dry-run``'s estimate must know)."""
+    cache = reuse.GateCache()
+    if not cache.enabled:
+        return frozenset()
+    groups = {c.group for c in cells if installed_version(c.framework) is not None}  # not a release still to build
+    return frozenset(_kept(cache, environment.this_machine(), groups, optimizer))
+
+
+def _kept(cache: reuse.GateCache, machine: dict[str, Any], groups: Iterable[tuple[str, str, str, str, str]],
+          optimizer: str) -> dict[tuple[str, ...], dict[str, Any]]:
+    """The kept passes of ``groups`` (framework, variant, model, device, precision), by group."""
+    if not cache.enabled:
+        return {}
+    prints: dict[tuple[str, str], str] = {}
+    out = {}
+    for fw, variant, model, device, precision in groups:
+        fp = prints.setdefault((fw, variant), _gate_fingerprint(fw, variant, machine))
+        verdict = cache.get(reuse.gate_key(fw, variant, model, device, precision, optimizer, fp))
+        if verdict is not None:
+            out[(fw, variant, model, device, precision)] = verdict
+    return out
 
 
 def _gate_fingerprint(framework: str, variant: str, machine: dict[str, Any]) -> str:
