@@ -175,11 +175,14 @@ def main() -> None:
                     fixed_width = f["median_half_width"]
                 rows.append((name, protocol, {**f, "estimate_s": estimate}))
     print(head)
-    print(f"Each workload run in turn on this machine: the fixed protocol; `--target-ci` at the median half-width "
-          f"the fixed protocol reached (matched); `--target-ci {target[1]}`; each target with `--max-time "
-          f"{target[3]}` a cell. Half-width: the cell's 95% interval's, relative (the second "
-          "stage's with a target). Between: the share of one call's variance that lies between processes "
-          "(median over cells); process between: the share of one process's median's variance.\n")
+    ran = {"fixed": "the fixed protocol", "matched": "`--target-ci` at the median half-width the fixed protocol "
+           "reached (matched)", "target": f"`--target-ci {target[1]}`"}
+    print(f"Each workload run in turn on this machine: {'; '.join(ran[k] for k in protocols)}; each target with "
+          f"`--max-time {target[3]}` a cell. Half-width: the cell's 95% interval's, relative (the second "
+          "stage's with a target; Student's t over the processes' medians with the fixed protocol's 3, over "
+          "calls with the quick suite's 1). Between: the share of one call's variance that lies between processes "
+          "(median over cells); process between: the share of one process's median's variance. The quick "
+          "suite's `again` runs start from a database that holds its first run, as a user's would.\n")
     print("| workload | protocol | wall time | cells | met the target | within the target | median half-width | "
           "between share | process between | --dry-run's estimate |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
