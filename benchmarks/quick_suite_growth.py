@@ -13,12 +13,14 @@ what a user's second run gets; the earlier commit has no such reuse.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from _common import header
@@ -26,13 +28,21 @@ from _common import header
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def quick(tree: Path, db: Path) -> tuple[float, int]:
-    """Seconds of ``dlbench run --json`` with ``tree``'s source, and its exit code."""
+def quick(tree: Path, db: Path) -> tuple[float, str]:
+    """Seconds of ``dlbench run --json`` with ``tree``'s source, and its cells' statuses (a failed cell is
+    shorter than a measured one: the two commits must measure the same cells)."""
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "dlbench", "run", "--db", str(db), "--json"], cwd=tree, env=env,
                          capture_output=True, text=True)
-    return time.perf_counter() - t0, out.returncode
+    seconds = time.perf_counter() - t0
+    try:
+        summary = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return seconds, f"exit {out.returncode}, no summary"
+    statuses = Counter(s for rows in summary["models"].values() for r in rows for s in r["statuses"].values())
+    failed = [f"{f['key']}: {f['status']}" for f in summary["failed"] if f["status"] != "unsupported"]
+    return seconds, ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + "".join(f"; {x}" for x in failed)
 
 
 def main() -> None:
@@ -44,7 +54,7 @@ def main() -> None:
     base = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True)
     if base.returncode:
         raise SystemExit(f"--base: no commit {args.base}")
-    times: dict[str, list[tuple[float, int]]] = {"base": [], "head": []}
+    times: dict[str, list[tuple[float, str]]] = {"base": [], "head": []}
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "base"
         subprocess.run(["git", "worktree", "add", "--detach", str(tree), args.base], cwd=ROOT, check=True,
@@ -57,7 +67,7 @@ def main() -> None:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
     print(header(f"The quick suite's wall time: {head} against {base.stdout.strip()}"))
     print("Rounds alternate, the earlier commit first in each. Wall time of `dlbench run --json` (the quick suite, "
-          "every installed framework), exit code in brackets.\n")
+          "every installed framework), its cells' statuses in brackets.\n")
     print("| round | " + " | ".join(f"{base.stdout.strip()} (base)" if n == "base" else f"{head}" for n in times) + " |")
     print("|---:|---:|---:|")
     for i in range(args.rounds):
