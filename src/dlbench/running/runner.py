@@ -116,9 +116,10 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
                 models.append(c.model)
     cache = reuse.GateCache()
     machine = environment.this_machine() if cache.enabled else {}
+    prints: dict[tuple[str, str], str] = {}  # each (framework, variant)'s fingerprint, computed once
     kept = _kept(cache, machine, [(fw, variant, m, device, precision)
                                   for (fw, variant, device, precision), models in groups.items() for m in models],
-                 suite.optimizer.name)
+                 suite.optimizer.name, prints)
     for (fw, variant, device, precision), models in groups.items():
         for m in list(models):  # a pass kept on this host for the same fingerprint is not re-verified
             verdict = kept.get((fw, variant, m, device, precision))
@@ -129,7 +130,7 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
                 models.remove(m)
         if not models:
             continue
-        fp = _gate_fingerprint(fw, variant, machine) if cache.enabled else ""
+        fp = prints.setdefault((fw, variant), _gate_fingerprint(fw, variant, machine)) if cache.enabled else ""
         at = f" at {precision}" if precision != DEFAULT_PRECISION else ""
         progress("phase", text=f"verify {fw}/{variant}{at}: {len(models)} model(s)")
         job = VerifyJob(threads=None, framework=fw, models=models, variants=[variant], device=device,
@@ -157,16 +158,17 @@ def kept_gates(cells: list[Cell], optimizer: str) -> frozenset[tuple[str, ...]]:
     cache = reuse.GateCache()
     if not cache.enabled:
         return frozenset()
-    groups = {c.group for c in cells if installed_version(c.framework) is not None}  # not a release still to build
-    return frozenset(_kept(cache, environment.this_machine(), groups, optimizer))
+    built = {f for f in {c.framework for c in cells} if installed_version(f) is not None}  # not a release to build
+    return frozenset(_kept(cache, environment.this_machine(), {c.group for c in cells if c.framework in built},
+                           optimizer, {}))
 
 
 def _kept(cache: reuse.GateCache, machine: dict[str, Any], groups: Iterable[tuple[str, str, str, str, str]],
-          optimizer: str) -> dict[tuple[str, ...], dict[str, Any]]:
-    """The kept passes of ``groups`` (framework, variant, model, device, precision), by group."""
+          optimizer: str, prints: dict[tuple[str, str], str]) -> dict[tuple[str, ...], dict[str, Any]]:
+    """The kept passes of ``groups`` (framework, variant, model, device, precision), by group; ``prints``
+    keeps each (framework, variant)'s fingerprint for the caller."""
     if not cache.enabled:
         return {}
-    prints: dict[tuple[str, str], str] = {}
     out = {}
     for fw, variant, model, device, precision in groups:
         fp = prints.setdefault((fw, variant), _gate_fingerprint(fw, variant, machine))
