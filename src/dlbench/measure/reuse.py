@@ -3,11 +3,15 @@
 * **The gate's verdict.** Verifying a (framework, variant, model, device, precision) costs a process
   and a few seconds per model, and its answer changes only when something it depends on does. A
   ``pass`` is kept in a per-host file (:func:`gate_cache_path`) under a key of the group and an
-  *environment fingerprint* (:func:`fingerprint`): the framework's installed version, the Python that
-  runs it, the variant's environment variables, this machine (CPU model and flags, host name) and a
-  hash of dlbench's own source and of the framework's backend module. Any change re-verifies. A
-  failure is never kept: it is checked again every run. A cell whose verdict came from the file says
-  so (``metrics.reused.gate``).
+  *environment fingerprint* (:func:`fingerprint`): the Python that runs the framework and every
+  distribution it has installed (:func:`installs`: as that interpreter reports them, never a record
+  of what was installed once, since the companions compute the function as much as the framework
+  does), a digest of every file in their install directories (:func:`files_digest`: an edit in place
+  keeps the version number), the variant's environment variables, this machine (CPU model and SIMD
+  flags, host name) and a hash of dlbench's own source (backends, the float64 reference, the gate)
+  and of a plug-in backend's module. Any change re-verifies. A failure is never kept: it is checked
+  again every run, and an entry that is not an explicit, whole pass (:func:`reusable`) reads as
+  absent. A cell whose verdict came from the file says so (``metrics.reused.gate``).
 * **Frameworks' persistent compilation caches** (JAX's ``jax_compilation_cache_dir``, TorchInductor's
   ``TORCHINDUCTOR_CACHE_DIR``), offered to the processes of timed cells of the frameworks that have
   one (:func:`compilation_cache_env`): a process then reads the compiled code an earlier one wrote,
