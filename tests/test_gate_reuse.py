@@ -78,8 +78,10 @@ def print_of(python: Path | str, framework: str = "jax", variant: str = "jit", m
 
 # --- what the fingerprint covers -------------------------------------------------------------------
 def test_the_interpreter_reports_what_it_has_installed(venv, site):
+    (site / "broken-1.0.dist-info").mkdir()  # no METADATA: listed, not a failure
     installed = reuse.installs(str(venv / "bin" / "python"), thread_env(None))
     assert ("flax", "0.8.0") in installed.distributions and ("jax", "0.4.30") in installed.distributions
+    assert ("?", "?") in installed.distributions
     assert installed.interpreter[0].startswith(sys.version.split()[0])
 
 

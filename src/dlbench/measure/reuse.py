@@ -116,7 +116,8 @@ site = {paths["purelib"], paths["platlib"]} | {str(d.locate_file("")) for d in d
 exe = os.path.realpath(sys.executable)
 st = os.stat(exe)
 print(json.dumps({"interpreter": [sys.version, exe, st.st_size, st.st_mtime_ns],
-                  "distributions": sorted([d.metadata["Name"] or "?", d.version or "?"] for d in dists),
+                  "distributions": sorted([d.metadata.get("Name") or "?", d.metadata.get("Version") or "?"]
+                                         for d in dists),
                   "site": sorted(p for p in site if os.path.isdir(p))}))
 """
 
