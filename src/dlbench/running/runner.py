@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, closing, contextmanager
@@ -31,7 +32,7 @@ from dlbench.core.precision import unsupported as precision_unsupported
 from dlbench.data import DataError, adapt, list_datasets, load_dataset
 from dlbench.envs import ondemand
 from dlbench.frameworks import framework_info, installed_version
-from dlbench.launch.subprocess import run_job
+from dlbench.launch.subprocess import run_job, thread_env
 from dlbench.measure import environment, reuse
 from dlbench.measure.cost import PARTS, cell_cost
 from dlbench.models import get_model
@@ -116,7 +117,7 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
                 models.append(c.model)
     cache = reuse.GateCache()
     machine = environment.this_machine() if cache.enabled else {}
-    prints: dict[tuple[str, str], str] = {}  # each (framework, variant)'s fingerprint, computed once
+    prints: dict[tuple[str, str], str | None] = {}  # each (framework, variant)'s fingerprint, computed once
     kept = _kept(cache, machine, [(fw, variant, m, device, precision)
                                   for (fw, variant, device, precision), models in groups.items() for m in models],
                  suite.optimizer.name, prints)
@@ -130,7 +131,7 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
                 models.remove(m)
         if not models:
             continue
-        fp = prints.setdefault((fw, variant), _gate_fingerprint(fw, variant, machine)) if cache.enabled else ""
+        fp = _fingerprint_once(prints, fw, variant, machine) if cache.enabled else None
         at = f" at {precision}" if precision != DEFAULT_PRECISION else ""
         progress("phase", text=f"verify {fw}/{variant}{at}: {len(models)} model(s)")
         job = VerifyJob(threads=None, framework=fw, models=models, variants=[variant], device=device,
@@ -144,8 +145,9 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
                 data = {**r, "framework_info": info, "seconds": o.seconds / len(models)}
                 store.save_verification(run_id, fw, variant, r["model"], device, r["verdict"], r["reason"], data,
                                         precision)
-                cache.put(reuse.gate_key(fw, variant, r["model"], device, precision, suite.optimizer.name, fp),
-                          {"verdict": r["verdict"], "reason": r["reason"], "data": data, "run_id": run_id})
+                if fp is not None:
+                    cache.put(reuse.gate_key(fw, variant, r["model"], device, precision, suite.optimizer.name, fp),
+                              {"verdict": r["verdict"], "reason": r["reason"], "data": data, "run_id": run_id})
         else:
             for m in models:
                 store.save_verification(run_id, fw, variant, m, device, "fail", f"verification process: {o.reason}", {},
@@ -164,25 +166,37 @@ def kept_gates(cells: list[Cell], optimizer: str) -> frozenset[tuple[str, ...]]:
 
 
 def _kept(cache: reuse.GateCache, machine: dict[str, Any], groups: Iterable[tuple[str, str, str, str, str]],
-          optimizer: str, prints: dict[tuple[str, str], str]) -> dict[tuple[str, ...], dict[str, Any]]:
+          optimizer: str, prints: dict[tuple[str, str], str | None]) -> dict[tuple[str, ...], dict[str, Any]]:
     """The kept passes of ``groups`` (framework, variant, model, device, precision), by group; ``prints``
     keeps each (framework, variant)'s fingerprint for the caller."""
     if not cache.enabled:
         return {}
     out = {}
     for fw, variant, model, device, precision in groups:
-        fp = prints.setdefault((fw, variant), _gate_fingerprint(fw, variant, machine))
-        verdict = cache.get(reuse.gate_key(fw, variant, model, device, precision, optimizer, fp))
+        fp = _fingerprint_once(prints, fw, variant, machine)
+        verdict = None if fp is None else cache.get(reuse.gate_key(fw, variant, model, device, precision, optimizer, fp))
         if verdict is not None:
             out[(fw, variant, model, device, precision)] = verdict
     return out
 
 
-def _gate_fingerprint(framework: str, variant: str, machine: dict[str, Any]) -> str:
+def _fingerprint_once(prints: dict[tuple[str, str], str | None], framework: str, variant: str,
+                      machine: dict[str, Any]) -> str | None:
+    if (framework, variant) not in prints:
+        prints[(framework, variant)] = _gate_fingerprint(framework, variant, machine)
+    return prints[(framework, variant)]
+
+
+def _gate_fingerprint(framework: str, variant: str, machine: dict[str, Any]) -> str | None:
+    """The fingerprint of what ``framework``'s verdicts at ``variant`` depend on (dlbench.measure.reuse),
+    with what its interpreter has installed as that interpreter reports it, started as a measuring
+    process is (never an environment's record, which an edit or an upgrade in place leaves behind)."""
     info = framework_info(framework)
     module = info.module if info.module.endswith(".py") else None
-    return reuse.fingerprint(framework, variant, installed_version(framework), envs.python_for(framework),
-                             info.variant_env.get(variant), machine, module)
+    python = envs.python_for(framework)
+    installed = reuse.installs(python or sys.executable, {**thread_env(None), **envs.worker_env(python)})
+    return reuse.fingerprint(framework, variant, python or sys.executable, installed, info.variant_env.get(variant),
+                             machine, module)
 
 
 def _version_envs(store: Store, run_id: str, cells: list[Cell], frameworks: list[str], progress: Progress) -> None:
