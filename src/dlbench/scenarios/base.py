@@ -44,7 +44,7 @@ from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.launch.subprocess import JobOutcome
 from dlbench.measure.adaptive import prior_seconds
 from dlbench.measure.reuse import compilation_cache_env, compilation_cache_mark
-from dlbench.measure.stats import summarize
+from dlbench.measure.stats import interval_text, summarize
 from dlbench.models import UnknownModelError, get_model
 from dlbench.models.flops import closure_flops_per_sample
 from dlbench.models.spec import ModelSpec
@@ -276,8 +276,8 @@ class Scenario(ABC):
         t = res.time_ms
         if self.whole_dataset:
             n = res.cell.batch * 1e3
-            return f"{n / t.median:,.0f} [{n / t.ci_high:,.0f}, {n / t.ci_low:,.0f}]"
-        return f"{t.median:.3g} [{t.ci_low:.3g}, {t.ci_high:.3g}]"
+            return interval_text(t, lambda v: f"{v:,.0f}", lambda ms: n / ms)
+        return interval_text(t, lambda v: f"{v:.3g}")
 
     @property
     def column(self) -> str:
