@@ -286,6 +286,9 @@ def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
                                    **registry.settings_from_flags(args))
         done = set()
     _, cells = runner.plan_cells(suite)
+    measured = sorted(set(suite.scenarios) | {c.scenario for c in cells})
+    if not args.resume and (unread := registry.unread_flag(args, measured)):
+        raise UsageError(unread)
     todo = [c for c in cells if c.key not in done]
     return suite, todo, len(cells) - len(todo)
 

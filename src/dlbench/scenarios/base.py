@@ -323,6 +323,9 @@ class Scenario(ABC):
 #: sane maxima of settings (one week of seconds; ten million calls or iterations; a seed numpy takes), so a
 #: suite file, a flag and the Python API refuse the same values (the suite's and the scenarios' models)
 MAX_SECONDS = 7 * 24 * 3600.0
+#: the smallest latency bound, in ms, a setting may name: LoadGen takes bounds in whole nanoseconds, and
+#: a smaller one (``--ttft-ms 1e-300``) would become a bound of 0 ns
+MIN_BOUND_MS = 1e-6
 MAX_COUNT = 10_000_000
 MAX_SEED = 2**32 - 1
 #: the largest batch size, thread count or worker count a suite or a flag may name

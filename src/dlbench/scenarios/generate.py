@@ -52,6 +52,7 @@ from dlbench.models.weights import init_weights
 from dlbench.scenarios.base import (
     MAX_COUNT,
     MAX_SECONDS,
+    MIN_BOUND_MS,
     CellOutcome,
     Context,
     Flag,
@@ -110,8 +111,9 @@ class GenerationSettings:
         for name in ("prompt", "new_tokens"):
             check_range(self, name, ge=1, le=MAX_TOKENS)
         check_range(self, "runs", ge=1, le=MAX_COUNT)
-        check_range(self, "ttft_ms", gt=0, le=MAX_SECONDS * 1000)
-        check_range(self, "tpot_ms", gt=0, le=MAX_SECONDS * 1000)
+        # LoadGen takes the bounds in whole nanoseconds: one below 1 ns would be a bound of 0
+        check_range(self, "ttft_ms", ge=MIN_BOUND_MS, le=MAX_SECONDS * 1000)
+        check_range(self, "tpot_ms", ge=MIN_BOUND_MS, le=MAX_SECONDS * 1000)
         check_range(self, "qps", gt=0, le=1e6)
         check_range(self, "min_duration_s", gt=0, le=MAX_SECONDS)
         check_range(self, "min_queries", ge=1, le=MAX_COUNT)
