@@ -316,8 +316,19 @@ def test_a_per_batch_cell_whose_processes_disagree_shows_them_in_the_summary_rep
     assert main(["show", "--db", str(tmp_db)]) == 0
     assert re.search(r"processes disagree: 5\.0[0-9]* / 50\.[0-9]* per process \(measure more processes: --repeats 6",
                      capsys.readouterr().out)
-    text = write_report(api.results(run_id, tmp_db), tmp_path / "out").markdown.read_text()
+    res = api.results(run_id, tmp_db)
+    text = write_report(res, tmp_path / "out").markdown.read_text()
     assert re.search(r"processes disagree: 5\.0[0-9]* / 50\.[0-9]* per process", text)
+    from dlbench.report.site import run_html
+
+    assert re.search(r"processes disagree: 5\.0[0-9]* / 50\.[0-9]* per process", run_html(res))  # the site's run page
+    from dlbench.report.versions import Point, Series, series_table
+
+    (c,) = res.cells
+    table = series_table(Series("alpha", "lenet", "forward", 4, 1, "cpu", "eager",
+                                points=[Point(run_id, 0.0, "h", "alpha", "1.0", c)]))
+    (value,) = [v for v in table.rows[0] if "processes disagree" in v.text]  # the versions table
+    assert value.number is None
     assert main(["export", "--db", str(tmp_db)]) == 0
     (row,) = csv.DictReader(capsys.readouterr().out.splitlines())
     assert row["processes_disagree"] == "True" and [round(float(v)) for v in row["process_medians_ms"].split(";")] == [5, 50]
