@@ -114,3 +114,34 @@ def compare_pair(db: Path, slow_keys: tuple[str, ...] = (), factor: float = 1.3,
         return ids[0], ids[1]
     finally:
         store.close()
+
+
+def generate_cell(store: Store, run_id: str, levels_ms: tuple[float, ...], framework: str = "alpha",
+                  runs: int = 5, new_tokens: int = 4, batch: int = 1) -> None:
+    """A ``generate`` cell stored as :meth:`dlbench.scenarios.generate.Generate.measure` stores one: one
+    process per entry of ``levels_ms`` (its TTFT; each later token a tenth of it), ``runs`` generations
+    each, the figures in the metrics and the ttft, tpot and measure samples."""
+    from types import SimpleNamespace
+
+    from dlbench.scenarios.generate import figures
+
+    rng = np.random.default_rng(len(levels_ms))
+    per_process = []
+    for level in levels_ms:
+        gens = []
+        for _ in range(runs):
+            ttft = level * (1 + 0.01 * rng.standard_normal()) * 1e6
+            gens.append({"ttft_ns": ttft, "tpot_ns": [ttft / 10] * (new_tokens - 1), "tokens": [[1] * new_tokens]})
+        per_process.append({"runs": gens, "cache_bytes": 2**20, "decoder": {}, "peak_rss_bytes": 2**28,
+                            "rss_before_build_bytes": 2**27, "build_ns": 1e6, "threads_readback": {},
+                            "versions": {}})
+    m = figures(SimpleNamespace(batch=batch), per_process, {"prompt": 8, "new_tokens": new_tokens, "runs": runs}, 0)
+    samples = []
+    for r, result in enumerate(per_process):
+        for i, run in enumerate(result["runs"]):
+            samples.append(Sample(r, i, "ttft", run["ttft_ns"]))
+            samples.append(Sample(r, i, "measure", run["ttft_ns"] + sum(run["tpot_ns"])))
+        samples += [Sample(r, i, "tpot", v) for i, v in enumerate(t for run in result["runs"] for t in run["tpot_ns"])]
+    verify_pass(store, run_id, framework, "eager", "gpt2")
+    store.save_cell(run_id, cell(framework, "eager", "generate", batch, 1, model="gpt2"), "ok", "", 1.0, [], m,
+                    samples)

@@ -236,3 +236,37 @@ def test_a_suite_error_is_one_line_even_for_a_key_with_a_newline(tmp_path, capsy
     suite = tmp_path / "s.yaml"
     suite.write_text('models: [lenet]\n"colour\\nscheme": red\n')
     refused(capsys, ["run", "--suite", str(suite), "--db", str(tmp_path / "r.db")], "invalid suite", "colour")
+
+
+@pytest.mark.parametrize("pairs, message", [
+    (("--prompt-len", "8"), "--prompt-len sets the generate"),
+    (("--new-tokens", "8"), "--new-tokens sets the generate"),
+    (("--ttft-ms", "5"), "--ttft-ms sets the generate"),
+    (("--qps", "5"), "--qps sets the loadgen-offline"),
+    (("--epochs", "2"), "--epochs sets the convergence"),
+    (("--latency-calls", "20"), "--latency-calls sets the latency"),
+    (("--max-time", "50"), "without --target-ci"),
+])
+def test_a_flag_that_would_do_nothing_is_refused(tmp_path, capsys, pairs, message):
+    """``--prompt-len`` and ``--max-time`` beside ``--scenario forward`` were accepted and ignored while
+    ``--ttft-ms`` was refused: every flag that no scenario of the run reads is refused, in one line."""
+    refused(capsys, run_args(tmp_path, *pairs), message, "(forward)" if pairs[0] != "--max-time" else "")
+    refused(capsys, [*run_args(tmp_path, *pairs), "--dry-run"], message)
+
+
+def test_the_flags_of_a_scenario_of_the_run_are_accepted(tmp_path, capsys):
+    accepted(capsys, run_args(tmp_path, "--scenario", "forward,convergence", "--epochs", "2", "--data", "digits"))
+    accepted(capsys, run_args(tmp_path, "--scenario", "latency", "--latency-calls", "20"))
+    accepted(capsys, run_args(tmp_path, "--target-ci", "5", "--max-time", "9"))
+
+
+@pytest.mark.parametrize("pairs", [("--max-time", "1e-9"), ("--max-time", "8.9"),
+                                   ("--max-time", "3", "--min-time", "0.1", "--repeats", "2")])
+def test_a_cap_below_what_the_pilot_takes_is_refused(tmp_path, capsys, pairs):
+    """``--target-ci 5 --max-time 1e-9`` ran a 30 s pilot: a cap the pilot (3 processes at the least, each
+    a start and --min-time of sampling) cannot fit in is refused, from a flag and from a suite file."""
+    refused(capsys, run_args(tmp_path, "--target-ci", "5", *pairs), "--max-time (max_cell_s) cannot hold the pilot")
+    path = tmp_path / "s.yaml"
+    path.write_text("models: [lenet]\nframeworks: [gpufw]\nscenarios: [forward]\nthreads: [1]\n"
+                    "protocol: {target_ci: 5, max_cell_s: 1.0e-9}\n")
+    refused(capsys, ["run", "--suite", str(path), "--db", str(tmp_path / "r.db")], "cannot hold the pilot")

@@ -23,7 +23,9 @@ from tests.test_bad_input_flags import GPU, accepted, no_measuring, refused, run
 # (flag, suite section, suite key, values that must be refused)
 SETTINGS = [
     ("--qps", "serving", "qps", ["inf", "nan", "1e12", "0", "-5"]),
-    ("--p99-ms", "serving", "p99_ms", ["inf", "1e300", "nan", "0"]),
+    ("--p99-ms", "serving", "p99_ms", ["inf", "1e300", "nan", "0", "1e-300", "1e-7"]),  # 1e-300: a bound of 0 ns
+    ("--ttft-ms", "generation", "ttft_ms", ["inf", "nan", "0", "-1", "1e-300", "1e-7"]),
+    ("--tpot-ms", "generation", "tpot_ms", ["inf", "nan", "0", "1e-300"]),
     ("--loadgen-min-queries", "serving", "min_queries", ["99999999999999999999", "0", "-1"]),
     ("--loadgen-min-duration", "serving", "min_duration_s", ["inf", "nan", "-1", "1e30"]),
     ("--latency-calls", "serving", "latency_calls", ["0", "10000000000"]),
@@ -89,8 +91,41 @@ def test_a_model_level_refusal_of_a_section_is_not_passed_over():
 
 
 def test_values_in_range_are_accepted(capsys, tmp_path):
-    accepted(capsys, run_args(tmp_path, "--qps", "1000", "--p99-ms", "5", "--loadgen-min-queries", "100",
-                              "--loadgen-min-duration", "1.5", "--seed", "4294967295", "--timeout", "60"))
+    accepted(capsys, run_args(tmp_path, "--scenario", "loadgen-server", "--qps", "1000", "--p99-ms", "5",
+                              "--loadgen-min-queries", "100", "--loadgen-min-duration", "1.5", "--seed", "4294967295",
+                              "--timeout", "60"))
+    accepted(capsys, run_args(tmp_path, "--p99-ms", "1e-6", "--scenario", "loadgen-server"))  # 1 ns: the least
+
+
+@pytest.mark.parametrize("content", ['{"h/1": "abc"}', '{"h/1": {"numpy": "fast"}}', '{"h/1": {"numpy": -1}}',
+                                     '{"h/1": null}', '[1, 2]', '"text"', "not json", '{"h/1": {"numpy": NaN}}'])
+def test_a_wrongly_shaped_peak_cache_is_read_as_empty(tmp_path, tmp_db, monkeypatch, content):
+    """``$DLBENCH_PEAK_CACHE`` holding anything but peaks (engine -> positive GFLOP/s) by host and thread
+    count was an internal error when an entry was not a peak: its entries are as good as absent, the peak
+    is measured again, and the file is rewritten with it; one that cannot be written is passed over."""
+    import platform
+    from types import SimpleNamespace
+
+    from dlbench.planning.plan import Cell
+
+    cache = tmp_path / "peaks.json"
+    cache.write_text(content.replace("h/1", f"{platform.node()}/1"))
+    monkeypatch.setenv("DLBENCH_PEAK_CACHE", str(cache))
+    jobs = []
+
+    def fake_job(job, timeout, threads):
+        jobs.append(threads)
+        return SimpleNamespace(status="ok", result={"gflops": {"numpy": 10.0}})
+
+    store = Store(tmp_db)
+    run = store.create_run("x", {})
+    runner._peaks(store, run, [Cell("torch", "eager", "lenet", "forward", 8, 1, "cpu")], lambda *a, **k: None, fake_job)
+    assert jobs == [1] and store.peaks(run) == {1: {"numpy": 10.0}}
+    monkeypatch.setenv("DLBENCH_PEAK_CACHE", str(tmp_path))  # a folder: cannot be read or written
+    runner._peaks(store, store.create_run("x", {}), [Cell("torch", "eager", "lenet", "forward", 8, 1, "cpu")],
+                  lambda *a, **k: None, fake_job)
+    store.close()
+    assert jobs == [1, 1]
 
 
 @pytest.mark.parametrize("value", ["١٢", "１２", "12\u0663"])

@@ -369,3 +369,93 @@ def test_a_second_resume_is_refused_while_the_first_driver_lives(tmp_db, monkeyp
     bisect.resume("b-y", tmp_db)
     assert resumed == [lease.holder()["pid"]]
     assert bisect.get("b-y", tmp_db).driver["pid"] == lease.holder()["pid"]  # the claim is stored
+
+
+MEASURING_REFUSED = [
+    (["--min-time", "nan"], "--min-time (protocol.min_time_s)"),
+    (["--warmup", "-5"], "--warmup (protocol.warmup)"),
+    (["--timeout", "-1"], "--timeout (protocol.timeout_s)"),
+    (["--variant", "nosuch"], "jax has no variant nosuch"),
+]
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+@pytest.mark.parametrize("flags, message", MEASURING_REFUSED)
+def test_measuring_flags_are_refused_before_anything_is_stored_or_built(flags, message, dry_run, tmp_db,
+                                                                         monkeypatch, capsys):
+    """A value a step's run would refuse is refused by ``bisect`` itself, with or without --dry-run, before
+    pip is asked, an environment is built or the bisection is saved (else it stays ``running`` for good)."""
+    from dlbench.storage.store import Store
+
+    Store(tmp_db).close()
+    monkeypatch.setattr(bisect.releases, "between", lambda *a, **k: pytest.fail("pip asked before the refusal"))
+    monkeypatch.setattr(bisect._Measure, "build", lambda self, version: pytest.fail("built before the refusal"))
+    argv = ["bisect", "--framework", "jax", "--good", "3.0", "--bad", "3.8", "--model", "lenet", "--scenario",
+            "forward", *flags, "--db", str(tmp_db)] + (["--dry-run"] if dry_run else [])
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+    assert bisect.listing(tmp_db) == []
+
+
+def test_threads_beyond_the_machine_are_recorded_as_measured(tmp_db, monkeypatch, capsys):
+    """``dlbench run --threads 4096`` measures, and stores, the machine's cores; a bisection says the same
+    count as the runs of its steps, not the one asked for."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(bisect.releases, "between", lambda framework, good, bad, pre=False: ["3.0", "3.1"])
+    assert main(["bisect", "--framework", "jax", "--good", "3.0", "--bad", "3.1", "--model", "lenet", "--scenario",
+                 "forward", "--threads", "4096", "--dry-run", "--json", "--db", str(tmp_db)]) == 0
+    assert f", {cores} thread(s)" in json.loads(capsys.readouterr().out)["figure"]
+    started = []
+    monkeypatch.setattr(bisect, "_loop", lambda m: started.append(m.b.settings.threads) or m.b)
+    main(["bisect", "--framework", "jax", "--good", "3.0", "--bad", "3.1", "--model", "lenet", "--scenario",
+          "forward", "--threads", "4096", "--db", str(tmp_db)])
+    assert started == [cores] and bisect.listing(tmp_db)[0].settings.threads == cores
+
+
+def test_a_resumed_bisection_counts_each_release_once(tmp_db, monkeypatch, capsys):
+    """Interrupted while measuring its ends, then resumed: the ends' environments are needed again, but a
+    bisection of two releases used two environments, and the interruption names the database to resume in."""
+    monkeypatch.setattr(bisect.releases, "between", lambda framework, good, bad, pre=False: ["5.0", "5.1"])
+    monkeypatch.setattr(bisect.ondemand, "ensure_envs", lambda names, say: {})
+    interrupted = []
+
+    def step(m, version, good, bad):
+        if not interrupted:
+            interrupted.append(version)
+            raise KeyboardInterrupt
+        test = {"ratio": 1.4, "ci_low": 1.3, "ci_high": 1.5, "p": 1e-4, "verdict": "slower", "processes": [3, 3],
+                "median_ms": [1.0, 1.4]}
+        st = Step(version, "bad", against=(good, bad), vs_good=test, processes=3, runs=["r"])
+        m.b.steps.append(st)
+        return st
+
+    monkeypatch.setattr(bisect, "_timed_step", step)
+    assert main(["bisect", "--framework", "jax", "--good", "5.0", "--bad", "5.1", "--model", "lenet", "--scenario",
+                 "forward", "--db", str(tmp_db)]) not in (0, 1, 2)
+    (stored,) = bisect.listing(tmp_db)
+    assert f"dlbench bisect --resume {stored.id} --db {tmp_db}" in capsys.readouterr().err
+    assert main(["bisect", "--resume", stored.id, "--db", str(tmp_db)]) == 0
+    out = capsys.readouterr().out
+    assert "environments used: 2; built by this bisection: 2 (5.0, 5.1)" in out
+    (done,) = bisect.listing(tmp_db)
+    assert done.used == ["5.0", "5.1"] and done.result["environments_used"] == 2
+
+
+def test_a_bisection_stored_with_settings_now_refused_is_not_resumed(tmp_db, monkeypatch, capsys):
+    """Saved before its flags were checked up front (``--warmup -5``): --resume says why, in one line, and
+    builds nothing."""
+    from dlbench.report.bisection import Bisection, Settings
+    from dlbench.storage.store import Store
+
+    b = Bisection("b-old", 0.0, Settings("jax", "3.0", "3.1", "lenet", "forward", protocol={"warmup": -5}),
+                  ["3.0", "3.1"])
+    store = Store(tmp_db)
+    store.save_bisection(b.id, b.started_at, b.status, b.to_dict())
+    store.close()
+    monkeypatch.setattr(bisect._Measure, "build", lambda self, version: pytest.fail("built before the refusal"))
+    assert main(["bisect", "--resume", "b-old", "--db", str(tmp_db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bisection b-old cannot be resumed" in err and "--warmup" in err and "\n" not in err

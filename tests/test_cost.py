@@ -31,16 +31,49 @@ def test_a_process_that_reported_nothing_is_all_rest():
     assert cell["processes"] == 2 and sum(cell[p] for p in PARTS) == pytest.approx(14.0)
 
 
-def test_show_cost_reads_a_database_of_an_older_dlbench(tmp_path, capsys):
-    """Cells stored before the breakdown existed show their wall time as rest; nothing is refused."""
+def test_show_cost_reads_a_database_of_an_older_dlbench(tmp_path, capsys, monkeypatch):
+    """Cells stored before the breakdown existed: every part unknown ("–", None in JSON), never 0 s; the
+    total is the cell's stored wall time; nothing is refused."""
+    from dlbench.cli.common import console
+
+    monkeypatch.setattr(console, "width", 1000)
     db = tmp_path / "old.db"
     make_v2(db)
     assert main(["show", "--cost", "--json", "--db", str(db)]) == 0
     out = json.loads(capsys.readouterr().out)
     (row,) = out["cells"]
-    assert row["rest_s"] == 1.0 and row["total_s"] == 1.0 and row["processes"] is None
+    assert all(row[p] is None for p in (*PARTS, "gate_s")) and row["total_s"] == 1.0 and row["processes"] is None
+    assert out["total"]["rest_s"] is None and out["total"]["cells_s"] == 1.0 and row["negative"] == []
     assert main(["show", "--cost", "--db", str(db)]) == 0
-    assert "all cells" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if "lenet" in x)
+    cols = [c.strip() for c in line.split("│") if c.strip()]
+    assert cols[2:8] == ["–"] * 6 and cols[8] == "1.00"
+    assert "all cells" in text and "–: not recorded" in text
+
+
+def test_a_negative_cost_is_flagged(tmp_db, capsys, monkeypatch):
+    """A part below zero (a clock that stepped back, a damaged record) is named in the row, marked in the
+    table and listed below it, not summed in silence."""
+    from dlbench.cli.common import console
+    from dlbench.storage.store import Store
+    from tests.synthetic_runs import cell, finish, metrics, new_run, timed_samples, verify_pass
+
+    monkeypatch.setattr(console, "width", 1000)
+    store = Store(tmp_db)
+    run_id = new_run(store)
+    verify_pass(store, run_id, "alpha", "eager")
+    cost = {"start_s": 1.0, "build_s": -0.5, "warmup_s": 0.1, "timed_s": 2.0, "rest_s": 0.1, "processes": 3}
+    store.save_cell(run_id, cell("alpha", "eager", "forward", 4, 1), "ok", "", 3.0, [], {**metrics(), "cost": cost},
+                    timed_samples(5.0))
+    finish(store, run_id)
+    store.close()
+    assert main(["show", "--cost", "--json", "--db", str(tmp_db)]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["cells"]
+    assert row["negative"] == ["build_s"] and row["build_s"] == -0.5
+    assert main(["show", "--cost", "--db", str(tmp_db)]) == 0
+    text = capsys.readouterr().out
+    assert "-0.500 (negative!)" in text and "1 cell(s) with a negative time" in text
 
 
 def test_dry_run_counts_the_environments_a_run_will_build(tmp_path, monkeypatch):

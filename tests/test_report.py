@@ -219,3 +219,116 @@ def test_the_gate_s_failures_are_not_mixed_with_what_a_framework_cannot_run(tmp_
     failed = md_text.split("### Equivalence gate: not passed")[1].split("###")[0]
     assert "gamma" in failed and "beta" not in failed
     assert "### Not gated: unsupported by the framework" in md_text
+
+
+def _generate_run(db: Path, *levels: tuple[float, ...]) -> str:
+    from tests.synthetic_runs import generate_cell
+
+    store = Store(db)
+    run_id = new_run(store, peaks={1: 50.0})
+    for fw, lv in zip(("alpha", "beta"), levels, strict=False):
+        generate_cell(store, run_id, lv, framework=fw)
+    finish(store, run_id)
+    store.close()
+    return run_id
+
+
+@pytest.fixture
+def wide(monkeypatch):
+    """The terminal's tables unwrapped, so a cell's text is read whole."""
+    from dlbench.cli.common import console
+
+    monkeypatch.setattr(console, "width", 1000)
+
+
+def test_a_generate_cells_figures_are_in_every_json_output_and_the_export(tmp_db, capsys, wide):
+    """TTFT, TPOT and tokens/s, which the summary's column shows, are in ``show --json`` (as in ``run
+    --json``), in ``export --format json`` and in the CSV, from the scenario's analysis of the samples."""
+    _generate_run(tmp_db, (10.0, 10.1, 9.9))
+    assert main(["show", "--db", str(tmp_db)]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"TTFT (9\.9|10)[0-9.]* \[[0-9.]+, [0-9.]+\] ms, TPOT", shown)
+    assert main(["show", "--json", "--db", str(tmp_db)]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["models"]["gpt2"]
+    assert row["generate_ttft_ms"]["median"] == pytest.approx(10.0, rel=0.05)
+    assert row["generate_tpot_ms"]["median"] == pytest.approx(1.0, rel=0.05)
+    per_seq = 4 / (10.0 * 1.3 / 1e3)  # 4 new tokens in a TTFT and 3 tokens of a tenth of it
+    assert row["generate_tokens_per_s_total"]["median"] == pytest.approx(per_seq, rel=0.05)
+    assert row["generate_ttft_ms"]["ci_low"] < row["generate_ttft_ms"]["median"] < row["generate_ttft_ms"]["ci_high"]
+    assert main(["export", "--format", "json", "--db", str(tmp_db)]) == 0
+    (c,) = json.loads(capsys.readouterr().out)["cells"]
+    assert set(c["figures"]) == {"ttft_ms", "tpot_ms", "tokens_per_s_sequence", "tokens_per_s_total"}
+    assert c["figures"]["ttft_ms"]["median"] == row["generate_ttft_ms"]["median"]
+    assert len(c["figures"]["ttft_ms"]["processes"]) == 3 and not c["figures"]["ttft_ms"]["processes_disagree"]
+    assert main(["export", "--db", str(tmp_db)]) == 0
+    (r,) = csv.DictReader(capsys.readouterr().out.splitlines())
+    assert float(r["ttft_ms_median"]) == pytest.approx(c["figures"]["ttft_ms"]["median"])
+    assert float(r["tokens_per_s_total_median"]) == pytest.approx(per_seq, rel=0.05)
+    assert r["ttft_ms_processes_disagree"] == "False" and len(r["ttft_ms_process_medians"].split(";")) == 3
+
+
+def test_processes_that_disagree_are_shown_as_such_in_every_view(tmp_db, tmp_path, capsys, wide):
+    """Two processes, one ten times the other (one ran beside other load): the t interval of one degree
+    of freedom spans orders of magnitude. The summary, the generation table, the report, the JSON and
+    the cost table show each process's median and "processes disagree" with the flags that measure
+    more, never that interval; a cell whose processes agree keeps its interval."""
+    run_id = _generate_run(tmp_db, (10.0, 100.0), (10.0, 10.2, 9.9))
+    res = api.results(run_id, tmp_db)
+    bad, good = (next(c for c in res.cells if c.cell.framework == fw) for fw in ("alpha", "beta"))
+    assert bad.figures["ttft_ms"].ci_high / bad.figures["ttft_ms"].ci_low > 1e6  # the interval says nothing
+    assert main(["show", "--db", str(tmp_db)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"TTFT processes disagree: (9\.9|10)[0-9.]* / (99|100)[0-9.]* ms per process \(measure more "
+                     r"processes: --repeats 6, or --target-ci 10\), TPOT processes disagree", out), out
+    assert "e+0" not in out and "[0.0" not in out
+    assert main(["show", "--json", "--db", str(tmp_db)]) == 0
+    rows = {r["framework"]: r for r in json.loads(capsys.readouterr().out)["models"]["gpt2"]}
+    ttft = rows["alpha"]["generate_ttft_ms"]
+    assert ttft["processes_disagree"] and ttft["processes"] == pytest.approx([10.0, 100.0], rel=0.05)
+    assert "--repeats 6" in ttft["measure_more"] and rows["alpha"]["generate_tpot_ms"]["processes_disagree"]
+    agree = rows["beta"]["generate_ttft_ms"]
+    assert not agree["processes_disagree"] and agree["measure_more"] is None
+    assert main(["show", "--cost", "--db", str(tmp_db)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "processes disagree" in out and "%" in out  # the agreeing cell keeps its ±
+    assert main(["show", "--cost", "--json", "--db", str(tmp_db)]) == 0
+    costs = {r["key"].split("/")[0]: r for r in json.loads(capsys.readouterr().out)["cells"]}
+    assert costs["alpha"]["half_width"] is None and costs["alpha"]["processes_disagree"]["medians_ms"]
+    assert costs["beta"]["half_width"] is not None and costs["beta"]["processes_disagree"] is None
+    text = " ".join(write_report(res, tmp_path / "out").markdown.read_text().split())
+    assert re.search(r"processes disagree: (9\.9|10)[0-9.]* / (99|100)[0-9.]* per process", text) and "--repeats 6" in text
+    assert "processes disagree" in text.split("Cost and precision")[1]
+
+
+def test_a_per_batch_cell_whose_processes_disagree_shows_them_in_the_summary_report_and_export(tmp_db, tmp_path,
+                                                                                            capsys, wide):
+    """A forward cell of two processes at 5 and 50 ms: its column, the report's table and the CSV give
+    both medians and the verdict, not an interval of one degree of freedom."""
+    from dlbench.storage.store import Sample
+
+    store = Store(tmp_db)
+    run_id = new_run(store, peaks={1: 50.0})
+    verify_pass(store, run_id, "alpha", "eager")
+    samples = [Sample(r, i, "measure", ms * (1 + 0.001 * i) * 1e6) for r, ms in enumerate((5.0, 50.0)) for i in range(20)]
+    store.save_cell(run_id, cell("alpha", "eager", "forward", 4, 1), "ok", "", 1.0, [], metrics(), samples)
+    finish(store, run_id)
+    store.close()
+    assert main(["show", "--db", str(tmp_db)]) == 0
+    assert re.search(r"processes disagree: 5\.0[0-9]* / 50\.[0-9]* per process \(measure more processes: --repeats 6",
+                     capsys.readouterr().out)
+    res = api.results(run_id, tmp_db)
+    text = write_report(res, tmp_path / "out").markdown.read_text()
+    assert re.search(r"processes disagree: 5\.0[0-9]* / 50\.[0-9]* per process", text)
+    from dlbench.report.site import run_html
+
+    assert re.search(r"processes disagree: 5\.0[0-9]* / 50\.[0-9]* per process", run_html(res))  # the site's run page
+    from dlbench.report.versions import Point, Series, series_table
+
+    (c,) = res.cells
+    table = series_table(Series("alpha", "lenet", "forward", 4, 1, "cpu", "eager",
+                                points=[Point(run_id, 0.0, "h", "alpha", "1.0", c)]))
+    (value,) = [v for v in table.rows[0] if "processes disagree" in v.text]  # the versions table
+    assert value.number is None
+    assert main(["export", "--db", str(tmp_db)]) == 0
+    (row,) = csv.DictReader(capsys.readouterr().out.splitlines())
+    assert row["processes_disagree"] == "True" and [round(float(v)) for v in row["process_medians_ms"].split(";")] == [5, 50]

@@ -119,3 +119,35 @@ def test_the_vectorised_hierarchical_bootstrap_draws_what_its_definition_draws(b
     pooled = np.concatenate(groups)
     assert set(np.round(fast[:200], 9)) <= set(np.round(np.concatenate(
         [pooled, (pooled[:, None] + pooled[None, :]).ravel() / 2]), 9))  # a value or the mean of two
+
+
+def _processes(*levels: float, n: int = 20) -> tuple[list[float], list[int]]:
+    rng = np.random.default_rng(1)
+    values = [lv * (1 + 0.005 * rng.standard_normal()) for lv in levels for _ in range(n)]
+    return values, [r for r in range(len(levels)) for _ in range(n)]
+
+
+def test_processes_disagree_where_their_interval_spans_more_than_the_stated_factor():
+    """The one rule (measure/stats.py): two or more processes whose interval's ends are more than
+    UNRESOLVED_RATIO apart. Two processes 5% apart or three spanning 20% keep their interval; two 20%
+    apart (t with one degree of freedom: the interval spans 10x) do not; one process never disagrees."""
+    from dlbench.measure.stats import UNRESOLVED_RATIO, interval_text, processes_disagree, summarize
+
+    assert UNRESOLVED_RATIO == 3.0
+    def grouped(*levels: float):
+        values, groups = _processes(*levels)
+        return summarize(values, groups=groups)
+
+    close, apart, three = grouped(1.0, 1.05), grouped(1.0, 1.2), grouped(1.0, 1.1, 1.2)
+    assert not close.disagree and not three.disagree and apart.disagree
+    assert apart.processes == pytest.approx([1.0, 1.2], rel=0.01) and apart.ci_high / apart.ci_low > 5
+    assert not grouped(1.0).disagree and not summarize([1.0, 5.0, 9.0] * 5).disagree
+    assert not processes_disagree(1.0, 3.0, [1.0, 2.0]) and processes_disagree(1.0, 3.01, [1.0, 2.0])
+    assert processes_disagree(0.0, 1.0, [0.5, 0.6]) and not processes_disagree(1.0, 100.0, [1.0])
+    fmt = "{:.3g}".format
+    assert interval_text(close, fmt).startswith("1.0") and "[" in interval_text(close, fmt)
+    text = interval_text(apart, fmt, unit="ms")
+    assert text == "processes disagree: 1 / 1.2 ms per process (measure more processes: --repeats 6, or --target-ci 10)"
+    d = apart.to_dict()
+    assert d["processes_disagree"] and "--repeats 6" in d["measure_more"] and not close.to_dict()["measure_more"]
+    assert apart.scaled(2).processes == pytest.approx([2.0, 2.4], rel=0.01)

@@ -32,6 +32,7 @@ stored run, so an interrupted bisection resumes (``--resume ID``) and each cell 
 from __future__ import annotations
 
 import math
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -42,6 +43,7 @@ from dlbench import api, envs
 from dlbench.core.errors import UsageError
 from dlbench.envs import ondemand, releases
 from dlbench.frameworks import installed_version
+from dlbench.planning import resolve
 from dlbench.report.bisection import Bisection, Settings, Step
 from dlbench.report.compare import ALPHA, CellChange, compare_cells
 from dlbench.report.results import CellResult, load_run
@@ -49,7 +51,7 @@ from dlbench.storage import lease
 from dlbench.storage.store import Store, new_run_id
 
 __all__ = ["Settings", "Step", "Bisection", "BisectError", "start", "plan", "resume", "listing",
-           "next_candidate", "pool"]
+           "next_candidate", "pool", "checked"]
 
 Progress = Callable[[str], None]
 
@@ -147,11 +149,13 @@ class _Measure:
         had = envs.load(name) is not None or installed_version(name) is not None
         failed = ondemand.ensure_envs([name], self.say)
         if name in failed:
-            self.b.not_installable.append(version)
+            if version not in self.b.not_installable:
+                self.b.not_installable.append(version)
             return failed[name]
-        if not had:
+        if not had and version not in self.b.built:
             self.b.built.append(version)
-        self.b.used.append(version)
+        if version not in self.b.used:  # a release built before an interruption is used again on --resume
+            self.b.used.append(version)
         return None
 
     def cells(self, versions_: list[str], step: Step) -> dict[str, CellResult]:
@@ -339,7 +343,7 @@ def _finish(m: _Measure) -> None:
                 "ratio": None if s.gate else final_ratio(b.steps, last_good, first_bad),
                 "candidates": [*between, first_bad],
                 "skipped": [{"version": st.version, "reason": st.reason} for st in b.skipped],
-                "environments_built": len(b.built), "environments_used": len(b.used),
+                "environments_built": len(set(b.built)), "environments_used": len(set(b.used)),
                 "not_installable": list(b.not_installable),
                 "steps": len(b.steps)}
 
@@ -382,17 +386,34 @@ def _loop(m: _Measure) -> Bisection:
         b.status, b.seconds = "interrupted", time.perf_counter() - started
         m.save()
         m.say(f"bisection {b.id} interrupted after {len(b.steps)} judged release(s); go on with: "
-              f"dlbench bisect --resume {b.id}")
+              f"dlbench bisect --resume {b.id} --db {shlex.quote(str(m.db))}")
         raise
     b.seconds = time.perf_counter() - started
-    b.result.setdefault("environments_built", len(b.built))
+    b.result.setdefault("environments_built", len(set(b.built)))
     b.result.setdefault("not_installable", list(b.not_installable))
     m.save()
     return b
 
 
+def checked(settings: Settings) -> Settings:
+    """The settings as every step's run will measure them, checked by the rules ``dlbench run`` applies
+    (:mod:`dlbench.planning.resolve`: the protocol, the model, the batch, the variant, the thread count)
+    before anything is stored or built: a value a step's run would refuse would otherwise leave a
+    bisection saved as running that no ``--resume`` can finish. The thread count is the one measured
+    (a count beyond the machine's cores is measured, and stored by a run, at its cores)."""
+    resolve.check_settings("protocol", {**settings.protocol, "repeats": settings.repeats})
+    resolve.check_settings("protocol", {"repeats": settings.max_repeats})
+    resolve.models([settings.model])
+    if settings.batch is not None:
+        resolve.batches([settings.batch])
+    if settings.variant is not None:
+        resolve.variants(settings.framework, [settings.variant])
+    return replace(settings, threads=resolve.thread_count(settings.threads))
+
+
 def start(settings: Settings, db: str | Path, progress: Progress = lambda s: None) -> Bisection:
-    """List the releases, then bisect; the state is in ``db`` from the first step on."""
+    """Check the settings, list the releases, then bisect; the state is in ``db`` from the first step on."""
+    settings = checked(settings)
     found = releases.between(settings.framework, settings.good, settings.bad, pre=settings.pre)
     b = Bisection("b-" + new_run_id(), time.time(), settings, found, driver=lease.holder())
     progress(f"bisection {b.id}: {len(found)} {settings.framework} releases from {settings.good} to {settings.bad} "
@@ -405,7 +426,9 @@ def start(settings: Settings, db: str | Path, progress: Progress = lambda s: Non
 
 def plan(settings: Settings) -> dict[str, Any]:
     """What :func:`start` would do, without building or measuring: the releases pip lists between the ends,
-    which of them already have an environment, and how many steps and builds to expect."""
+    which of them already have an environment, and how many steps and builds to expect; the settings
+    are checked as :func:`start` checks them."""
+    settings = checked(settings)
     found = releases.between(settings.framework, settings.good, settings.bad, pre=settings.pre)
     ready = [v for v in found if envs.load(settings.name(v)) is not None
              or installed_version(settings.name(v)) is not None]
@@ -419,6 +442,11 @@ def resume(bisection_id: str, db: str | Path, progress: Progress = lambda s: Non
     b = get(bisection_id, db)
     if b.status not in ("running", "interrupted"):
         raise BisectError(f"bisection {bisection_id} is {b.status}; nothing to resume")
+    try:
+        checked(b.settings)
+    except UsageError as exc:  # stored before its settings were checked up front: no step's run can measure them
+        raise UsageError(f"bisection {bisection_id} cannot be resumed: its stored settings are refused ({exc}); "
+                         "start a new one") from None
     me = lease.holder()
     store = Store(db)
     try:  # one driver at a time: a second resume would measure the same releases beside the first

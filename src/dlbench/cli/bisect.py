@@ -90,8 +90,9 @@ def summary(b: bisect.Bisection) -> list[str]:
         lines.append(f"{b.status}: {r.get('message', '')}")
     for sk in r.get("skipped", []) or [{"version": st.version, "reason": st.reason} for st in b.skipped]:
         lines.append(f"  skipped {fw} {sk['version']}: {sk['reason']}")
-    lines.append(f"environments used: {len(b.used)}; built by this bisection: {len(b.built)}"
-                 + (f" ({', '.join(b.built)})" if b.built else "")
+    built = list(dict.fromkeys(b.built))  # distinct: a record saved before a resume could count one twice
+    lines.append(f"environments used: {len(set(b.used))}; built by this bisection: {len(built)}"
+                 + (f" ({', '.join(built)})" if built else "")
                  + (f"; could not be installed: {', '.join(b.not_installable)}" if b.not_installable else "")
                  + f"; {len(b.steps)} release(s) judged in {b.seconds / 60:.1f} min; bisection {b.id}")
     return lines

@@ -20,7 +20,7 @@ from dlbench.cli.common import console, counts, names, note_damage, texts, write
 from dlbench.core.errors import UsageError
 from dlbench.core.interrupt import Interrupted, explain
 from dlbench.measure.adaptive import percent
-from dlbench.measure.stats import summarize
+from dlbench.measure.stats import interval_text, summarize
 from dlbench.planning import estimate as est
 from dlbench.planning import flags, resolve
 from dlbench.planning.estimate import Estimate, format_duration
@@ -150,8 +150,9 @@ def _median_text(samples: list[Sample], adaptive: dict | None = None) -> str:
     if not measured:
         return ""
     summary = summarize([s.value_ns / 1e6 for s in measured], groups=[s.repeat for s in measured])
-    ci = f" [{fmt_num(summary.ci_low)}, {fmt_num(summary.ci_high)}]" if summary.n > 1 else ""
-    return f"{fmt_num(summary.median)} ms{ci}"
+    if summary.n == 1:
+        return f"{fmt_num(summary.median)} ms"
+    return interval_text(summary, fmt_num, unit="ms")
 
 
 def _fit(text: str) -> str:
@@ -285,6 +286,9 @@ def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
                                    **registry.settings_from_flags(args))
         done = set()
     _, cells = runner.plan_cells(suite)
+    measured = sorted(set(suite.scenarios) | {c.scenario for c in cells})
+    if not args.resume and (unread := registry.unread_flag(args, measured)):
+        raise UsageError(unread)
     todo = [c for c in cells if c.key not in done]
     return suite, todo, len(cells) - len(todo)
 
@@ -563,8 +567,9 @@ def _print_cost(res: RunResults, as_json: bool) -> int:
         table.add_column(col, justify="left" if col in ("cell", "reused") else "right")
     for r in rows:
         met = "" if r["met"] is None else (" ✓" if r["met"] else " ✗")
-        table.add_row(r["key"], str(r["processes"] or DASH), *(fmt_num(r[p]) for p in cost.ORDER), fmt_num(r["total_s"]),
-                      cost.pct_text(r["half_width"]) + met, cost.shares_text(r), ",".join(r["reused"]))
+        table.add_row(r["key"], str(r["processes"] or DASH), *(cost.part_text(r, p) for p in cost.ORDER),
+                      cost.part_text(r, "total_s"),
+                      cost.precision_text(r) + met, cost.shares_text(r), ",".join(r["reused"]))
     table.add_row("all cells", "", *(fmt_num(total[p]) for p in cost.ORDER), fmt_num(total["cells_s"]), "", "", "")
     console.print(table)
     if total["wall_s"] is not None:
@@ -572,4 +577,11 @@ def _print_cost(res: RunResults, as_json: bool) -> int:
               f"(machine peak, environments, the driver) {fmt_num(total['outside_cells_s'])} s")
     if total["with_target"]:
         print(f"{total['met']} of {total['with_target']} cell(s) measured to a target met it")
+    negative = [r for r in rows if r["negative"]]
+    if negative:
+        print(f"{len(negative)} cell(s) with a negative time, which no cell can spend (a clock that stepped back or a "
+              f"damaged record): {', '.join(r['key'] for r in negative)}")
+    if any(r[p] is None for r in rows for p in cost.ORDER):
+        print("–: not recorded (a cell stored before dlbench kept where its time went, or a gate's time before it "
+              "was kept); such a cell's total is its wall time")
     return 0

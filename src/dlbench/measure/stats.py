@@ -16,13 +16,24 @@ of simulated cells for a nominal 95% (only 10 distinct draws of 3 processes);
 ``tests/test_stats.py::test_the_95_interval_covers_the_true_median_95_times_in_100`` pins the
 coverage. With one process that spread is invisible and the interval (a plain bootstrap) is
 optimistic; the runner warns about it.
+
+An interval over few processes that disagree is valid but says nothing: two processes of which one
+ran beside other load gave a TTFT of 189 ms with the interval [0.000119, 1,910,736,919] ms (Student's t
+with one degree of freedom has a 97.5% quantile of 12.7). :func:`processes_disagree` is the one rule
+that says so (the interval's upper end more than :data:`UNRESOLVED_RATIO` times its lower end); every
+view (the summary, the report, the JSON outputs, the cost table) then shows each process's median and
+the verdict "processes disagree" with the command that measures more (:func:`interval_text`), not
+the interval.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from dlbench.core.document import DASH, Value, fmt_num
 
 NOISY_CV = 0.10  # std >= 10% of the mean
 OUTLIER_DEV = 0.50  # min or max >= 50% away from the mean
@@ -44,14 +55,67 @@ class Summary:
     ci_low: float
     ci_high: float
     warnings: list[str] = field(default_factory=list)
+    #: the median of each process, in process order (empty: the values were not grouped by process)
+    processes: list[float] = field(default_factory=list)
+
+    @property
+    def disagree(self) -> bool:
+        """The processes disagree beyond what the interval can resolve (:func:`processes_disagree`)."""
+        return processes_disagree(self.ci_low, self.ci_high, self.processes)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The figures, with the verdict of :func:`processes_disagree` and, where the processes
+        disagree, the command that measures more."""
+        return {**asdict(self), "processes_disagree": self.disagree,
+                "measure_more": measure_more(len(self.processes)) if self.disagree else None}
 
     def scaled(self, factor: float) -> Summary:
-        """The same summary in other units (e.g. ns -> ms); warnings unchanged."""
+        """The same summary in other units (e.g. ns -> ms; a rate times a batch); warnings unchanged."""
         d = {k: (v * factor if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        d["processes"] = [v * factor for v in self.processes]
         return Summary(**d)
+
+
+#: an interval over processes whose upper end is more than this many times its lower end resolves
+#: nothing the processes' own medians do not show: the processes disagree beyond what so few of them
+#: can average out. Two processes 5% apart give a ratio of 1.9, 10% apart 3.4 (t with one degree of
+#: freedom); three processes whose medians span 20% about 1.6.
+UNRESOLVED_RATIO = 3.0
+
+
+def processes_disagree(ci_low: float, ci_high: float, processes: list[float]) -> bool:
+    """The one rule every view applies: two or more processes, and an interval of their centre that
+    spans more than :data:`UNRESOLVED_RATIO` (or reaches zero). One process has no spread to judge."""
+    return len(processes) >= 2 and not (ci_low > 0 and ci_high <= UNRESOLVED_RATIO * ci_low)
+
+
+def measure_more(processes: int) -> str:
+    """The command-line flags that measure a cell whose processes disagree to an interval that says
+    something: more processes (a t quantile falls from 12.7 at 2 processes to 2.6 at 6), or a target."""
+    return f"measure more processes: --repeats {max(6, 2 * processes)}, or --target-ci 10"
+
+
+def interval_text(s: Summary, fmt: Callable[[float], str], shown: Callable[[float], float] = float,
+                  unit: str = "") -> str:
+    """``median [low, high] unit``, or where the processes disagree (:func:`processes_disagree`), each
+    process's median and the verdict with the command that measures more. ``shown`` maps a value into
+    the unit shown (a time into a rate: ``lambda ms: n / ms``; the ends are put in order)."""
+    unit = f" {unit}" if unit else ""
+    if s.disagree:
+        return (f"processes disagree: {' / '.join(fmt(shown(v)) for v in s.processes)}{unit} per process "
+                f"({measure_more(len(s.processes))})")
+    low, high = sorted((shown(s.ci_low), shown(s.ci_high)))
+    return f"{fmt(shown(s.median))} [{fmt(low)}, {fmt(high)}]{unit}"
+
+
+def interval_value(s: Summary | None) -> Value:
+    """A report table's cell of a figure: its median ranked, the interval as the detail; where the
+    processes disagree, :func:`interval_text`'s verdict, ranked by nothing (no figure to rank by)."""
+    if s is None:
+        return Value(DASH)
+    if s.disagree:
+        return Value(interval_text(s, fmt_num))
+    return Value(fmt_num(s.median), s.median, detail=f"[{fmt_num(s.ci_low)}, {fmt_num(s.ci_high)}]")
 
 
 def bootstrap_ci(values: np.ndarray, stat=np.median, level: float = 0.95, resamples: int = BOOTSTRAP,
@@ -189,15 +253,15 @@ def summarize(values, min_samples: int = MIN_SAMPLES, groups=None) -> Summary:
     if v.size < min_samples:
         warnings.append(f"too few samples: {v.size} < {min_samples}")
     parts = _as_groups(v, groups)
+    meds = [float(np.median(p)) for p in parts] if groups is not None else []
     if len(parts) > 1:
-        meds = [float(np.median(p)) for p in parts]
         spread = (max(meds) - min(meds)) / float(np.median(v))
         if spread > PROCESS_SPREAD:
             warnings.append(f"processes disagree: their medians span {100 * spread:.0f}% of the median")
     return Summary(
         n=int(v.size), median=float(np.median(v)), mean=mean, std=std, min=float(v.min()), max=float(v.max()),
         p5=float(np.quantile(v, 0.05)), p95=float(np.quantile(v, 0.95)), iqr=float(q75 - q25),
-        ci_low=lo, ci_high=hi, warnings=warnings,
+        ci_low=lo, ci_high=hi, warnings=warnings, processes=meds,
     )
 
 

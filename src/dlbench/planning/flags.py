@@ -93,5 +93,9 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
     if variants is not None:
         base["variants"] = resolve.variant_map(resolve.suite_frameworks(suite_from_dict(base, "command line")),
                                                variants)
-    return suite_from_dict(base, "command line")
+    built = suite_from_dict(base, "command line")
+    if protocol and "max_cell_s" in protocol and built.protocol.target_ci is None:
+        raise UsageError("--max-time (protocol.max_cell_s) caps a cell measured to a target; without --target-ci "
+                         "(protocol.target_ci) it does nothing")
+    return built
 

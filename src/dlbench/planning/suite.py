@@ -19,6 +19,17 @@ from dlbench.core.precision import PRECISIONS
 from dlbench.measure.timer import Protocol
 from dlbench.scenarios import registry
 from dlbench.scenarios.base import MAX_BATCH, MAX_COUNT, MAX_SECONDS, MAX_SEED  # noqa: F401  (the bounds, shared)
+from dlbench.scenarios.processes import MIN_PILOT
+
+#: a floor under one measuring process's start (a fresh interpreter importing dlbench's worker and a
+#: framework) and its warm-up, seconds: not an estimate, the least a cap must leave a pilot's process
+PROCESS_FLOOR_S = 1.0
+
+
+def pilot_floor_s(repeats: int, min_time_s: float) -> float:
+    """The least a ``--target-ci`` pilot takes: its processes (:data:`MIN_PILOT` at the least), each a
+    start of :data:`PROCESS_FLOOR_S` and ``min_time_s`` of sampling."""
+    return max(repeats, MIN_PILOT) * (PROCESS_FLOOR_S + min_time_s)
 
 
 class ProtocolModel(BaseModel):
@@ -43,6 +54,18 @@ class ProtocolModel(BaseModel):
     target_ci: float | None = Field(None, gt=0, lt=100, allow_inf_nan=False)
     #: the cap on a cell's wall time when measuring to ``target_ci``, seconds
     max_cell_s: float = Field(600.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _cap_fits_a_pilot(self) -> ProtocolModel:
+        """A cap (``--max-time``) below what the pilot of ``--target-ci`` takes at the least is refused: the
+        pilot is the fixed first stage the plan is made from (cutting it short would leave no variance
+        to plan with), so a smaller cap could not be honoured, only overrun."""
+        if self.target_ci is not None and self.max_cell_s < (least := pilot_floor_s(self.repeats, self.min_time_s)):
+            raise ValueError(f"--max-time (max_cell_s) cannot hold the pilot of --target-ci: "
+                             f"{max(self.repeats, MIN_PILOT)} process(es) of at least {PROCESS_FLOOR_S:g} s to start "
+                             f"and {self.min_time_s:g} s (--min-time) of sampling each take {least:g} s at the least, "
+                             f"got {self.max_cell_s:g} s")
+        return self
 
     def timer_fields(self) -> dict[str, Any]:
         """What a measuring process's timer takes (a job carries these; the timeout, the profile and the

@@ -5,8 +5,11 @@ verification process of its (framework, variant, model, device, precision), divi
 cells it serves; 0 when the verdict was reused), the relative half-width of its interval (the
 second stage's with ``--target-ci``, else the stored samples'), whether it met its target, and the
 between-process share of its variance. Per run: the sums, and the setup the cells do not hold
-(machine peak, environments) as what is left of the run's wall time. A cell stored before these
-were recorded shows its wall time as "rest".
+(machine peak, environments) as what is left of the run's wall time. A part that was not recorded
+(a cell stored before the breakdown, a gate's time before it was kept) is unknown (None, shown "–"),
+never 0 s: the cell's total is then its stored wall time, and the run's sum of that part counts the
+cells that recorded it. A negative part (a clock that stepped back, a damaged record) is flagged
+(:func:`negative_parts`), in the row and in the table.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from dlbench.measure.adaptive import percent
 from dlbench.measure.cost import PARTS
+from dlbench.measure.stats import measure_more
 from dlbench.report.results import CellResult, RunResults
 from dlbench.report.tables import DASH, Column, Section, Table, Value, fmt_num
 
@@ -42,16 +46,24 @@ def cell_costs(res: RunResults) -> list[dict[str, Any]]:
     rows = []
     for c in res.cells:
         m = c.cell.metrics
-        cost = m.get("cost") or {"rest_s": c.cell.seconds, "processes": None}
+        cost = m.get("cost") or {"processes": None}  # stored before the breakdown: every part unknown
         gate = res.verifications.get(_group(c), {})
+        gate_s = gate.get("seconds")
         row: dict[str, Any] = {"key": c.cell.key, "status": c.cell.status,
-                               **{p: float(cost.get(p, 0.0)) for p in PARTS},
-                               "gate_s": float(gate.get("seconds") or 0.0) / served[_group(c)],
+                               **{p: float(cost[p]) if cost.get(p) is not None else None for p in PARTS},
+                               "gate_s": float(gate_s) / served[_group(c)] if gate_s is not None else None,
                                "processes": cost.get("processes")}
-        row["total_s"] = sum(row[p] for p in ORDER)
+        known = [row[p] for p in ORDER if row[p] is not None]
+        # a part unknown: the cell's stored wall time (and its gate's share where that is known)
+        row["total_s"] = sum(known) if len(known) == len(ORDER) else (c.cell.seconds or 0.0) + (row["gate_s"] or 0.0)
+        row["negative"] = negative_parts(row)
         adaptive = m.get("adaptive") or {}
         t = c.time_ms
-        row["half_width"] = adaptive.get("half_width") if "half_width" in adaptive else (
+        # processes that disagree beyond what the interval resolves: their medians, not a half-width
+        disagree = t is not None and t.disagree
+        row["processes_disagree"] = {"medians_ms": t.processes, "measure_more": measure_more(len(t.processes))} \
+            if disagree else None
+        row["half_width"] = None if disagree else adaptive.get("half_width") if "half_width" in adaptive else (
             (t.ci_high - t.ci_low) / 2 / t.median if t is not None and t.median else None)
         row["target"] = adaptive.get("target")
         row["met"] = adaptive.get("met")
@@ -65,16 +77,38 @@ def cell_costs(res: RunResults) -> list[dict[str, Any]]:
 
 def run_cost(res: RunResults, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The run's sums, its wall time and what no cell holds (peak, environments, the driver)."""
-    total = {p: sum(r[p] for r in rows) for p in ORDER}
+    total = {p: (sum(known) if (known := [r[p] for r in rows if r[p] is not None]) else None) for p in ORDER}
     started, finished = res.run.get("started_at"), res.run.get("finished_at")
     wall = (finished - started) if started and finished else None
-    cells = sum(total.values())
+    cells = sum(r["total_s"] for r in rows)
     return {**total, "cells_s": cells, "wall_s": wall, "outside_cells_s": (wall - cells) if wall else None,
             "met": sum(1 for r in rows if r["met"]), "with_target": sum(1 for r in rows if r["met"] is not None)}
 
 
+def negative_parts(row: dict[str, Any]) -> list[str]:
+    """The parts of a cost row below zero (a time spent cannot be negative: a clock that stepped back
+    between the parent and the process, or a record that is not what dlbench wrote)."""
+    return [p for p in (*ORDER, "total_s") if row.get(p) is not None and row[p] < 0]
+
+
+def part_text(r: dict[str, Any], part: str) -> str:
+    """One part of a row, in seconds; "–" when not recorded, marked when negative."""
+    text = fmt_num(r[part])
+    return f"{text} (negative!)" if part in r.get("negative", ()) else text
+
+
 def pct_text(x: float | None) -> str:
     return DASH if x is None else f"±{percent(x)}"
+
+
+def precision_text(r: dict[str, Any]) -> str:
+    """The ± column: the interval's relative half-width, or where the cell's processes disagree
+    (:func:`dlbench.measure.stats.processes_disagree`) their medians and the command that measures more."""
+    d = r.get("processes_disagree")
+    if d:
+        return (f"processes disagree: {' / '.join(fmt_num(m) for m in d['medians_ms'])} ms per process "
+                f"({d['measure_more']})")
+    return pct_text(r["half_width"])
 
 
 def _share(x: float | None) -> str:
@@ -96,8 +130,8 @@ def section(res: RunResults) -> Section:
     cols = [Column("cell", "cell", numeric=False)] + [Column(p, LABELS[p]) for p in ORDER] + [
         Column("total", "total"), Column("hw", "±", numeric=False),
         Column("between", "between call / process", numeric=False)]
-    body = [[Value(r["key"]), *(Value(fmt_num(r[p]), r[p]) for p in ORDER), Value(fmt_num(r["total_s"]), r["total_s"]),
-             Value(pct_text(r["half_width"])), Value(shares_text(r))] for r in rows]
+    body = [[Value(r["key"]), *(Value(part_text(r, p), r[p]) for p in ORDER), Value(part_text(r, "total_s"), r["total_s"]),
+             Value(precision_text(r)), Value(shares_text(r))] for r in rows]
     total = run_cost(res, rows)
     body.append([Value("all cells"), *(Value(fmt_num(total[p]), total[p]) for p in ORDER),
                  Value(fmt_num(total["cells_s"]), total["cells_s"]), Value(""), Value("")])

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.core.errors import UsageError
+from dlbench.measure.stats import Summary, interval_text
 from dlbench.report.html import Markup, el, kv_table, page, plot_figure, rows_table, table_html
 from dlbench.report.plots import Plot, _safe, _svg
 from dlbench.report.results import load_run
@@ -109,6 +110,14 @@ def group_page(g: Group) -> str:
     return page(f"dlbench: {g.model} {g.scenario}", *body)
 
 
+def _interval(t: Summary | None) -> str:
+    """The CI column: the interval, or where the processes disagree their medians and the verdict
+    (:func:`dlbench.measure.stats.processes_disagree`, the rule of every view)."""
+    if t is None:
+        return ""
+    return interval_text(t, _fmt) if t.disagree else f"[{_fmt(t.ci_low)}, {_fmt(t.ci_high)}]"
+
+
 def _fmt(v: float | None) -> str:
     return "" if v is None else f"{v:.4g}"
 
@@ -130,7 +139,7 @@ def run_html(res) -> str:
         t = c.time_ms
         rows.append(el("tr", el("td", el("code", c.cell.key)), el("td", c.cell.status), el("td", c.verified),
                        el("td", _fmt(t.median if t else None), class_="num"),
-                       el("td", f"[{_fmt(t.ci_low)}, {_fmt(t.ci_high)}]" if t else "", class_="num"),
+                       el("td", _interval(t), class_="num"),
                        el("td", str(len(c.repeat_medians_ms) or (1 if c.samples_ms else 0)), class_="num"),
                        el("td", str(len(c.samples_ms)), class_="num"), el("td", c.cell.reason or ""),
                        id=cell_anchor(c.cell.key)))

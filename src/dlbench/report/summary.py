@@ -82,6 +82,8 @@ class SummaryRow:
                 **{f"{s}_ms": (c.time_ms.to_dict() if c.time_ms else None) for s, c in self.cells.items()
                    if s in per_batch},
                 **{f"{s}_samples_per_s": self.throughput(s) for s in self.cells},
+                # a scenario's own figures (generate: ttft_ms...), as its column shows them
+                **{f"{s}_{name}": f.to_dict() for s, c in self.cells.items() for name, f in c.figures.items()},
                 "peak_rss_mib": self.peak_rss_mib, "peak_includes_profiler": self.peak_includes_profiler,
                 **{k: v for s in registry.SCENARIOS.values() for k, v in s.summary_fields(self.cells.get(s.name)).items()},
                 "statuses": {s: c.cell.status for s, c in self.cells.items()}}

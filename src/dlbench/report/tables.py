@@ -28,6 +28,7 @@ from dlbench.core.document import (
 )
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.measure.peak import by_precision, engine_precision, peak_precision
+from dlbench.measure.stats import interval_value
 from dlbench.report.results import CellResult, RunResults
 from dlbench.report.summary import SummaryRow, summary_rows
 from dlbench.scenarios import registry
@@ -89,8 +90,7 @@ def _time_value(c: CellResult | None, notes: _Notes) -> Value:
         return Value("")
     if not c.ok or c.time_ms is None:
         return _failed(c, notes)
-    t = c.time_ms
-    return Value(fmt_num(t.median), t.median, detail=f"[{fmt_num(t.ci_low)}, {fmt_num(t.ci_high)}]")
+    return interval_value(c.time_ms)
 
 
 def _own_value(scenario: str, c: CellResult | None, notes: _Notes) -> Value:

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.envs import versions
 from dlbench.envs.companions import release_key
+from dlbench.measure.stats import interval_text
 from dlbench.report.compare import CellChange, compare_cells
 from dlbench.report.plots import Plot, Skipped, _figure, _safe, _svg
 from dlbench.report.results import CellResult, RunResults, analyse_or_set_aside
@@ -176,7 +177,7 @@ def series_table(s: Series, across_runs: bool = False, changes: list | None = No
         row = [Value(shown[id(p)])]
         if across_runs:
             row += [Value(p.date), Value(p.host), Value(p.run_id)]
-        row += [Value(f"{fmt_num(t.median)} [{fmt_num(t.ci_low)}, {fmt_num(t.ci_high)}]", t.median),
+        row += [Value(interval_text(t, fmt_num), None if t.disagree else t.median),
                 Value(str(len(p.cell.repeat_medians_ms) or 1)), Value(p.change_text)]
         if changes is not None:
             row.append(Value(steps.get(i, "")))

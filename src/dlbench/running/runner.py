@@ -12,6 +12,7 @@ and SIGTERM stops it as Ctrl-C does (dlbench.core.interrupt).
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import sys
@@ -222,7 +223,15 @@ def _peak_cache() -> tuple[Path | None, dict]:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         data = {}
-    return Path(path), data if isinstance(data, dict) else {}
+    # only entries shaped as a peak (engine -> GFLOP/s, each finite and positive) are read; anything else
+    # is as good as absent, and that thread count is measured again (a cache never fails a run)
+    return Path(path), {k: v for k, v in data.items() if _peak_shaped(v)} if isinstance(data, dict) else {}
+
+
+def _peak_shaped(entry: Any) -> bool:
+    return isinstance(entry, dict) and bool(entry) and all(
+        isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+        for k, v in entry.items())
 
 
 def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress, run_job: JobRunner = run_job) -> None:
@@ -241,7 +250,10 @@ def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress, run
             store.save_peak(run_id, t, o.result["gflops"])
             if cache_path is not None:
                 cache[key] = o.result["gflops"]
-                cache_path.write_text(json.dumps(cache))
+                try:
+                    cache_path.write_text(json.dumps(cache))
+                except OSError:  # a cache that cannot be written only costs the next run its peak
+                    pass
 
 
 def execute(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress: Progress = _quiet) -> None:

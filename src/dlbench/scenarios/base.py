@@ -44,7 +44,7 @@ from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.launch.subprocess import JobOutcome
 from dlbench.measure.adaptive import prior_seconds
 from dlbench.measure.reuse import compilation_cache_env, compilation_cache_mark
-from dlbench.measure.stats import summarize
+from dlbench.measure.stats import interval_text, summarize
 from dlbench.models import UnknownModelError, get_model
 from dlbench.models.flops import closure_flops_per_sample
 from dlbench.models.spec import ModelSpec
@@ -276,8 +276,8 @@ class Scenario(ABC):
         t = res.time_ms
         if self.whole_dataset:
             n = res.cell.batch * 1e3
-            return f"{n / t.median:,.0f} [{n / t.ci_high:,.0f}, {n / t.ci_low:,.0f}]"
-        return f"{t.median:.3g} [{t.ci_low:.3g}, {t.ci_high:.3g}]"
+            return interval_text(t, lambda v: f"{v:,.0f}", lambda ms: n / ms)
+        return interval_text(t, lambda v: f"{v:.3g}")
 
     @property
     def column(self) -> str:
@@ -323,6 +323,9 @@ class Scenario(ABC):
 #: sane maxima of settings (one week of seconds; ten million calls or iterations; a seed numpy takes), so a
 #: suite file, a flag and the Python API refuse the same values (the suite's and the scenarios' models)
 MAX_SECONDS = 7 * 24 * 3600.0
+#: the smallest latency bound, in ms, a setting may name: LoadGen takes bounds in whole nanoseconds, and
+#: a smaller one (``--ttft-ms 1e-300``) would become a bound of 0 ns
+MIN_BOUND_MS = 1e-6
 MAX_COUNT = 10_000_000
 MAX_SEED = 2**32 - 1
 #: the largest batch size, thread count or worker count a suite or a flag may name

@@ -46,12 +46,13 @@ from dlbench.generation.decoder import (
 from dlbench.measure.cost import WorkClock
 from dlbench.measure.memory import current_rss_bytes, peak_rss_bytes
 from dlbench.measure.percentiles import percentiles
-from dlbench.measure.stats import summarize
+from dlbench.measure.stats import Summary, interval_text, summarize
 from dlbench.models import UnknownModelError, get_model
 from dlbench.models.weights import init_weights
 from dlbench.scenarios.base import (
     MAX_COUNT,
     MAX_SECONDS,
+    MIN_BOUND_MS,
     CellOutcome,
     Context,
     Flag,
@@ -110,8 +111,9 @@ class GenerationSettings:
         for name in ("prompt", "new_tokens"):
             check_range(self, name, ge=1, le=MAX_TOKENS)
         check_range(self, "runs", ge=1, le=MAX_COUNT)
-        check_range(self, "ttft_ms", gt=0, le=MAX_SECONDS * 1000)
-        check_range(self, "tpot_ms", gt=0, le=MAX_SECONDS * 1000)
+        # LoadGen takes the bounds in whole nanoseconds: one below 1 ns would be a bound of 0
+        check_range(self, "ttft_ms", ge=MIN_BOUND_MS, le=MAX_SECONDS * 1000)
+        check_range(self, "tpot_ms", ge=MIN_BOUND_MS, le=MAX_SECONDS * 1000)
         check_range(self, "qps", gt=0, le=1e6)
         check_range(self, "min_duration_s", gt=0, le=MAX_SECONDS)
         check_range(self, "min_queries", ge=1, le=MAX_COUNT)
@@ -306,14 +308,19 @@ class Generate(Scenario):
 
     # --- results --------------------------------------------------------------------------------
     def analyse(self, res: CellResult, samples: list[Sample], peak: float | None) -> None:
+        """The whole generation's time, and the figures the column shows (TTFT, TPOT, tokens/s per
+        sequence and in all) from the raw samples, grouped by process (:func:`analysed_figures`)."""
         g = res.cell.metrics.get("generation", {})
         measure = [s for s in samples if s.phase == "measure"]
-        if measure and res.cell.status == "ok":
-            res.samples_ms = [s.value_ns / 1e6 for s in measure]
-            res.sample_repeats = [s.repeat for s in measure]
-            res.time_ms = summarize(res.samples_ms, groups=res.sample_repeats)
-        total = g.get("tokens_per_s_total", {})
-        res.samples_per_s = total.get("median")
+        if not (measure and res.cell.status == "ok"):
+            return
+        res.samples_ms = [s.value_ns / 1e6 for s in measure]
+        res.sample_repeats = [s.repeat for s in measure]
+        res.time_ms = summarize(res.samples_ms, groups=res.sample_repeats)
+        new_tokens = (g.get("settings") or {}).get("new_tokens")
+        if new_tokens:
+            res.figures = analysed_figures(samples, new_tokens, res.cell.batch)
+            res.samples_per_s = res.figures["tokens_per_s_total"].median
 
     def throughput(self, res: CellResult) -> float | None:
         return None  # tokens/s are in the scenario's own column, not samples/s
@@ -321,13 +328,14 @@ class Generate(Scenario):
     def text(self, res: CellResult) -> str:
         if not res.ok:
             return f"– ({res.cell.status})"
-        g = res.cell.metrics.get("generation", {})
-        if not g:
+        f = res.figures
+        if not f:
             return "–"
-        ttft, tpot, rate = g["ttft_ms"], g["tpot_ms"], g["tokens_per_s_total"]
-        return (f"TTFT {ttft['median']:.3g} [{ttft['ci_low']:.3g}, {ttft['ci_high']:.3g}] ms, "
-                f"TPOT {tpot['median']:.3g} [{tpot['ci_low']:.3g}, {tpot['ci_high']:.3g}] ms, "
-                f"{rate['median']:,.1f} tok/s")
+        rate = f["tokens_per_s_total"]
+        rate_text = (f"{rate.median:,.1f} tok/s" if not rate.disagree else
+                     f"tokens/s {interval_text(rate, lambda v: f'{v:,.1f}')}")
+        return ", ".join([*(f"{name} {interval_text(f[key], lambda v: f'{v:.3g}', unit='ms')}"
+                            for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms")) if key in f), rate_text])
 
     @property
     def column(self) -> str:
@@ -419,6 +427,24 @@ def _profile_steps(backend, decoder, prompt: np.ndarray, new_tokens: int, job: d
         return {"failed": str(exc)}
     except Exception as exc:  # the framework's profiler failed: said beside the cell's figures
         return {"failed": f"the profiler failed: {type(exc).__name__}: {exc}"}
+
+
+def analysed_figures(samples: list[Sample], new_tokens: int, batch: int) -> dict[str, Summary]:
+    """A generate cell's figures from its stored samples, each grouped by process (the same as the
+    ``generation`` metrics :func:`figures` stores, with each process's median and the verdict of
+    :func:`dlbench.measure.stats.processes_disagree`): TTFT and TPOT in ms, and tokens/s per sequence
+    (``new_tokens`` over a generation's time, the ``measure`` samples) and in all (x ``batch``)."""
+    def grouped(phase: str, value) -> Summary | None:
+        chosen = [s for s in samples if s.phase == phase]
+        if not chosen:
+            return None
+        return summarize([value(s.value_ns) for s in chosen], groups=[s.repeat for s in chosen])
+
+    out = {"ttft_ms": grouped("ttft", lambda ns: ns / 1e6), "tpot_ms": grouped("tpot", lambda ns: ns / 1e6),
+           "tokens_per_s_sequence": grouped("measure", lambda ns: new_tokens / (ns / 1e9))}
+    if out["tokens_per_s_sequence"] is not None:
+        out["tokens_per_s_total"] = out["tokens_per_s_sequence"].scaled(batch)
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def _summary(values: list[float], groups: list[int]) -> dict[str, Any]:

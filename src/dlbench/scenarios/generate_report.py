@@ -19,6 +19,7 @@ from dlbench.core.figures import figure as _figure
 from dlbench.core.figures import finish as _finish
 from dlbench.core.figures import safe as _safe
 from dlbench.core.figures import svg as _svg
+from dlbench.measure.stats import interval_value
 from dlbench.storage.cell_result import CellResult, RunResults
 
 INTRO = ("Greedy decoding with a key/value cache (dlbench's decoders, one per framework). TTFT: the prompt's "
@@ -72,9 +73,9 @@ def figures_table(res: RunResults) -> Table | None:
             Column("ties", "gate ties")]
     rows = []
     for c in cells:
-        g = c.cell.metrics["generation"]
-        rows.append([Value(c.cell.model), *_who(c), _interval(g["ttft_ms"]), _interval(g["tpot_ms"]),
-                     _interval(g["tokens_per_s_total"]),
+        f = c.figures
+        rows.append([Value(c.cell.model), *_who(c), interval_value(f.get("ttft_ms")), interval_value(f.get("tpot_ms")),
+                     interval_value(f.get("tokens_per_s_total")),
                      Value(str(len(c.cell.metrics.get("generation_gate", {}).get("ties", []))))])
     return Table("generation: TTFT, TPOT and tokens/s [95% CI]", cols, rows)
 
@@ -82,12 +83,6 @@ def figures_table(res: RunResults) -> Table | None:
 def loadgen_table(res: RunResults) -> Table | None:
     """LoadGen's token-latency cells (None: the run has none)."""
     return next((t for t in tables(res) if t.title == LOADGEN_TITLE), None)
-
-
-def _interval(s: dict) -> Value:
-    if s.get("median") is None:
-        return Value(DASH)
-    return Value(fmt_num(s["median"]), s["median"], detail=f"[{fmt_num(s['ci_low'])}, {fmt_num(s['ci_high'])}]")
 
 
 def _who(c: CellResult) -> list[Value]:
@@ -114,8 +109,9 @@ def tables(res: RunResults) -> list[Table]:
             g, gate = c.cell.metrics["generation"], c.cell.metrics.get("generation_gate", {})
             gate_text = DASH if not gate else (f"{fmt_num(gate.get('cache_error'))}, {fmt_num(gate.get('logit_error'))}, "
                                                f"{len(gate.get('ties', []))}")
-            rows.append(_who(c) + [_interval(g["ttft_ms"]), _interval(g["tpot_ms"]), _interval(g["tokens_per_s_sequence"]),
-                                   _interval(g["tokens_per_s_total"]), Value(fmt_bytes_mib(g["cache_bytes"])),
+            rows.append(_who(c) + [*(interval_value(c.figures.get(k)) for k in
+                                     ("ttft_ms", "tpot_ms", "tokens_per_s_sequence", "tokens_per_s_total")),
+                                   Value(fmt_bytes_mib(g["cache_bytes"])),
                                    Value(fmt_bytes_mib(c.cell.metrics.get("peak_rss_bytes"))), Value(gate_text)])
         out.append(Table(f"{model}: generation, prompt {s['prompt']}, {s['new_tokens']} new tokens", cols, rows))
         cols = WHO + [Column(f"{w}{q}", f"{w.upper()} p{q} ms", better="low") for w in ("ttft", "tpot") for q in QS]

@@ -26,7 +26,17 @@ from dlbench.measure.adaptive import prior_seconds, variance_split
 from dlbench.measure.cost import WorkClock
 from dlbench.measure.percentiles import disagreement, percentiles, samples_needed
 from dlbench.measure.warmup import warmup_end
-from dlbench.scenarios.base import MAX_COUNT, MAX_SECONDS, CellOutcome, Context, Flag, Scenario, SuiteView, check_range
+from dlbench.scenarios.base import (
+    MAX_COUNT,
+    MAX_SECONDS,
+    MIN_BOUND_MS,
+    CellOutcome,
+    Context,
+    Flag,
+    Scenario,
+    SuiteView,
+    check_range,
+)
 from dlbench.scenarios.prepare import prepare, versions
 from dlbench.scenarios.processes import run_processes
 from dlbench.scenarios.timed import make_closure
@@ -63,7 +73,7 @@ class ServingSettings:
     def __post_init__(self) -> None:
         check_range(self, "latency_calls", ge=1, le=MAX_COUNT)
         check_range(self, "qps", gt=0, le=1e6)
-        check_range(self, "p99_ms", gt=0, le=MAX_SECONDS * 1000)
+        check_range(self, "p99_ms", ge=MIN_BOUND_MS, le=MAX_SECONDS * 1000)  # LoadGen's whole nanoseconds
         check_range(self, "min_duration_s", gt=0, le=MAX_SECONDS)
         check_range(self, "min_queries", ge=1, le=MAX_COUNT)
 

@@ -150,6 +150,28 @@ def settings_from_flags(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return out
 
 
+def unread_flag(args: argparse.Namespace, scenarios: list[str]) -> str | None:
+    """A refusal, one line, for the first scenario flag given that none of ``scenarios`` reads (a flag
+    that does nothing must not be accepted in silence: ``--prompt-len`` beside ``--scenario forward``);
+    None when every flag given is read."""
+    for option, flags in _by_option().items():
+        if all(getattr(args, f.dest, None) is None for f in flags):
+            continue
+        readers = [s.name for s in SCENARIOS.values() if any(f.option == option for f in s.flags)]
+        if not set(readers) & set(scenarios):
+            return (f"{option} sets the {', '.join(readers)} scenario(s); the run measures none of them "
+                    f"({', '.join(scenarios)})")
+    return None
+
+
+def _by_option() -> dict[str, list[Flag]]:
+    out: dict[str, list[Flag]] = {}
+    for flags in _flags().values():
+        for f in flags:
+            out.setdefault(f.option, []).append(f)
+    return out
+
+
 def flag_dests() -> list[str]:
     """The argparse names of every scenario flag."""
     return [f.dest for flags in _flags().values() for f in flags]

@@ -37,6 +37,10 @@ class CellResult:
     convergence: dict[str, Any] = field(default_factory=dict)  # scenarios.convergence.summarise_curves
     #: every timed iteration in the order it ran: (repeat, "warmup" | "measure", ms); for warm-up plots
     series_ms: list[tuple[int, str, float]] = field(default_factory=list)
+    #: the scenario's own figures beyond the per-call time, by name with its unit (``generate``: ttft_ms,
+    #: tpot_ms, tokens_per_s_sequence, tokens_per_s_total), each from the raw samples with its interval
+    #: and its processes' medians: what the scenario's column shows, in every JSON output and the export
+    figures: dict[str, Summary] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -51,6 +55,7 @@ class CellResult:
             "reason": c.reason,
             "verified": self.verified, "warnings": c.warnings,
             "time_ms": self.time_ms.to_dict() if self.time_ms else None,
+            "figures": {name: f.to_dict() for name, f in self.figures.items()},
             # every figure a scenario derived (rates, first calls, compile times, curves), by field name
             **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_EXPORTED},
             "peak_rss_bytes": c.metrics.get("peak_rss_bytes"), "rss_growth_bytes": c.metrics.get("rss_growth_bytes"),
@@ -62,7 +67,7 @@ class CellResult:
 
 
 #: CellResult fields that ``to_dict`` writes otherwise (cell, time_ms) or leaves to ``export`` (the raw series)
-_NOT_EXPORTED = ("cell", "verified", "time_ms", "samples_ms", "warmup_ms", "sample_repeats", "series_ms")
+_NOT_EXPORTED = ("cell", "verified", "time_ms", "figures", "samples_ms", "warmup_ms", "sample_repeats", "series_ms")
 
 
 @dataclass
