@@ -71,6 +71,7 @@ def test_small_shift_is_not_significant_even_with_tiny_p(tmp_db):
     a, b = compare_pair(tmp_db, slow_keys=SLOW, factor=1.03, noise=0.001)
     cmp = compare_runs(results(tmp_db, a), results(tmp_db, b))
     shifted = [m for m in cmp.matched if m.key in SLOW]
+    assert sorted(m.key for m in shifted) == sorted(SLOW)  # both shifted cells compared (all() of none passed)
     assert all(m.p_value < 0.01 and m.verdict == "same" for m in shifted)
 
 

@@ -37,6 +37,9 @@ def test_a_probe_run_names_its_kernels_and_attaches_to_another_run(tmp_db):
     target = api.run(models=["dense-1"], frameworks=["torch"], scenarios=["forward"], threads=[1], protocol=FAST,
                      db=tmp_db)
     res = api.run(probe.suite(["torch"], [1], FAST), db=tmp_db)
+    # every probe went through the gate and passed it (an all() over no verdicts passed)
+    assert sorted(k[2] for k in res.verifications) == ["conv", "dense-1", "gemm"]
+    assert all(v["verdict"] == "pass" for v in res.verifications.values())
     rows = probe.rows(res)
     assert {(r.probe, r.scenario) for r in rows} == {("gemm", "forward"), ("conv", "forward"),
                                                      ("dense-1", "forward"), ("dense-1", "train_step")}
@@ -46,7 +49,6 @@ def test_a_probe_run_names_its_kernels_and_attaches_to_another_run(tmp_db):
         # a kernel's share of the peak names the peak: its own precision's (fp32 here), engine and rate
         assert (r.peak is None) == (r.probe == "dense-1") and (r.pct_peak is None) == (r.probe == "dense-1")
         assert r.peak is None or r.peak.startswith("fp32 peak ")
-    assert all(v["verdict"] == "pass" for v in res.verifications.values())  # every probe went through the gate
     probe.attach(tmp_db, target.run_id, rows, res.run_id)
     store = Store(tmp_db, read_only=True)
     try:

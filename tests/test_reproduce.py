@@ -121,9 +121,9 @@ def test_plan_maps_frameworks_threads_and_devices():
     assert big[("Torch", 6)] == 6 and big[("Torch", 12)] == 12
     # GPU rows: on a GPU machine on cuda; or on the CPU when asked
     gpu = [s for s in rep.plan("bahrampour2016-table3", env(gpu=True)) if s.row == "Torch + cuDNN"]
-    assert all(s.device == "cuda" and not s.skip for s in gpu)
+    assert len(gpu) == 2 and all(s.device == "cuda" and not s.skip for s in gpu)
     on_cpu = [s for s in rep.plan("bahrampour2016-table3", env(gpu_device="cpu")) if s.row == "Torch + cuDNN"]
-    assert all(s.device == "cpu" and s.threads == 2 and not s.skip for s in on_cpu)
+    assert len(on_cpu) == 2 and all(s.device == "cpu" and s.threads == 2 and not s.skip for s in on_cpu)
 
 
 def test_plan_multi_gpu_missing_backend_and_selection():
@@ -134,7 +134,8 @@ def test_plan_multi_gpu_missing_backend_and_selection():
     tf = next(s for s in settings if s.paper_framework == "TensorFlow")
     assert "tensorflow is not installed" in tf.skip
     only = rep.plan("bahrampour2016-table3", env(only=("tensorflow",)))
-    assert all(s.skip for s in only)
+    # every setting kept, each with why it is skipped (all() of an empty plan passed)
+    assert len(only) == len(rep.plan("bahrampour2016-table3", env())) == 30 and all(s.skip for s in only)
 
 
 def test_sums_and_batches():
@@ -168,6 +169,7 @@ def test_suite_holds_exactly_the_needed_cells():
 def test_lines_without_a_run_say_why():
     settings = rep.plan("liu2018-fig4", env())
     lines = rep.compare_lines(settings, None)
+    assert len(lines) == len(settings) == 35  # a line for every setting (all() of none passed)
     assert all(line.published == "not printed" and line.ours is None and line.ratio is None for line in lines)
     assert all("no NVIDIA GPU" in line.note or "nothing continues it" in line.note or "not installed" in line.note
                or "no mxnet backend" in line.note for line in lines)

@@ -69,6 +69,17 @@ def test_the_interval_holds_the_estimate_and_is_reproducible():
     assert a[1].ci_high - a[1].ci_low > a[0].ci_high - a[0].ci_low  # the tail is less certain
 
 
+def test_a_one_process_percentile_interval_covers_the_true_value_95_times_in_100():
+    """The level pinned, as the medians' is (tests/test_stats.py): in 500 simulated one-process cells of 100
+    calls (lognormal around a true p50 of 1.0) the p50's interval holds it in about 94%; at 90%, in 89%."""
+    rng = np.random.default_rng(0)
+    hits = []
+    for _ in range(500):
+        (p50,) = percentiles(np.exp(rng.normal(0, 0.1, 100)), (50.0,))
+        hits.append(p50.ci_low <= 1.0 <= p50.ci_high)
+    assert 0.92 <= np.mean(hits) <= 0.97
+
+
 def _two_processes(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A planted mixture: two processes of 1,500 calls each, one serving at 0.095 ms, the other 0.134."""
     rng = np.random.default_rng(seed)
@@ -94,6 +105,30 @@ def test_unequal_processes_take_the_one_at_a_time_bootstrap():
     keep[-300:] = False  # the second process stopped early
     (p50,) = percentiles(values[keep], (50.0,), groups=groups[keep], resamples=300)
     assert p50.ci_low <= own.min() and own.max() <= p50.ci_high
+
+
+def test_a_percentile_interval_over_two_processes_is_as_wide_as_their_t_interval():
+    """The process-level floor alone: two processes (0.095 and 0.134 ms) with enough calls each for a p50. The
+    hierarchical bootstrap alone gives about [0.095, 0.134] (only 3 distinct draws of 2 processes); Student's t
+    on 1 degree of freedom (t = 12.7) says a re-run may land between 0.013 and 0.99 ms. Removing the floor
+    failed no test: the other tests' intervals held both processes' values either way."""
+    values, groups, _ = _two_processes()
+    (p50,) = percentiles(values, (50.0,), groups=groups)
+    assert p50.ci_low < 0.03 and p50.ci_high > 0.5, p50
+
+
+@pytest.mark.parametrize("dropped", [0, 100])  # processes of one size (vectorised draw), and of two
+def test_a_tail_percentile_too_rare_for_each_process_still_resamples_the_processes(dropped):
+    """The process resampling alone: two processes of 600 calls or fewer (0.095 and 0.134 ms), so no process has
+    the 1,000 calls its own p99 needs and no process-level floor applies. The pooled p99 (0.140 ms) is the
+    slow process's tail; a re-run drawing the fast process twice gives about 0.099 ms, so the interval must
+    reach below 0.10 ms. Resampling the calls alone (each process kept once) gives about [0.139, 0.141]."""
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.normal(0.095, 0.002, 600), rng.normal(0.134, 0.003, 600 - dropped)])
+    groups = np.repeat([0, 1], [600, 600 - dropped])
+    (p99,) = percentiles(values, (99.0,), groups=groups)
+    assert p99.value == pytest.approx(0.1397, abs=2e-4), p99
+    assert p99.ci_low < 0.10 and p99.ci_high >= p99.value, p99
 
 
 def test_processes_that_disagree_are_named():
@@ -206,6 +241,40 @@ def test_a_latency_near_the_harness_floor_is_flagged():
     assert "within 2x of the harness floor's 0.3 ms" in near_floor("Server", cell, floor)
     assert near_floor("Server", {"percentiles_ms": {"50": 4.3}}, floor) is None
     assert near_floor("Offline", cell, floor) is None  # one query: no per-sample latency
+
+
+def _loadgen_cell_measured(p50_ms: float, floor_p50_ms: float):
+    """A single-stream cell measured by the scenario's own parent side, its process answered with LoadGen
+    summaries of a fixed median latency and a fixed harness floor (no LoadGen, no framework)."""
+    from dlbench.core.cell import Cell
+    from dlbench.launch.subprocess import JobOutcome
+    from dlbench.planning.plan import suite_from_dict
+    from dlbench.scenarios.base import Context
+
+    def summary(p50: float) -> str:
+        return (f"Scenario : SingleStream\nResult is : VALID\nQPS w/ loadgen overhead : {1e3 / p50:.1f}\n"
+                f"50.00 percentile latency (ns) : {p50 * 1e6:.0f}\n90.00 percentile latency (ns) : {p50 * 1.2e6:.0f}\n")
+
+    def run_job(job, timeout_s, threads=None, python=None, extra_env=None):
+        return JobOutcome("ok", {"summary": summary(p50_ms), "floor_summary": summary(floor_p50_ms),
+                                 "meets_rules": True, "settings": {}, "logs": [], "threads_readback": None,
+                                 "versions": {}}, "", 1.0, 0)
+
+    scenario = registry.get("loadgen-single-stream")
+    suite = suite_from_dict({"models": ["lenet"], "scenarios": [scenario.name]})
+    return scenario.measure(Cell("torch", "eager", "lenet", scenario.name, 1, 1), Context(suite, run_job))
+
+
+def test_a_loadgen_cell_near_its_harness_floor_carries_the_warning():
+    """Regression: only near_floor itself was tested; dropping the call that adds its warning to the cell
+    failed no test. A p50 of 0.43 ms against a floor of 0.30 ms is warned of; 4.3 ms is not."""
+    near = _loadgen_cell_measured(0.43, 0.30)
+    assert near.status == "ok" and near.metrics["loadgen"]["floor"]["percentiles_ms"]["50"] == 0.30
+    assert [w for w in near.warnings if "harness floor" in w] == [
+        "p50 0.43 ms is within 2x of the harness floor's 0.3 ms (LoadGen and the serving thread answering at once, "
+        "same settings and cores): the figure is mostly the harness's"]
+    far = _loadgen_cell_measured(4.3, 0.30)
+    assert far.status == "ok" and not [w for w in far.warnings if "harness floor" in w]
 
 
 # --- flags ---------------------------------------------------------------------------------------------

@@ -28,8 +28,9 @@ their stated coverage: it stops when the spread happens to look small. So the de
 SciPy is imported where it is used: the measuring processes of frameworks in their own environments
 import this module (through the scenarios) without it.
 
-``tests/test_adaptive.py`` simulates 1,000 cells with realistic process-to-process spread and
-checks the reported 95% intervals cover the true median in at least 93% of them.
+``tests/test_adaptive.py`` simulates 1,000 cells with realistic process-to-process spread, each
+through :func:`dlbench.scenarios.processes.run_processes` (the code a run calls), and checks the
+reported 95% intervals cover the true median in at least 93% of them.
 """
 
 from __future__ import annotations
