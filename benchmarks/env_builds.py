@@ -126,6 +126,14 @@ def main() -> None:
     for p in passes:
         print(f"| {labels[p['pass']]} | " + " | ".join(f"{r['disk'] / 1e6:.0f}" for r in p["frameworks"].values())
               + " |")
+    both = [fw for fw in FRAMEWORKS if all(p["frameworks"][fw]["ok"] for p in passes)]
+    print(f"\nThe {len(both)} environments every pass built ({', '.join(both)}) take " + "; ".join(
+        f"{sum(p['frameworks'][fw]['disk'] for fw in both) / 1e6:.0f} MB ({labels[p['pass']]})" for p in passes) + ".")
+    print("\npip installed some wheels from this machine's local indexes (its pip configuration names "
+          "`/opt/pypi`, `/opt/pypi-more` and `/opt/wheels`) and downloaded the rest; uv reads no pip configuration "
+          "and downloaded every package from PyPI. pip wrote no HTTP cache here (its cache held only Chainer's "
+          "built wheel), so its second pass downloaded again. Both compile bytecode at install "
+          "(uv: `--compile-bytecode`).")
     failed = {f"{labels[p['pass']]}: {fw}": r["error"] for p in passes for fw, r in p["frameworks"].items()
               if not r["ok"]}
     if failed:

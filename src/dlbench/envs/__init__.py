@@ -497,8 +497,10 @@ def _create(info: FrameworkEntry, python: str | None, force: bool, progress: Cal
             _run([uv, "venv", "--quiet", "--python", base, str(path)], log, "creating the venv", path)
             constraints = ["--build-constraints", str(lock_path(framework, build=True))] if build else []
             progress(f"{framework}: installing {lock_path(framework).name} (uv pip sync --require-hashes)")
-            _run([uv, "pip", "sync", "--python", str(env_python), "--require-hashes", *constraints,
-                  str(lock_path(framework))], log, f"installing {lock_path(framework).name}", path)
+            # --compile-bytecode: as pip does, so a measuring process's first import reads .pyc files
+            # instead of writing them (uv leaves that to the first import by default)
+            _run([uv, "pip", "sync", "--python", str(env_python), "--require-hashes", "--compile-bytecode",
+                  *constraints, str(lock_path(framework))], log, f"installing {lock_path(framework).name}", path)
             pip = [uv, "pip", "install", "--python", str(env_python)]
         else:
             pip = _pip_venv(framework, base, python is not None, reqs, path, log, progress)
