@@ -39,9 +39,9 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-def _envs_sh(tmp_path, index: str, which: str) -> subprocess.CompletedProcess:
+def _envs_sh(tmp_path, index: str, which: str, fresh: str = "") -> subprocess.CompletedProcess:
     env = {**os.environ, "DLBENCH_PYTHON": sys.executable, "DLBENCH_CI_ENVS": which, "PIP_INDEX_URL": index,
-           "DLBENCH_ENVS_DIR": str(tmp_path / "envs")}
+           "UV_DEFAULT_INDEX": index, "DLBENCH_ENVS_DIR": str(tmp_path / "envs"), "DLBENCH_CI_FRESH": fresh}
     return subprocess.run(["bash", str(ROOT / ".ci" / "envs.sh")], capture_output=True, text=True, env=env,
                           timeout=300)
 
@@ -64,10 +64,22 @@ def test_environments_that_build_pass(tmp_path, registry):
     reqs, build = envs.requirements("mxnet")
     record = envs.EnvRecord(framework="mxnet", path=str(path), python=sys.executable, python_version="3.11",
                             created="2026-01-01T00:00:00+00:00", create_seconds=1.0, framework_version="1.9.1",
-                            requirements=reqs, build_requirements=build)
+                            requirements=reqs, build_requirements=build, lock_sha256=envs.lock_sha256("mxnet"))
     (path / envs.RECORD).write_text(json.dumps(record.to_dict()))
     out = _envs_sh(tmp_path, registry, "mxnet")  # reused as it is: nothing to install
     assert out.returncode == 0, out.stderr
+
+
+def test_ci_builds_one_recipe_from_an_empty_environments_folder_on_every_run(tmp_path, registry):
+    """Beside the cached environments, DLBENCH_CI_FRESH (default: one recipe) is built into an empty folder
+    with an empty uv cache: a cached environment hid that Paddle could not be built on a new machine.
+    Here the recipe is one that cannot build, so nothing is installed and the failure fails CI."""
+    text = (ROOT / ".ci" / "envs.sh").read_text()
+    assert "FRESH=${DLBENCH_CI_FRESH-mxnet}" in text
+    out = _envs_sh(tmp_path, registry, "nosuchrecipe", fresh="nosuchfresh")
+    assert out.returncode == 1, out.stderr
+    assert "nosuchfresh failed to build from an empty environments folder and an empty uv cache" in out.stderr
+    assert not (tmp_path / "envs" / "nosuchfresh").exists()  # never in the cached folder
 
 
 def test_ci_run_fails_on_a_failed_build_and_not_on_an_unreachable_registry():
@@ -80,7 +92,7 @@ def test_the_nightly_script_runs_the_slow_tests_and_every_model(tmp_path):
     probe = tmp_path / "test_probe.py"
     probe.write_text("import os\n\ndef test_settings():\n"
                      "    assert os.environ['DLBENCH_SLOW_TESTS'] == '1' and os.environ['DLBENCH_TEST_ALL_MODELS'] == '1'\n")
-    env = {**os.environ, "DLBENCH_PYTHON": sys.executable}
+    env = {**os.environ, "DLBENCH_PYTHON": sys.executable, "DLBENCH_NIGHTLY_FRESH": ""}
     env.pop("DLBENCH_SLOW_TESTS", None)
     out = subprocess.run(["bash", str(ROOT / "scripts" / "nightly.sh"), str(probe)], capture_output=True, text=True,
                          env=env, timeout=300)
@@ -91,3 +103,20 @@ def test_the_nightly_script_runs_the_slow_tests_and_every_model(tmp_path):
     out = subprocess.run(["bash", str(ROOT / "scripts" / "nightly.sh"), str(empty)], capture_output=True, text=True,
                          env=env, timeout=300)
     assert out.returncode == 1 and "collected no tests" in out.stderr
+
+
+def test_the_nightly_script_builds_every_recipe_from_empty(tmp_path, registry):
+    """By default the nightly set first runs .ci/envs.sh with every recipe built from an empty folder and
+    uv cache (DLBENCH_CI_FRESH=all); a build that fails fails the nightly set. Here the environments
+    folder holds nothing and the build is of a recipe that does not exist: nothing is installed."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("def test_nothing():\n    pass\n")
+    env = {**os.environ, "DLBENCH_PYTHON": sys.executable, "DLBENCH_NIGHTLY_FRESH": "nosuchrecipe",
+           "DLBENCH_CI_ENVS": "none-cached", "DLBENCH_ENVS_DIR": str(tmp_path / "envs"), "PIP_INDEX_URL": registry}
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "nightly.sh"), str(probe)], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "nosuchrecipe failed to build from an empty environments folder" in out.stderr
+    assert "did not build from empty" in out.stderr and "1 passed" in out.stdout
+    text = (ROOT / "scripts" / "nightly.sh").read_text()
+    assert 'DLBENCH_CI_FRESH="${DLBENCH_NIGHTLY_FRESH-all}"' in text

@@ -3,6 +3,8 @@ of it, the command line, pip's own error when an install fails, and runs measure
 environment's interpreter."""
 
 import json
+import re
+import shutil
 import site
 import subprocess
 import sys
@@ -25,15 +27,27 @@ def envs_dir(tmp_path, monkeypatch):
     return root
 
 
+@pytest.fixture
+def recipes_copy(tmp_path, monkeypatch) -> Path:
+    """A copy of the recipes and locks that a test may change, read by dlbench.envs instead of its own."""
+    root = tmp_path / "requirements"
+    shutil.copytree(Path(envs.__file__).parent / "requirements", root)
+    monkeypatch.setattr(envs, "_requirements_root", lambda: root)
+    return root
+
+
 def fake_env(root: Path, framework: str, python: str = sys.executable, version: str = "9.9.9",
-             reqs: tuple[list[str], list[str]] | None = None) -> Path:
+             reqs: tuple[list[str], list[str]] | None = None, lock: str | None = None) -> Path:
+    """A recorded environment; a recipe's is built from its current lock unless ``lock`` says otherwise."""
     path = root / framework
     path.mkdir(parents=True)
     reqs = reqs or ([f"{framework}=={version}"], [])
+    if lock is None:
+        lock = envs.lock_sha256(framework) if framework in envs.recipes() else ""
     record = envs.EnvRecord(framework=framework, path=str(path), python=python, python_version="3.11",
                             created="2026-01-01T00:00:00+00:00", create_seconds=1.0, framework_version=version,
                             versions={framework: version, "numpy": "1.0"}, requirements=reqs[0],
-                            build_requirements=reqs[1])
+                            build_requirements=reqs[1], lock_sha256=lock)
     (path / envs.RECORD).write_text(json.dumps(record.to_dict()))
     return path
 
@@ -43,7 +57,9 @@ def test_every_recipe_is_a_registered_framework_with_pinned_requirements():
     for name in envs.recipes():
         assert name in FRAMEWORKS
         reqs, build = envs.requirements(name)
-        assert reqs and all("==" in r or "<" in r for r in reqs), reqs
+        dist = FRAMEWORKS[name].distribution
+        assert any(r.startswith(f"{d}==") for r in reqs for d in ((dist,) if isinstance(dist, str) else dist)), reqs
+        # every other package is pinned by the recipe's lock (test_every_recipe_has_a_current_lock...)
     reqs, build = envs.requirements("chainer")
     assert "chainer==7.8.1" in reqs and "setuptools<81" in build
     assert "mxnet==1.9.1" in envs.requirements("mxnet")[0]
@@ -89,19 +105,35 @@ def test_cli_list_json_and_remove(envs_dir, capsys):
     (["envs", "create"], "name a framework"),
     (["envs", "create", "torch"], "no environment recipe for 'torch'"),
     (["envs", "remove", "nosuchfw"], "no environment recipe"),
+    (["envs", "create", "mxnet", "--python", "/nonexistent"], "--python /nonexistent: no such interpreter"),
+    (["envs", "lock", "jax==0.4.38"], "only recipes have a lock"),
 ])
 def test_cli_bad_usage_exits_2(args, message, capsys):
     assert main(args) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "internal error" not in err
 
 
-def test_a_failed_install_reports_pips_error_and_leaves_no_environment(envs_dir, monkeypatch):
-    monkeypatch.setattr(envs, "requirements", lambda name: (["./no-such-directory-dlbench"], []))
+def test_an_interpreter_that_does_not_exist_is_refused_before_anything_is_built(envs_dir):
+    with pytest.raises(envs.EnvError, match="no such interpreter"):
+        envs.create(framework_info("mxnet"), python="/nonexistent")
+    assert not (envs_dir / "mxnet").exists()
+
+
+def _break_lock(root: Path, framework: str) -> None:
+    """A recipe whose (current) lock names a package that cannot be installed."""
+    (root / f"{framework}.txt").write_text("./no-such-directory-dlbench\n")
+    recipe_sha = envs._recipe_sha256(framework)
+    (root / f"{framework}.lock").write_text(f"# recipe-sha256: {recipe_sha}\n./no-such-directory-dlbench\n")
+
+
+def test_a_failed_install_reports_uvs_error_and_leaves_no_environment(envs_dir, recipes_copy):
+    _break_lock(recipes_copy, "mxnet")
     with pytest.raises(envs.EnvError) as info:
         envs.create(framework_info("mxnet"))
     message = str(info.value)
-    assert "installing ./no-such-directory-dlbench failed" in message
-    assert "ERROR" in message and "no-such-directory-dlbench" in message  # pip's own words
+    assert "installing mxnet.lock failed" in message
+    assert "no-such-directory-dlbench" in message  # uv's own words
     assert not (envs_dir / "mxnet").exists() and (envs_dir / "mxnet.log").exists()
     assert envs.load("mxnet") is None
 
@@ -113,13 +145,92 @@ def test_an_existing_environment_is_reused_not_rebuilt(envs_dir):
     assert record.framework_version == "7.8.1" and record.created.startswith("2026-01-01")
 
 
-def test_an_environment_whose_requirements_changed_is_rebuilt(envs_dir, monkeypatch):
-    fake_env(envs_dir, "mxnet", version="1.9.1", reqs=(["mxnet==1.9.0"], []))
-    assert "mxnet==1.9.0" in envs.stale(envs.load("mxnet"))
-    monkeypatch.setattr(envs, "requirements", lambda name: (["./no-such-directory-dlbench"], []))
-    with pytest.raises(envs.EnvError):  # it tried to rebuild, and the stale environment is gone
+def test_an_environment_is_keyed_by_its_lock(envs_dir, recipes_copy):
+    """A changed lock rebuilds the environment (here into a failure: it tried, and the stale one is gone);
+    a record from before the locks is stale too."""
+    fake_env(envs_dir, "mxnet", version="1.9.1", lock="0" * 64)
+    assert "lock changed" in envs.stale(envs.load("mxnet"))
+    fake_env(envs_dir, "h2o", lock="")
+    assert "before environments were locked" in envs.stale(envs.load("h2o"))
+    _break_lock(recipes_copy, "mxnet")
+    with pytest.raises(envs.EnvError):
         envs.create(framework_info("mxnet"))
     assert envs.load("mxnet") is None
+
+
+def test_a_recipe_changed_since_its_lock_is_not_built(envs_dir, recipes_copy):
+    (recipes_copy / "paddle.txt").write_text((recipes_copy / "paddle.txt").read_text() + "numpy==2.4.6\n")
+    assert "dlbench envs lock paddle" in envs.lock_problem("paddle")
+    with pytest.raises(envs.EnvError, match="recipe changed since paddle.lock was compiled"):
+        envs.create(framework_info("paddle"))
+    (recipes_copy / "pytensor.lock").unlink()
+    with pytest.raises(envs.EnvError, match="pytensor has no lock"):
+        envs.create(framework_info("pytensor"))
+    assert not (envs_dir / "paddle").exists() and not (envs_dir / "pytensor").exists()
+
+
+def _locked(framework: str) -> dict[str, str]:
+    """The lock's packages: normalised name -> version (each checked to carry hashes)."""
+    text = envs.lock_path(framework).read_text()
+    entries = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+) \\\n((?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", text, re.M)
+    requirement_lines = [ln for ln in text.splitlines() if ln and not ln.startswith((" ", "#"))]
+    assert len(entries) == len(requirement_lines), f"{framework}: a locked package without hashes"
+    return {name.lower().replace("_", "-"): version for name, version, _ in entries}
+
+
+def test_every_recipe_has_a_current_lock_with_every_package_hashed():
+    """Each recipe's lock was compiled from the recipe as it is (``dlbench envs lock NAME`` after an
+    edit), pins every package with hashes, and pins each of the recipe's own pins at its version."""
+    for name in envs.recipes():
+        assert envs.lock_problem(name) is None, envs.lock_problem(name)
+        locked = _locked(name)
+        for req in envs.requirements(name)[0]:
+            if "==" in req:
+                dist, version = req.split("==")
+                assert locked.get(dist.lower().replace("_", "-")) == version, (name, req)
+    assert envs.lock_path("chainer", build=True).is_file()
+
+
+#: what each framework imports at import time without declaring it in its metadata (so a resolver
+#: would not lock it unless the recipe names it): a fresh machine's `import paddle` failed without it
+IMPORTED_UNDECLARED = {"paddle": {"setuptools": None}, "chainer": {"setuptools": (74, "distutils.msvccompiler")}}
+
+
+def test_the_locks_hold_what_the_frameworks_import_undeclared():
+    """Paddle 3.3.1 imports setuptools (paddle.utils.cpp_extension) and Chainer pkg_resources and
+    numpy.distutils: before the locks, the Paddle environment (made --without-pip) had no setuptools and
+    failed on a fresh machine; Chainer's had it only because its venv seeded setuptools 65.5.0."""
+    for framework, needs in IMPORTED_UNDECLARED.items():
+        locked = _locked(framework)
+        for dist, below in needs.items():
+            assert dist in locked, f"{framework}'s lock lacks {dist}, which it imports"
+            if below:
+                assert int(locked[dist].split(".")[0]) < below[0], (framework, dist, locked[dist], below[1])
+
+
+def test_a_recipes_environment_is_built_from_its_lock_alone(envs_dir, monkeypatch):
+    """The build steps: ``uv venv`` (no pip, no setuptools seeded: what the environment has is what its
+    lock names) and ``uv pip sync --require-hashes`` of the lock, with the build constraints' lock for an
+    sdist; never a pip install of the recipe's loose lines."""
+    steps: list[list[str]] = []
+
+    def run(cmd, log, what, path=None):
+        steps.append(cmd)
+        if cmd[1] == "venv":
+            Path(cmd[-1]).mkdir(parents=True)
+
+    monkeypatch.setattr(envs, "_run", run)
+    monkeypatch.setattr(envs, "_link_checkout", lambda *a: None)
+    monkeypatch.setattr(envs, "_probe", lambda python, name: {"python_version": "3.11", "versions": {},
+                                                               "import_error": None})
+    for name in ("paddle", "chainer"):
+        steps.clear()
+        record = envs.create(framework_info(name))
+        venv, sync = steps
+        assert venv[1] == "venv" and "--without-pip" not in venv and "--seed" not in venv
+        assert sync[1:3] == ["pip", "sync"] and "--require-hashes" in sync and sync[-1] == str(envs.lock_path(name))
+        assert ("--build-constraints" in sync) == (name == "chainer")
+        assert record.lock_sha256 == envs.lock_sha256(name)
 
 
 def test_an_environments_workers_run_the_driving_checkouts_code():

@@ -155,7 +155,7 @@ def _failing_pip(monkeypatch, line: str) -> list[list[str]]:
     """The installer faked: the venv 'succeeds', pip fails with ``line`` in its log, as pip writes it."""
     calls = []
 
-    def run(cmd, log, what):
+    def run(cmd, log, what, path=None):
         calls.append(cmd)
         with open(log, "a") as f:
             f.write(f"\n$ {' '.join(cmd)}\n")

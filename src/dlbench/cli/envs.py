@@ -1,9 +1,10 @@
-"""``dlbench envs create|list|remove``: per-framework virtual environments (see :mod:`dlbench.envs`)."""
+"""``dlbench envs create|list|remove|lock``: per-framework virtual environments (see :mod:`dlbench.envs`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from rich.markup import escape
@@ -51,17 +52,33 @@ def cmd_envs(args: argparse.Namespace) -> int:
         elif name not in FRAMEWORKS or name not in envs.recipes():
             raise UsageError(f"no environment recipe for {name!r}; recipes: {', '.join(envs.recipes())} "
                              f"(or a version: jax==0.4.38)")
+    def say(line: str) -> None:
+        console.print(line, highlight=False, markup=False)
+
     if args.action == "remove":
         for name in names:
-            console.print(f"{name}: {'removed' if envs.remove(name) else 'no environment'}", highlight=False,
-                          markup=False)
+            say(f"{name}: {'removed' if envs.remove(name, progress=say) else 'no environment'}")
         return 0
+    if args.action == "lock":
+        versions = [n for n in names if n not in envs.recipes()]
+        if versions:
+            raise UsageError(f"dlbench envs lock: only recipes have a lock ({', '.join(envs.recipes())}), "
+                             f"not {', '.join(versions)}")
+        for name in names:
+            try:
+                written = envs.lock(name, progress=say)
+            except envs.EnvError as exc:
+                print(f"dlbench: {name}: {exc}", file=sys.stderr)
+                return 1
+            say(f"{name}: wrote {', '.join(str(p) for p in written)}")
+        return 0
+    if args.python is not None and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
+        raise UsageError(f"--python {args.python}: no such interpreter (not an executable file)")
     names = [framework_info(n).name for n in names]  # a version in its normal spelling (jax==0.4 is jax==0.4.0)
     code = 0
     for name in names:
         try:
-            envs.create(framework_info(name), python=args.python, force=args.force,
-                        progress=lambda s: console.print(s, highlight=False, markup=False))
+            envs.create(framework_info(name), python=args.python, force=args.force, progress=say)
         except envs.EnvError as exc:
             print(f"dlbench: {name}: {exc}", file=sys.stderr)
             print(f"dlbench: full log: {envs.log_path(name)}", file=sys.stderr)
@@ -70,10 +87,11 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("envs", help="per-framework virtual environments (create, list, remove)")
-    p.add_argument("action", choices=("create", "list", "remove"))
+    p = sub.add_parser("envs", help="per-framework virtual environments (create, list, remove, lock)")
+    p.add_argument("action", choices=("create", "list", "remove", "lock"))
     p.add_argument("framework", nargs="?",
-                   help="comma-separated frameworks or versions (jax==0.4.38), or 'all' (create, remove)")
+                   help="comma-separated frameworks or versions (jax==0.4.38), or 'all' (create, remove); "
+                        "lock: recipes only (refreshes requirements/NAME.lock from requirements/NAME.txt)")
     p.add_argument("--python", help="base interpreter of the new venv (default: the one running dlbench)")
     p.add_argument("--force", action="store_true", help="rebuild an environment that exists")
     p.add_argument("--json", action="store_true")

@@ -4,7 +4,7 @@ measures them there: a cell or a verification of framework F runs ``ENV/bin/pyth
 when F has an environment (it takes precedence over the main Python).
 
 Layout: ``$DLBENCH_ENVS_DIR`` (default ``~/.cache/dlbench/envs``) holds one directory per framework,
-a plain venv (without a pip of its own where this Python's pip can install into it: see
+a plain venv without a pip of its own (uv, or this Python's pip, installs into it: see
 :func:`_driver_pip`) plus ``dlbench-env.json``, its record (interpreter, every installed distribution's
 version read from that interpreter, creation date and seconds, the requirement files used). The
 record is written last, so a directory without one is a failed or interrupted build and is ignored.
@@ -13,14 +13,18 @@ A pinned version (``jax==0.4.38``, see :mod:`dlbench.envs.versions`) gets its ow
 (``jax-0.4.38``), whose requirements are the framework at that version and the companion pins of its
 release line (:mod:`dlbench.envs.companions`); the rest is as for any environment.
 
-What goes in: the framework's pinned requirements, kept in this package
-(``requirements/FRAMEWORK.txt``; if ``requirements/FRAMEWORK.build.txt`` exists it is installed
-first and the framework is built without build isolation, for sdists whose ``setup.py`` needs an
-old setuptools), then dlbench itself with ``--no-deps``; from a checkout, its ``src`` is put on the
-environment's path by a ``.pth`` file instead (an editable install without the build: see
-:func:`_link_checkout`). The measuring process imports only NumPy besides the framework (the worker, the backends'
-base, models, weights, reference, verify, timer and memory modules use the standard library and
-NumPy), so no other dlbench dependency is installed: the framework's NumPy pin stays the only one.
+What goes in: a recipe's lock, kept in this package (``requirements/FRAMEWORK.lock``: every package and
+version with its hashes, compiled by ``uv pip compile`` from ``requirements/FRAMEWORK.txt``, the recipe,
+by ``dlbench envs lock FRAMEWORK``), installed by ``uv pip sync --require-hashes`` into a venv made by
+``uv venv``; if ``requirements/FRAMEWORK.build.txt`` exists, its lock constrains the build environment
+of an sdist (``--build-constraints``: Chainer's ``setup.py`` needs an old setuptools). An environment is
+keyed by its lock: the record stores the lock's hash, and a changed lock rebuilds it. A pinned version's
+environment (no lock) is installed by pip. Then dlbench itself with ``--no-deps``; from a checkout, its
+``src`` is put on the environment's path by a ``.pth`` file instead (an editable install without the
+build: see :func:`_link_checkout`). The measuring process imports only NumPy besides the framework (the
+worker, the backends' base, models, weights, reference, verify, timer and memory modules use the
+standard library and NumPy), so no other dlbench dependency is installed: the framework's NumPy pin
+stays the only one.
 
 Nothing here imports a framework or anything heavy: the registry (:mod:`dlbench.frameworks`) reads
 these records to report an environment's framework as installed.
@@ -29,6 +33,7 @@ these records to report an environment's framework as installed.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -64,7 +69,8 @@ RECORD = "dlbench-env.json"
 LOG = "create.log"
 
 __all__ = ["EnvError", "EnvRecord", "envs_dir", "recipes", "requirements", "load", "list_envs", "python_for",
-           "stale", "worker_env", "create", "build_lock", "remove", "env_path", "log_path"]
+           "stale", "worker_env", "create", "build_lock", "remove", "env_path", "log_path", "lock", "lock_path",
+           "lock_sha256", "lock_problem", "LOCK_PYTHON", "LOCK_PLATFORM"]
 
 
 class EnvError(Exception):
@@ -85,6 +91,9 @@ class EnvRecord:
     requirements: list[str] = field(default_factory=list)
     build_requirements: list[str] = field(default_factory=list)
     dlbench_source: str = ""
+    #: sha256 of the recipe's lock (and build lock) it was built from; "" for a pinned version (no lock)
+    #: and for a record written before locks, which is then stale
+    lock_sha256: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,6 +137,88 @@ def requirements(framework: str) -> tuple[list[str], list[str]]:
     return _read_lines(f"{framework}.txt"), _read_lines(f"{framework}.build.txt")
 
 
+# --- locks ------------------------------------------------------------------------------------
+#: what a lock is resolved for: the interpreter and platform environments are built on (CPython 3.11,
+#: x86_64 Linux with glibc 2.28 or later); every file of each locked version is hashed, whatever its tag
+LOCK_PYTHON = "3.11"
+LOCK_PLATFORM = "x86_64-manylinux_2_28"
+_RECIPE_SHA = "# recipe-sha256: "
+
+
+def _recipe_files(framework: str) -> list[str]:
+    return [f"{framework}.build.txt", f"{framework}.txt"] if _requirements_root().joinpath(
+        f"{framework}.build.txt").is_file() else [f"{framework}.txt"]
+
+
+def lock_path(framework: str, build: bool = False) -> Path:
+    """``requirements/FRAMEWORK.lock`` (``FRAMEWORK.build.lock``: the build constraints' lock)."""
+    return Path(str(_requirements_root())) / f"{framework}{'.build' if build else ''}.lock"
+
+
+def _recipe_sha256(framework: str) -> str:
+    """The hash of the recipe's files as they are now (its lock records the one it was compiled from)."""
+    h = hashlib.sha256()
+    for name in _recipe_files(framework):
+        h.update(name.encode() + b"\0" + _requirements_root().joinpath(name).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _lock_files(framework: str) -> list[Path]:
+    return [lock_path(framework, build=True), lock_path(framework)] if len(_recipe_files(framework)) == 2 \
+        else [lock_path(framework)]
+
+
+def lock_sha256(framework: str) -> str:
+    """The identity of a recipe's environment: the hash of its lock files (a changed lock rebuilds it)."""
+    h = hashlib.sha256()
+    for path in _lock_files(framework):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def lock_problem(framework: str) -> str | None:
+    """Why a recipe's lock cannot be built from (missing, or compiled from another version of the
+    recipe), with the command that mends it; None when the lock is current."""
+    for path in _lock_files(framework):
+        if not path.is_file():
+            return f"{framework} has no lock ({path.name}): run `dlbench envs lock {framework}`"
+        if f"{_RECIPE_SHA}{_recipe_sha256(framework)}" not in path.read_text():
+            return (f"{framework}'s recipe changed since {path.name} was compiled: "
+                    f"run `dlbench envs lock {framework}`")
+    return None
+
+
+def lock(framework: str, progress: Callable[[str], None] = lambda s: None) -> list[Path]:
+    """Compile the recipe's lock (and its build constraints' lock) with ``uv pip compile
+    --generate-hashes`` for :data:`LOCK_PYTHON` on :data:`LOCK_PLATFORM`, from the index uv is
+    configured with (PyPI unless ``UV_DEFAULT_INDEX``/``uv.toml`` say otherwise), and write it beside
+    the recipe. Raises :class:`EnvError` with uv's own error when the recipe does not resolve."""
+    requirements(framework)  # refuses a name without a recipe
+    root = lock_path(framework).parent
+    recipe_sha = _recipe_sha256(framework)
+    written = []
+    for name, build in ((f"{framework}.build.txt", True), (f"{framework}.txt", False)):
+        if not (root / name).is_file():
+            continue
+        constraints = ["--build-constraints", lock_path(framework, build=True).name] \
+            if not build and len(_recipe_files(framework)) == 2 else []
+        cmd = [_uv(), "pip", "compile", "--quiet", "--generate-hashes", "--no-header", "--python-version",
+               LOCK_PYTHON, "--python-platform", LOCK_PLATFORM, *constraints, name]
+        progress(f"{framework}: {' '.join(['uv', *cmd[1:]])}")
+        out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                             env=_build_env(), timeout=1800)
+        if out.returncode:
+            raise EnvError(f"uv pip compile {name} failed (exit {out.returncode}):\n{out.stderr.strip()[-3000:]}")
+        path = lock_path(framework, build)
+        tmp = path.with_suffix(".lock.tmp")
+        tmp.write_text(f"# The lock of {name}: every package and version, with hashes, resolved for CPython "
+                       f"{LOCK_PYTHON} on {LOCK_PLATFORM}.\n# Written by `dlbench envs lock {framework}`; "
+                       f"edit {name}, then run that command.\n{_RECIPE_SHA}{recipe_sha}\n{out.stdout}")
+        os.replace(tmp, path)
+        written.append(path)
+    return written
+
+
 def env_path(framework: str) -> Path:
     """``jax==0.4.38`` lives in ``jax-0.4.38`` (no '=' in a venv's path); a release by any of its
     spellings (``fakerel==1.0``, ``fakerel==1.0.0``) in the one folder of its normal name."""
@@ -169,8 +260,16 @@ def stale(record: EnvRecord) -> str | None:
 
     An environment is identified by its requirement sets alone: dlbench's own code is not part of
     it (measuring processes put the driver's ``src`` first on their path, see :func:`worker_env`), so
-    a cached environment stays valid across checkouts and commits until a requirements file changes."""
+    a cached environment stays valid across checkouts and commits until a requirements file changes.
+    A recipe's environment is keyed by its lock: a changed lock (or a record from before locks) is stale."""
     reqs, build = requirements(record.framework)
+    if "==" not in record.framework:
+        if (problem := lock_problem(record.framework)) is not None:
+            return problem
+        if record.lock_sha256 != lock_sha256(record.framework):
+            return ("its lock changed since it was built" if record.lock_sha256
+                    else "it was built before environments were locked")
+        return None
     if record.requirements != reqs or record.build_requirements != build:
         return (f"its requirements ({' '.join(record.build_requirements + record.requirements)}) differ from the "
                 f"recipe's ({' '.join(build + reqs)})")
@@ -204,17 +303,28 @@ def _repo_root() -> Path | None:
     return root if (root / "pyproject.toml").is_file() and (root / "src" / "dlbench").is_dir() else None
 
 
-def _run(cmd: list[str], log: Path, what: str) -> None:
-    """Run one build step (pip, venv) in a process group of its own, killed as a whole when this
+#: set in every build step's environment (its children inherit it), to the folder being built: how the
+#: next build finds the steps of a build whose ``dlbench`` was killed with SIGKILL (see :func:`_stop_orphans`)
+BUILD_MARK = "DLBENCH_ENV_BUILD"
+
+
+def _build_env(path: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    if path is not None:
+        env[BUILD_MARK] = str(path)
+    return env
+
+
+def _run(cmd: list[str], log: Path, what: str, path: Path | None = None) -> None:
+    """Run one build step (uv, pip, venv) in a process group of its own, killed as a whole when this
     process is stopped (SIGTERM, Ctrl-C: :func:`create` turns both into an exception): pip and the
-    build backends it starts never outlive dlbench."""
+    build backends it starts never outlive dlbench. ``path``: the environment built (:data:`BUILD_MARK`)."""
     with open(log, "a") as f:
         f.write(f"\n$ {' '.join(cmd)}\n")
         f.flush()
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-        env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=_build_env(path), start_new_session=True)
         try:
             rc = proc.wait()
         except BaseException:
@@ -222,6 +332,41 @@ def _run(cmd: list[str], log: Path, what: str) -> None:
             raise
     if rc:
         raise EnvError(f"{what} failed (exit {rc}):\n{_error_lines(log.read_text())}")
+
+
+def _orphans(path: Path) -> list[int]:
+    """Processes still building ``path`` (their environment carries its :data:`BUILD_MARK`): under the
+    build lock, they can only be left by a build whose dlbench died without killing them (SIGKILL)."""
+    mark = f"{BUILD_MARK}={path}".encode()
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if mark in (proc / "environ").read_bytes().split(b"\0") and int(proc.name) != os.getpid():
+                found.append(int(proc.name))
+        except (OSError, ValueError):  # gone meanwhile, or another user's
+            continue
+    return found
+
+
+def _stop_orphans(framework: str, path: Path, progress: Callable[[str], None]) -> None:
+    """Kill what an earlier, killed build of ``path`` left running, and wait until it is gone: a new
+    build must not share the folder with a pip that still writes into it."""
+    pids = _orphans(path)
+    if not pids:
+        return
+    progress(f"{framework}: stopping {len(pids)} process(es) left by an interrupted build "
+             f"(pid {', '.join(map(str, pids))})")
+    deadline = time.monotonic() + 30
+    while pids and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+        pids = _orphans(path)  # a killed one's environ reads empty, zombie or reaped
+    if pids:
+        raise EnvError(f"processes of an interrupted build of {path} would not stop: pid {', '.join(map(str, pids))}")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -310,7 +455,8 @@ def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
            progress: Callable[[str], None] = lambda s: None) -> EnvRecord:
     """Build (or, unless ``force``, reuse) the framework's environment and record it.
 
-    Raises :class:`EnvError` with pip's exact error when something cannot be installed; the
+    Raises :class:`EnvError` with uv's or pip's exact error when something cannot be installed (and
+    for an interpreter that does not exist, or a recipe whose lock is missing or out of date); the
     half-built directory is removed and the full log kept beside it (``FRAMEWORK.log``)."""
     from dlbench.core.interrupt import signals_interrupt
 
@@ -321,14 +467,21 @@ def create(info: FrameworkEntry, python: str | None = None, force: bool = False,
 def _create(info: FrameworkEntry, python: str | None, force: bool, progress: Callable[[str], None]) -> EnvRecord:
     framework = info.name
     reqs, build = requirements(framework)
+    locked = "==" not in framework
+    if locked and (problem := lock_problem(framework)) is not None:
+        raise EnvError(problem)
+    if python is not None and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise EnvError(f"--python {python}: no such interpreter (not an executable file)")
     existing = load(framework)
     if existing and not force:
         why = stale(existing)
         if why is None:
-            progress(f"{framework}: environment exists at {existing.path} (requirements unchanged)")
+            progress(f"{framework}: environment exists at {existing.path} "
+                     f"({'lock' if locked else 'requirements'} unchanged)")
             return existing
         progress(f"{framework}: rebuilding the environment at {existing.path}: {why}")
     path = env_path(framework)
+    _stop_orphans(framework, path, progress)
     if path.exists():
         shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -336,25 +489,28 @@ def _create(info: FrameworkEntry, python: str | None, force: bool, progress: Cal
     log.write_text(f"dlbench envs create {framework} ({datetime.now(UTC).isoformat(timespec='seconds')})\n")
     started = time.perf_counter()
     base = python or getattr(sys, "_base_executable", None) or sys.executable
+    env_python = path / "bin" / "python"
     try:
-        own_pip = python is not None or bool(build) or not _driver_pip()
-        progress(f"{framework}: creating a venv with {base}")
-        _run([base, "-m", "venv", *([] if own_pip else ["--without-pip"]), str(path)], log, "creating the venv")
-        env_python = path / "bin" / "python"
-        pip = ([str(env_python), "-m", "pip"] if own_pip else [sys.executable, "-m", "pip", "--python", str(env_python)])
-        pip += ["install", "--no-input"]
-        if build:
-            progress(f"{framework}: installing build prerequisites: {' '.join(build)}")
-            _run([*pip, *build], log, f"installing {' '.join(build)}")
-        progress(f"{framework}: installing {' '.join(reqs)}")
-        _run([*pip, *(["--no-build-isolation"] if build else []), *reqs], log, f"installing {' '.join(reqs)}")
+        if locked:
+            uv = _uv()
+            progress(f"{framework}: creating a venv with {base} (uv venv)")
+            _run([uv, "venv", "--quiet", "--python", base, str(path)], log, "creating the venv", path)
+            constraints = ["--build-constraints", str(lock_path(framework, build=True))] if build else []
+            progress(f"{framework}: installing {lock_path(framework).name} (uv pip sync --require-hashes)")
+            # --compile-bytecode: as pip does, so a measuring process's first import reads .pyc files
+            # instead of writing them (uv leaves that to the first import by default)
+            _run([uv, "pip", "sync", "--python", str(env_python), "--require-hashes", "--compile-bytecode",
+                  *constraints, str(lock_path(framework))], log, f"installing {lock_path(framework).name}", path)
+            pip = [uv, "pip", "install", "--python", str(env_python)]
+        else:
+            pip = _pip_venv(framework, base, python is not None, reqs, path, log, progress)
         repo = _repo_root()
         source = str(repo) if repo else f"dlbench=={_dlbench_version()}"
         progress(f"{framework}: installing dlbench's measuring code (--no-deps) from {source}")
         if repo:
             _link_checkout(env_python, repo, log)
         else:
-            _run([*pip, "--no-deps", source], log, "installing dlbench")
+            _run([*pip, "--no-deps", source], log, "installing dlbench", path)
         probe = _probe(env_python, info.import_name)
         if probe["import_error"]:
             raise EnvError(f"the new environment cannot run dlbench's measuring code: {probe['import_error']}")
@@ -367,7 +523,8 @@ def _create(info: FrameworkEntry, python: str | None, force: bool, progress: Cal
         create_seconds=round(time.perf_counter() - started, 1),
         framework_version=_version_of(probe["versions"], info.distribution),
         versions=dict(sorted(probe["versions"].items(), key=lambda kv: kv[0].lower())),
-        requirements=reqs, build_requirements=build, dlbench_source=source)
+        requirements=reqs, build_requirements=build, dlbench_source=source,
+        lock_sha256=lock_sha256(framework) if locked else "")
     tmp = path / (RECORD + ".tmp")
     tmp.write_text(json.dumps(record.to_dict(), indent=2))
     os.replace(tmp, path / RECORD)
@@ -376,12 +533,42 @@ def _create(info: FrameworkEntry, python: str | None, force: bool, progress: Cal
     return record
 
 
+def _pip_venv(framework: str, base: str, other_python: bool, reqs: list[str], path: Path, log: Path,
+              progress: Callable[[str], None]) -> list[str]:
+    """A pinned version's environment (companion pins, no lock): a venv, and pip installs ``reqs`` into
+    it. Returns the pip command that installs into it. pip reads the machine's pip configuration (local
+    wheels and indexes, such as a CPU build of torch), which uv does not."""
+    own_pip = other_python or not _driver_pip()
+    progress(f"{framework}: creating a venv with {base}")
+    _run([base, "-m", "venv", *([] if own_pip else ["--without-pip"]), str(path)], log, "creating the venv", path)
+    env_python = path / "bin" / "python"
+    pip = [str(env_python), "-m", "pip"] if own_pip else [sys.executable, "-m", "pip", "--python", str(env_python)]
+    pip += ["install", "--no-input"]
+    progress(f"{framework}: installing {' '.join(reqs)}")
+    _run([*pip, *reqs], log, f"installing {' '.join(reqs)}", path)
+    return pip
+
+
+def _uv() -> str:
+    """uv's binary: the ``uv`` distribution's (a dependency of dlbench), else one on the PATH."""
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found is None:
+            raise EnvError("uv is not installed (pip install uv): dlbench builds and locks environments with it") \
+                from None
+        return found
+
+
 def _driver_pip() -> bool:
     """Whether this Python's pip can install into another interpreter (``--python``, pip 22.3 and later).
     Then an environment is a venv without a pip of its own, installed into by this pip (the same
     configuration, the same index): ensurepip is most of the time a venv takes to make, and the
-    environment's packages are the same. An environment on another Python (``python=``) or with build
-    prerequisites (an sdist built without isolation, which expects the venv's own setuptools) keeps its own pip."""
+    environment's packages are the same. A pinned version's environment on another Python (``python=``)
+    keeps its own pip. (A recipe's environment is installed by uv from its lock.)"""
     from importlib.metadata import version
 
     try:
@@ -413,11 +600,18 @@ def _dlbench_version() -> str:
     return __version__
 
 
-def remove(framework: str) -> bool:
-    """Delete the framework's environment; False when there was none."""
+def remove(framework: str, progress: Callable[[str], None] = lambda s: None) -> bool:
+    """Delete the framework's environment; False when there was none. Under the build lock, as
+    :func:`create`: a removal waits for a build of the same environment to finish (and says so)
+    instead of deleting the folder under it, and stops what a killed build left running."""
     path = env_path(framework)
-    if not path.exists():
+    if not path.exists() and not log_path(framework).exists():
         return False
-    shutil.rmtree(path)
-    log_path(framework).unlink(missing_ok=True)
-    return True
+    with build_lock(framework, progress):
+        _stop_orphans(framework, path, progress)
+        if not path.exists():
+            log_path(framework).unlink(missing_ok=True)
+            return False
+        shutil.rmtree(path)
+        log_path(framework).unlink(missing_ok=True)
+        return True
