@@ -174,6 +174,18 @@ class OutputDir:
                 os.close(fd)
         return paths
 
+    def copy_from(self, src: Path, under: str) -> list[Path]:
+        """Every regular file below ``src`` (a temporary folder of our own that another program wrote:
+        a profiler, LoadGen, which follow any link they meet) written at the same relative path below
+        ``under`` (:meth:`write`); links in ``src`` are not followed. Returns the paths written."""
+        files: dict[str, bytes] = {}
+        for folder, _, names in os.walk(src):
+            for name in names:
+                path = Path(folder) / name
+                if path.is_file() and not path.is_symlink():
+                    files[(Path(under) / path.relative_to(src)).as_posix()] = path.read_bytes()
+        return self.write(files)
+
     def make_dir(self, rel: str) -> Path:
         """The folder ``rel`` inside ``root``, made where missing, none of it a symbolic link (for the
         files another program writes there: a profiler's trace, LoadGen's logs)."""

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.core.errors import UsageError
-from dlbench.core.outputs import is_sqlite
 from dlbench.core.outputs import check_output as check_output  # moved to dlbench.core.outputs; importable here still
+from dlbench.core.outputs import is_sqlite
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.storage.damage import is_number, load_json
 from dlbench.storage.lease import judge
