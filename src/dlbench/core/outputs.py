@@ -28,7 +28,8 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from dlbench.core.errors import UsageError
@@ -157,21 +158,11 @@ class OutputDir:
         """Check every file (:meth:`check`), then write each (text as UTF-8) under a temporary name
         in its folder and rename it into place. Returns the paths, in the order given."""
         paths = self.check(files)
-        if self.create:
-            try:
-                self.root.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise UsageError(f"cannot create {self.root}: {exc.strerror}") from None
-        fds: dict[tuple[str, ...], int] = {}
-        try:
+        with self._descriptors() as fds:
             for (rel, data), path in zip(files.items(), paths, strict=True):
                 parts = self._parts(rel)
-                folder = self._folder(parts[:-1], fds)
-                _replace(folder, parts[-1], data.encode("utf-8") if isinstance(data, str) else data, path,
-                         self.own)
-        finally:
-            for fd in fds.values():
-                os.close(fd)
+                _replace(self._folder(parts[:-1], fds), parts[-1],
+                         data.encode("utf-8") if isinstance(data, str) else data, path, self.own)
         return paths
 
     def copy_from(self, src: Path, under: str) -> list[Path]:
@@ -183,7 +174,10 @@ class OutputDir:
             for name in names:
                 path = Path(folder) / name
                 if path.is_file() and not path.is_symlink():
-                    files[(Path(under) / path.relative_to(src)).as_posix()] = path.read_bytes()
+                    try:
+                        files[(Path(under) / path.relative_to(src)).as_posix()] = path.read_bytes()
+                    except OSError as exc:
+                        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
         return self.write(files)
 
     def make_dir(self, rel: str) -> Path:
@@ -192,6 +186,13 @@ class OutputDir:
         parts = self._parts(rel)
         self.check([])
         self._check_one(rel, folder=True)
+        with self._descriptors() as fds:
+            self._folder(parts, fds)
+        return self.root.joinpath(*parts)
+
+    @contextmanager
+    def _descriptors(self) -> Iterator[dict[tuple[str, ...], int]]:
+        """``root`` made (where it is to be), and the folder descriptors :meth:`_folder` opens, closed after."""
         if self.create:
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
@@ -199,11 +200,10 @@ class OutputDir:
                 raise UsageError(f"cannot create {self.root}: {exc.strerror}") from None
         fds: dict[tuple[str, ...], int] = {}
         try:
-            self._folder(parts, fds)
+            yield fds
         finally:
             for fd in fds.values():
                 os.close(fd)
-        return self.root.joinpath(*parts)
 
     def _folder(self, parts: tuple[str, ...], fds: dict[tuple[str, ...], int]) -> int:
         """A descriptor of the folder ``parts`` below ``root``, each step opened with ``O_NOFOLLOW``
