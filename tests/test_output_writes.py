@@ -251,3 +251,28 @@ def test_loadgen_s_logs_are_kept_without_following_a_planted_link(tmp_path):
     assert victim.read_text() == SECRET and not tmp.exists()
     assert listing(cell) == {"floor": "dir", "floor/mlperf_log_summary.txt": "floor",
                              "mlperf_log_summary.txt": "summary"}
+
+
+def test_a_cell_s_artifact_folders_replace_planted_links(tmp_path):
+    """A resumed run finds its folder as it was left: a link planted at the run's folder, a cell's or its
+    ``profile/`` is replaced by a real folder; the folder it pointed to is untouched."""
+    from types import SimpleNamespace
+
+    from dlbench.core.cell import Cell
+    from dlbench.scenarios.base import make_cell_artifacts
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text(SECRET)
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    ctx = SimpleNamespace(artifacts=artifacts / "run1")
+    cell = Cell("torch", "eager", "lenet", "forward", 4, 1)
+    ctx.artifacts.symlink_to(victim)
+    made = make_cell_artifacts(cell, ctx, "profile")
+    assert made == ctx.artifacts / cell.key.replace("/", "__") / "profile" and made.is_dir()
+    assert not ctx.artifacts.is_symlink() and listing(victim) == {"keep.txt": SECRET}
+    made.rmdir()
+    made.symlink_to(victim)
+    assert make_cell_artifacts(cell, ctx, "profile") == made and not made.is_symlink()
+    assert listing(victim) == {"keep.txt": SECRET}

@@ -399,15 +399,17 @@ def cell_artifacts(cell: Cell, ctx: Context) -> Path | None:
 
 
 def make_cell_artifacts(cell: Cell, ctx: Context, sub: str = "") -> Path | None:
-    """:func:`cell_artifacts` (with ``sub`` inside it) made inside the run's directory, a folder that is
-    dlbench's own: a symbolic link found there is replaced by a real folder, never followed
-    (:class:`~dlbench.core.outputs.OutputDir`). None where the run keeps no files; raises
-    :class:`~dlbench.core.errors.UsageError` saying why it cannot be made (the caller warns: a cell loses its kept files,
-    never its figures)."""
+    """:func:`cell_artifacts` (with ``sub`` inside it) made in ``artifacts/``, whose run folders are
+    dlbench's own: a symbolic link found at the run's folder or below is replaced by a real folder,
+    never followed (:class:`~dlbench.core.outputs.OutputDir`). None where the run keeps no files;
+    raises :class:`~dlbench.core.errors.UsageError` saying why it cannot be made (the caller warns: a
+    cell loses its kept files, never its figures)."""
     outdir = cell_artifacts(cell, ctx)
     if outdir is None or ctx.artifacts is None:
         return None
-    return OutputDir(ctx.artifacts, own=True).make_dir("/".join(filter(None, (outdir.name, sub))))
+    # from artifacts/ down (a user may link it to a bigger disk), the run's folder and below ours
+    run = ctx.artifacts
+    return OutputDir(run.parent, own=True).make_dir("/".join(filter(None, (run.name, outdir.name, sub))))
 
 
 def profile_dir(cell: Cell, ctx: Context, out: CellOutcome) -> Path | None:
