@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+from dlbench.core.errors import UsageError
+from dlbench.core.outputs import OutputDir
+from dlbench.scenarios.base import make_cell_artifacts
 
 INSTALL = "pip install mlcommons-loadgen"
 
@@ -106,9 +111,6 @@ def artifact_dir(cell, ctx) -> tuple[Path | None, str | None]:
     """The cell's folder for LoadGen's logs (:func:`~dlbench.scenarios.base.make_cell_artifacts`; None:
     none kept), and why it cannot take them (``artifacts/`` beside the database a file, a dangling or
     foreign symlink, a read-only directory), or None when it can."""
-    from dlbench.core.errors import UsageError
-    from dlbench.scenarios.base import make_cell_artifacts
-
     try:
         outdir = make_cell_artifacts(cell, ctx)
     except UsageError as exc:
@@ -123,11 +125,6 @@ def keep_logs(tmp: str, outdir: str | None) -> tuple[list[str], str | None]:
     meets), copied into the cell's kept folder ``outdir`` through :mod:`dlbench.core.outputs` (never
     through a link planted there), and ``tmp`` removed. Returns the kept log files (``mlperf_log_*``;
     none when ``outdir`` is None) and why they could not be kept, or None."""
-    import shutil
-
-    from dlbench.core.errors import UsageError
-    from dlbench.core.outputs import OutputDir
-
     try:
         if outdir is None:
             return [], None
