@@ -38,13 +38,13 @@ def test_an_unwritable_artifacts_directory_warns_and_the_run_completes(fake_fram
     make(tmp_db)
     if make is _artifacts_read_only and os.access(tmp_db.parent / "artifacts", os.W_OK):
         # root: a mode does not stop its writes; the directory reads as unwritable, as it would to anyone else
-        from dlbench.scenarios import loadgen
+        from dlbench.scenarios import loadgen_harness
 
         real = os.access
         def access(path, mode, *args, **kwargs):
             return not str(path).startswith(str(tmp_db.parent / "artifacts")) and real(path, mode, *args, **kwargs)
 
-        monkeypatch.setattr(loadgen.os, "access", access)
+        monkeypatch.setattr(loadgen_harness.os, "access", access)
     try:
         res = api.run(models=["lenet"], frameworks=["fakefw"], scenarios=["loadgen-offline"], threads=[1],
                       protocol={"repeats": 1, "warmup": 2}, db=tmp_db, serving=SHORT)

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from dlbench.core.errors import UsageError
-from dlbench.storage.store import check_output
+from dlbench.core.outputs import write_file
 
 console = Console(width=None if sys.stdout.isatty() else 200)
 
@@ -96,13 +96,10 @@ def texts(*values: object) -> list[Text]:
 
 
 def write_output(path: str, text: str, db: str | None = None) -> None:
-    """Write a command's output file: never over the database (:func:`~dlbench.storage.store.check_output`);
-    a missing directory or a path that is a directory is bad input."""
-    out = check_output(path, db)
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+    """Write a command's output file through :func:`dlbench.core.outputs.write_file`: never over the
+    database or through a symbolic link, whole or not at all; a missing directory or a path that is a
+    directory is bad input."""
+    write_file(path, text, db)
 
 
 def note_damage(notes: list[str]) -> None:

@@ -12,12 +12,13 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from dlbench.cli.common import console, counts, names, note_damage, write_output
+from dlbench.cli.common import console, counts, names, note_damage
 from dlbench.core.errors import UsageError
+from dlbench.core.outputs import OutputDir
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import get_precision
 from dlbench.envs import versions
-from dlbench.storage.store import DEFAULT_DB, Store, check_output
+from dlbench.storage.store import DEFAULT_DB, Store
 
 
 def _one(values: list | None, flag: str) -> str | int | None:
@@ -93,18 +94,12 @@ def cmd_history(args: argparse.Namespace) -> int:
             console.print(f"{sum(map(len, steps))} step change(s) over the whole history (segmentation, then each "
                           "step tested with the point as unit: docs/bisect.md)", highlight=False)
     if out is not None:
-        paths = [out / f"history-{i + 1}.svg" for i in range(len(found))]
-        for path in paths:
-            check_output(path, args.db)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"cannot create {out}: {exc.strerror}") from None
         from dlbench.report.plots import _svg
 
-        for k, (s, path) in enumerate(zip(found, paths, strict=True)):
-            write_output(str(path), _svg(series_figure(s, across_runs=True,
-                                                       changes=steps[k] if steps is not None else None)), args.db)
+        OutputDir(out, db=args.db).write(
+            {f"history-{k + 1}.svg": _svg(series_figure(s, across_runs=True,
+                                                        changes=steps[k] if steps is not None else None))
+             for k, s in enumerate(found)})
         if not args.json:
             console.print(f"plot(s) written to {escape(str(out))}/", highlight=False)
     return 1 if flagged and args.fail_on_slowdown else 0

@@ -14,8 +14,9 @@ from rich.text import Text
 from dlbench.cli import run as cli_run
 from dlbench.cli.common import console, names, note_damage, write_output
 from dlbench.core.errors import UsageError
+from dlbench.core.outputs import check_file
 from dlbench.planning import resolve
-from dlbench.storage.store import DEFAULT_DB, check_output
+from dlbench.storage.store import DEFAULT_DB
 
 
 def _store_results(run_id: str | None, db: str):
@@ -59,7 +60,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.baseline is not None and args.run_b is not None:
         raise UsageError("compare --baseline compares the versions within one run: give one RUN (or none: the latest)")
     if args.html:
-        check_output(args.html, args.db)  # before reading: the refusal costs nothing
+        check_file(args.html, args.db)  # before reading: the refusal costs nothing
     if args.baseline is not None:
         cmps = compare_versions(_store_results(args.run_a, args.db), args.baseline)
     else:

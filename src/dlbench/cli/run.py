@@ -19,6 +19,7 @@ from rich.text import Text
 from dlbench.cli.common import console, counts, names, note_damage, texts, write_output
 from dlbench.core.errors import UsageError
 from dlbench.core.interrupt import Interrupted, explain
+from dlbench.core.outputs import check_file
 from dlbench.measure.adaptive import percent
 from dlbench.measure.stats import interval_text, summarize
 from dlbench.planning import estimate as est
@@ -33,7 +34,7 @@ from dlbench.report.summary import optimizer_text, summary_dict, summary_rows, s
 from dlbench.report.tables import DASH, fmt_num
 from dlbench.report.tables import Table as ReportTable
 from dlbench.scenarios import registry
-from dlbench.storage.store import DEFAULT_DB, Sample, Store, check_output
+from dlbench.storage.store import DEFAULT_DB, Sample, Store
 
 
 class RichProgress:
@@ -476,7 +477,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from dlbench import api
 
     if args.out:
-        check_output(args.out, args.db)  # before reading: the refusal costs nothing
+        check_file(args.out, args.db)  # before reading: the refusal costs nothing
     res = api.results(args.run_id, args.db)
     note_damage(res.damaged)
     if args.format == "json":

@@ -14,10 +14,13 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from dlbench.core.outputs import OutputDir, write_file
 
 #: operations kept in the stored table (the trace file keeps every event)
 TOP = 25
@@ -54,8 +57,8 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
 
 
 def write_trace(events: Iterable[dict[str, Any]], path: Path) -> Path:
-    path.write_text(json.dumps({"traceEvents": list(events), "displayTimeUnit": "ms"}))
-    return path
+    """A Chrome trace file, whole or not at all, never through a link (:func:`dlbench.core.outputs.write_file`)."""
+    return write_file(path, json.dumps({"traceEvents": list(events), "displayTimeUnit": "ms"}))
 
 
 def complete_events(events: Iterable[dict[str, Any]], keep: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
@@ -129,13 +132,20 @@ def kind_table(rows: list[OpTime]) -> list[OpTime]:
 
 def profile_closure(profile: Callable[[Callable[[], Any], int, Path], ProfileTrace], fn: Callable[[], Any],
                     calls: int, outdir: Path) -> dict[str, Any]:
-    """Run ``calls`` calls of ``fn`` under a backend's profiler writing into ``outdir``; what a cell
-    stores: the trace file (relative to ``outdir``), the profiler, every operation's self time summed,
-    the :data:`TOP` operations and the :data:`TOP` kinds of operation (:func:`kind_table`)."""
-    outdir.mkdir(parents=True, exist_ok=True)
-    trace = profile(fn, calls, outdir)
-    table = op_table(trace.ops)
-    return {"trace": str(trace.path.relative_to(outdir)), "tool": trace.tool, "calls": calls,
+    """Run ``calls`` calls of ``fn`` under a backend's profiler; every file it wrote is kept in
+    ``outdir`` (a folder of the run's own, made by the parent). What a cell stores: the trace file
+    (relative to ``outdir``), the profiler, every operation's self time summed, the :data:`TOP`
+    operations and the :data:`TOP` kinds of operation (:func:`kind_table`).
+
+    A profiler follows any link it meets, so it writes in a fresh temporary folder, and its files are
+    copied into ``outdir`` through :class:`~dlbench.core.outputs.OutputDir` (a link planted there is
+    replaced, never written through)."""
+    with tempfile.TemporaryDirectory(prefix="dlbench-profile-") as tmp:
+        trace = profile(fn, calls, Path(tmp))
+        table = op_table(trace.ops)
+        rel = trace.path.relative_to(tmp)
+        OutputDir(outdir.parent, own=True).copy_from(Path(tmp), outdir.name)
+    return {"trace": str(rel), "tool": trace.tool, "calls": calls,
             "self_us_total": sum(r.self_us for r in table), "ops": [r.to_dict() for r in table[:TOP]],
             "kinds": [r.to_dict() for r in kind_table(table)[:TOP]]}
 

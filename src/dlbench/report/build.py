@@ -5,11 +5,13 @@ cells.csv (the rows of ``dlbench export``)."""
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlbench.core.errors import UsageError
+from dlbench.core.outputs import OutputDir
 from dlbench.report import cost, precision, profile, versions
 from dlbench.report.export import write_csv
 from dlbench.report.html import render_report
@@ -18,7 +20,6 @@ from dlbench.report.plots import Skipped, make_plots
 from dlbench.report.results import RunResults
 from dlbench.report.tables import build_content
 from dlbench.scenarios import registry
-from dlbench.storage.store import check_output
 
 DEFAULT_DIR = Path("dlbench-results")
 
@@ -57,8 +58,9 @@ def load_survey(path: str | Path) -> dict:
 
 def write_report(res: RunResults, out: str | Path | None = None, survey: dict | None = None,
                  db: str | Path | None = None) -> ReportFiles:
-    """``db``: the database the run was read from; no file of the report may overwrite it
-    (:func:`~dlbench.storage.store.check_output`, checked for every file before the first is written)."""
+    """``db``: the database the run was read from; no file of the report may overwrite it. Every file
+    is rendered and its path checked before the first is written (:class:`~dlbench.core.outputs.OutputDir`:
+    never through a symbolic link inside ``out``, each file whole or not at all)."""
     out = Path(out) if out else DEFAULT_DIR / f"report-{res.run_id}"
     if out.exists() and not out.is_dir():
         raise UsageError(f"report directory {out} is a file")
@@ -67,28 +69,15 @@ def write_report(res: RunResults, out: str | Path | None = None, survey: dict | 
     content.sections = [s for s in (precision.section(res), *registry.report_sections(res), versions.section(res),
                                     profile.section(res), cost.section(res)) if s]
     plots, skipped = make_plots(res, (precision.speed_error, versions.trend_plots, registry.report_plots))
-    files = ReportFiles(out, out / "index.html", out / "report.md", out / "cells.csv", skipped=skipped)
-    plot_paths = {p.name: out / "plots" / f"{p.name}.svg" for p in plots}
-    for path in (files.html, files.markdown, files.csv, *plot_paths.values()):
-        check_output(path, db)
-    try:
-        (out / "plots").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create report directory {out}: {exc.strerror}") from None
     plot_files = {p.name: f"plots/{p.name}.svg" for p in plots}
     md = render_markdown(content, plots, skipped, plot_files)
     if survey:
         from dlbench.survey.tables import markdown as survey_markdown
 
         md += "\n" + survey_markdown(survey).replace("# dlbench survey", "## Survey", 1)
-    try:
-        for p in plots:
-            plot_paths[p.name].write_text(p.svg, encoding="utf-8")
-            files.plots.append(plot_paths[p.name])
-        files.html.write_text(render_report(content, plots, skipped, survey), encoding="utf-8")
-        files.markdown.write_text(md, encoding="utf-8")
-        with open(files.csv, "w", newline="", encoding="utf-8") as f:
-            write_csv(res, f)
-    except OSError as exc:
-        raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
-    return files
+    csv = io.StringIO()
+    write_csv(res, csv)
+    written = OutputDir(out, db=db).write({"index.html": render_report(content, plots, skipped, survey),
+                                           "report.md": md, "cells.csv": csv.getvalue(),
+                                           **{plot_files[p.name]: p.svg for p in plots}})
+    return ReportFiles(out, *written[:3], plots=written[3:], skipped=skipped)

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.core.errors import UsageError
+from dlbench.core.outputs import OutputDir
 from dlbench.measure.stats import Summary, interval_text
 from dlbench.report.html import Markup, el, kv_table, page, plot_figure, rows_table, table_html
 from dlbench.report.plots import Plot, _safe, _svg
 from dlbench.report.results import load_run
 from dlbench.report.versions import Point, Series, _timed, build_series, series_figure, series_table
-from dlbench.storage.store import Store, check_output
+from dlbench.storage.store import Store
 
 MARKER = ".dlbench-site"
 
@@ -183,41 +184,40 @@ def index_html(groups: list[Group], runs: list, bisections: list, title: str) ->
     return page(title, *body)
 
 
-def _prepare(out: Path, db: str | Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out} is a file (dlbench site writes a directory)")
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
-        raise UsageError(f"{out} holds files that dlbench site did not write (no {MARKER}); name an empty or new "
-                         "directory")
+def _is_ours(out: Path) -> bool:
+    """Whether ``out`` is a site dlbench wrote: its marker is a real file (a link to one proves nothing)."""
     try:
-        (out / "runs").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create {out}: {exc.strerror}") from None
-    check_output(out / "index.html", db)
-    (out / MARKER).write_text("written by dlbench site; the pages here are rewritten on each run\n")
+        return (out / MARKER).is_file() and not (out / MARKER).is_symlink()
+    except OSError:
+        return False
 
 
 def write_site(db: str | Path, out: str | Path, title: str = "dlbench results") -> list[Path]:
-    """Write the site for database ``db`` into ``out``; returns the pages written, the index first."""
+    """Write the site for database ``db`` into ``out``; returns the pages written, the index first.
+    Every page is rendered and every path checked before the first is written
+    (:class:`~dlbench.core.outputs.OutputDir`); in a folder the site wrote before, a symbolic link
+    where a page or ``runs/`` goes is replaced (the link, never its target)."""
 
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} is a file (dlbench site writes a directory)")
+    own = _is_ours(out)
+    try:
+        foreign = out.is_dir() and any(out.iterdir()) and not own
+    except OSError as exc:
+        raise UsageError(f"cannot read {out}: {exc.strerror}") from None
+    if foreign:
+        raise UsageError(f"{out} holds files that dlbench site did not write (no {MARKER}); name an empty or new "
+                         "directory")
     store = Store(db, create=False, read_only=True)
     try:
         groups, runs = collect(store)
         bisections = store.bisections()
     finally:
         store.close()
-    _prepare(out, db)
-    written = []
-
-    def write(rel: str, text: str) -> None:
-        path = check_output(out / rel, db)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-
-    write("index.html", index_html(groups, runs, bisections, title))
-    for g in groups:
-        write(g.page, group_page(g))
-    for r in runs:
-        write(run_page(r.run_id), run_html(r))
-    return written
+    pages = {"index.html": index_html(groups, runs, bisections, title)}
+    pages.update({g.page: group_page(g) for g in groups})
+    pages.update({run_page(r.run_id): run_html(r) for r in runs})
+    # the marker first: a site stopped half-way is still one the next run may rewrite
+    files = {MARKER: "written by dlbench site; the pages here are rewritten on each run\n", **pages}
+    return OutputDir(out, db=db, own=own).write(files)[1:]

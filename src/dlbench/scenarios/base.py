@@ -39,7 +39,9 @@ import numpy as np
 
 from dlbench import envs
 from dlbench.core.cell import Cell
+from dlbench.core.errors import UsageError
 from dlbench.core.job import CellJob, Job
+from dlbench.core.outputs import OutputDir
 from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.launch.subprocess import JobOutcome
 from dlbench.measure.adaptive import prior_seconds
@@ -393,10 +395,37 @@ def run_in_turn(cell: Cell, ctx: Context, jobs: Iterable[CellJob], timeout_s: fl
 
 def cell_artifacts(cell: Cell, ctx: Context) -> Path | None:
     """The directory for one cell's kept files (None: the run keeps none, e.g. an API run without a
-    store); not created here."""
+    store); not created here (:func:`make_cell_artifacts` makes it)."""
     if ctx.artifacts is None:
         return None
     return ctx.artifacts / cell.key.replace("/", "__")
+
+
+def make_cell_artifacts(cell: Cell, ctx: Context, sub: str = "") -> Path | None:
+    """:func:`cell_artifacts` (with ``sub`` inside it) made in ``artifacts/``, whose run folders are
+    dlbench's own: a symbolic link found at the run's folder or below is replaced by a real folder,
+    never followed (:class:`~dlbench.core.outputs.OutputDir`). None where the run keeps no files;
+    raises :class:`~dlbench.core.errors.UsageError` saying why it cannot be made (the caller warns: a
+    cell loses its kept files, never its figures)."""
+    outdir = cell_artifacts(cell, ctx)
+    if outdir is None or ctx.artifacts is None:
+        return None
+    # from artifacts/ down (a user may link it to a bigger disk), the run's folder and below ours
+    run = ctx.artifacts
+    return OutputDir(run.parent, own=True).make_dir("/".join(filter(None, (run.name, outdir.name, sub))))
+
+
+def profile_dir(cell: Cell, ctx: Context, out: CellOutcome) -> Path | None:
+    """The folder a profiled cell's trace is kept in (``profile/`` in :func:`make_cell_artifacts`), made;
+    None, with the reason among the cell's warnings, where it cannot be (the cell keeps its figures)."""
+    try:
+        made = make_cell_artifacts(cell, ctx, "profile")
+    except UsageError as exc:
+        out.warnings.append(f"no profile: {exc}")
+        return None
+    if made is None:
+        out.warnings.append("no profile: the run has no directory to keep a trace in")
+    return made
 
 
 def flops_per_batch(model: str, batch: int, backward: bool = False) -> float | None:

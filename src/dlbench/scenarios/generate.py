@@ -59,8 +59,8 @@ from dlbench.scenarios.base import (
     Scenario,
     Shown,
     SuiteView,
-    cell_artifacts,
     check_range,
+    profile_dir,
     run_in_turn,
 )
 from dlbench.scenarios.prepare import backend_for, versions
@@ -267,9 +267,9 @@ class Generate(Scenario):
         suite = ctx.suite
         g = self.settings_of(suite)
         jobs = [self.phase_job(cell, suite, "measure") for _ in range(suite.protocol.repeats)]
-        outdir = cell_artifacts(cell, ctx)
-        if suite.protocol.profile_calls and outdir is not None:
-            jobs[0].extra["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir / "profile")}
+        outdir = profile_dir(cell, ctx, out) if suite.protocol.profile_calls else None
+        if outdir is not None:
+            jobs[0].extra["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir)}
         per_process = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s, out)
         if out.status == "unsupported" or not per_process:
             return out
@@ -289,7 +289,7 @@ class Generate(Scenario):
         profile = per_process[0].get("profile")
         if profile:
             if "ops" in profile:
-                out.metrics["profile"] = {**profile, "trace": f"{outdir.name}/profile/{profile['trace']}"}
+                out.metrics["profile"] = {**profile, "trace": f"{outdir.parent.name}/profile/{profile['trace']}"}
             else:
                 out.warnings.append(f"no profile: {profile['failed']}")
         return out

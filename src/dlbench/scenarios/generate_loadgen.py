@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,14 +33,16 @@ from dlbench.core.job import CellJob
 from dlbench.frameworks.base import UnsupportedError
 from dlbench.generation.decoder import Decoder, NotDecodable, greedy, make_decoder
 from dlbench.models.weights import init_weights
-from dlbench.scenarios.base import CellOutcome, Context, Shown, SuiteView, cell_artifacts, run_in_turn
+from dlbench.scenarios.base import CellOutcome, Context, Shown, SuiteView, run_in_turn
 from dlbench.scenarios.generate import Generate, generation_spec, prompts
 from dlbench.scenarios.loadgen import parse_summary
 from dlbench.scenarios.loadgen_harness import (
     QueueServer,
+    artifact_dir,
     base_settings,
     described,
     import_loadgen,
+    keep_logs,
     lg_version,
     meets_rules,
     read_summary,
@@ -113,14 +114,16 @@ class GenerateLoadGen(Generate):
         if isinstance(verdict, CellOutcome):
             return verdict
         job = self.phase_job(cell, ctx.suite, "measure")
-        outdir = cell_artifacts(cell, ctx)
-        if outdir is not None:
-            outdir.mkdir(parents=True, exist_ok=True)
-        job.extra["outdir"] = str(outdir) if outdir is not None else None
+        outdir, why = artifact_dir(cell, ctx)
+        if why is not None:  # the logs are lost, the cell and the run are not
+            out.warnings.append(f"LoadGen's log files are not kept: {why}")
+        job.extra["outdir"] = str(outdir) if outdir is not None else None  # None: none kept
         results = run_in_turn(cell, ctx, [job], ctx.suite.protocol.timeout_s, out)
         if out.status == "unsupported" or not results:
             return out
         r = results[0]
+        if r.get("logs_lost"):
+            out.warnings.append(f"LoadGen's log files are not kept: {r['logs_lost']}")
         figures = parse_token_summary(r["summary"])
         out.metrics = {"loadgen": {**figures, "summary": r["summary"], "settings": r["settings"],
                                    "meets_rules": r["meets_rules"], "logs": r["logs"]},
@@ -154,16 +157,19 @@ class GenerateLoadGen(Generate):
         group_s = _warm(group, library[:size], g["new_tokens"]) if group is not None else single_s
         settings, meets_rules = _settings(lg, self.mode, g, single_s, size / group_s)
         sut = _TokenServer(lg, single, group, size, library, g["new_tokens"])
-        outdir = job.extra["outdir"] or tempdir()
-        run_test(lg, sut, count, settings, outdir)
-        if sut.error is not None:
-            raise sut.error
-        summary = read_summary(outdir)
+        tmp = tempdir()  # LoadGen writes here; what is kept is copied into the cell's folder
+        try:
+            run_test(lg, sut, count, settings, tmp)
+            if sut.error is not None:
+                raise sut.error
+            summary = read_summary(tmp)
+        finally:
+            kept, lost = keep_logs(tmp, job.extra["outdir"])
         shown = {**described(settings), "use_token_latencies": True, "ttft_latency_ns": settings.ttft_latency,
                      "tpot_latency_ns": settings.tpot_latency}
         return {"summary": summary, "meets_rules": meets_rules, "settings": shown,
                 "generation": {k: g[k] for k in ("prompt", "new_tokens")},
-                "logs": sorted(str(f) for f in Path(outdir).glob("mlperf_log_*")),
+                "logs": kept, "logs_lost": lost,
                 "threads_readback": readback, "versions": {**versions(backend), "mlcommons-loadgen": lg_version()}}
 
     # --- results --------------------------------------------------------------------------------

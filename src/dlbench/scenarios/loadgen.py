@@ -19,7 +19,8 @@ dlbench's cells are LoadGen runs, not submissions. The server's target QPS is ``
 half the rate one stream of single calls reaches in the warm-up), its bound ``--p99-ms`` (default
 LoadGen's 100 ms); ``--find-peak`` runs LoadGen's FindPeakPerformance mode, which searches the
 highest QPS meeting the bound. LoadGen's summary is stored verbatim with its key figures parsed, and
-its log files are kept with the run (:func:`dlbench.scenarios.base.cell_artifacts`).
+its log files are kept with the run (:func:`dlbench.scenarios.base.make_cell_artifacts`, copied there from
+the temporary folder LoadGen wrote them in: :func:`dlbench.scenarios.loadgen_harness.keep_logs`).
 
 **The harness floor.** Everything runs in the one measuring process, pinned to the cell's cores
 (``--threads``): LoadGen's own threads (the one issuing queries and the one logging and timing
@@ -34,9 +35,7 @@ latency is within :data:`NEAR_FLOOR` x of the floor's. It doubles a cell's LoadG
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,13 +45,15 @@ import numpy as np
 from dlbench.core.job import CellJob
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.scenarios.base import CellOutcome, Context, Flag, Scenario, SuiteView, cell_artifacts, run_in_turn
+from dlbench.scenarios.base import CellOutcome, Context, Flag, Scenario, SuiteView, run_in_turn
 from dlbench.scenarios.latency import ServingSettings, report_plots, report_sections
 from dlbench.scenarios.loadgen_harness import (
     QueueServer,
+    artifact_dir,
     base_settings,
     described,
     import_loadgen,
+    keep_logs,
     lg_version,
     meets_rules,
     read_summary,
@@ -164,16 +165,16 @@ class LoadGen(Scenario):
     def measure(self, cell, ctx: Context) -> CellOutcome:
         out = CellOutcome("ok")
         job = self.job(cell, ctx.suite)
-        outdir = cell_artifacts(cell, ctx)
-        why = _unwritable(outdir) if outdir is not None else None
+        outdir, why = artifact_dir(cell, ctx)
         if why is not None:  # as --profile does: the logs are lost, the cell and the run are not
             out.warnings.append(f"LoadGen's log files are not kept: {why}")
-        # None: LoadGen's logs in a temporary directory
-        job.extra["outdir"] = str(outdir) if outdir is not None and why is None else None
+        job.extra["outdir"] = str(outdir) if outdir is not None else None  # None: none kept
         results = run_in_turn(cell, ctx, [job], ctx.suite.protocol.timeout_s, out)
         if not results:
             return out
         r = results[0]
+        if r.get("logs_lost"):
+            out.warnings.append(f"LoadGen's log files are not kept: {r['logs_lost']}")
         figures = parse_summary(r["summary"])
         floor = parse_summary(r["floor_summary"])
         out.metrics = {"loadgen": {**figures, "summary": r["summary"], "settings": r["settings"],
@@ -210,15 +211,15 @@ class LoadGen(Scenario):
         settings, meets_rules = _settings(lg, {**job.settings, "mode": self.mode}, single_s, size / group_s)
         del p.batch  # only the QSL's samples are served
         sut = _Server(lg, singles, groups, size, backend.sync)
-        outdir = job.extra["outdir"] or tempdir()
-        run_test(lg, sut, count, settings, outdir)
-        summary = read_summary(outdir)
-        floor_summary = _floor(lg, settings, count, size, str(Path(outdir) / "floor"))
-        kept = sorted(str(f) for f in Path(outdir).glob("mlperf_log_*")) if job.extra["outdir"] else []
-        if not job.extra["outdir"]:  # a directory of our own: the summaries are stored, the rest is not kept
-            shutil.rmtree(outdir, ignore_errors=True)
+        tmp = tempdir()  # LoadGen writes here; what is kept is copied into the cell's folder
+        try:
+            run_test(lg, sut, count, settings, tmp)
+            summary = read_summary(tmp)
+            floor_summary = _floor(lg, settings, count, size, str(Path(tmp) / "floor"))
+        finally:
+            kept, lost = keep_logs(tmp, job.extra["outdir"])
         return {"summary": summary, "floor_summary": floor_summary, "meets_rules": meets_rules,
-                "settings": described(settings), "logs": kept,
+                "settings": described(settings), "logs": kept, "logs_lost": lost,
                 "threads_readback": p.readback, "versions": {**versions(backend), "mlcommons-loadgen": lg_version()}}
 
     # --- results --------------------------------------------------------------------------------
@@ -299,18 +300,6 @@ def _settings(lg, opts: dict[str, Any], single_s: float, group_rate: float) -> t
     if opts["p99_ms"] is not None:
         s.server_target_latency_ns = int(opts["p99_ms"] * 1e6)
     return s, meets_rules(s, defaults)
-
-
-def _unwritable(outdir: Path) -> str | None:
-    """Why a cell's artifact directory cannot take LoadGen's logs (``artifacts/`` beside the database a
-    file, a dangling or foreign symlink, a read-only directory), or None when it can."""
-    try:
-        outdir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return f"cannot create {outdir}: {exc.strerror or exc}"
-    if not os.access(outdir, os.W_OK | os.X_OK):
-        return f"{outdir} is not writable"
-    return None
 
 
 class _Server(QueueServer):

@@ -6,11 +6,17 @@ stays with each scenario."""
 
 from __future__ import annotations
 
+import os
 import queue
+import shutil
 import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+from dlbench.core.errors import UsageError
+from dlbench.core.outputs import OutputDir
+from dlbench.scenarios.base import make_cell_artifacts
 
 INSTALL = "pip install mlcommons-loadgen"
 
@@ -99,6 +105,36 @@ def tempdir() -> str:
     import tempfile
 
     return tempfile.mkdtemp(prefix="dlbench-loadgen-")
+
+
+def artifact_dir(cell, ctx) -> tuple[Path | None, str | None]:
+    """The cell's folder for LoadGen's logs (:func:`~dlbench.scenarios.base.make_cell_artifacts`; None:
+    none kept), and why it cannot take them (``artifacts/`` beside the database a file, a dangling or
+    foreign symlink, a read-only directory), or None when it can."""
+    try:
+        outdir = make_cell_artifacts(cell, ctx)
+    except UsageError as exc:
+        return None, str(exc)
+    if outdir is not None and not os.access(outdir, os.W_OK | os.X_OK):
+        return None, f"{outdir} is not writable"
+    return outdir, None
+
+
+def keep_logs(tmp: str, outdir: str | None) -> tuple[list[str], str | None]:
+    """LoadGen's log files, which it wrote in ``tmp`` (a folder of our own: LoadGen follows any link it
+    meets), copied into the cell's kept folder ``outdir`` through :mod:`dlbench.core.outputs` (never
+    through a link planted there), and ``tmp`` removed. Returns the kept log files (``mlperf_log_*``;
+    none when ``outdir`` is None) and why they could not be kept, or None."""
+    try:
+        if outdir is None:
+            return [], None
+        dest = Path(outdir)
+        written = OutputDir(dest.parent, own=True).copy_from(Path(tmp), dest.name)
+        return sorted(str(p) for p in written if p.parent == dest and p.name.startswith("mlperf_log_")), None
+    except UsageError as exc:
+        return [], str(exc)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class QueueServer:

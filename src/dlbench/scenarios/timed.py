@@ -44,7 +44,7 @@ from dlbench.measure.profile import profile_closure
 from dlbench.measure.stats import summarize
 from dlbench.measure.timer import Protocol, time_callable
 from dlbench.models.spec import ModelSpec
-from dlbench.scenarios.base import CellOutcome, Context, Scenario, cell_artifacts
+from dlbench.scenarios.base import CellOutcome, Context, Scenario, profile_dir
 from dlbench.scenarios.prepare import prepare, versions
 from dlbench.scenarios.processes import run_processes
 from dlbench.storage.store import Sample
@@ -94,10 +94,8 @@ class Timed(Scenario):
     def measure(self, cell, ctx: Context) -> CellOutcome:
         suite = ctx.suite
         out = CellOutcome("ok")
-        outdir = cell_artifacts(cell, ctx)
-        profiled = bool(suite.protocol.profile_calls and outdir is not None)
-        if suite.protocol.profile_calls and outdir is None:
-            out.warnings.append("no profile: the run has no directory to keep a trace in")
+        outdir = profile_dir(cell, ctx, out) if suite.protocol.profile_calls else None
+        profiled = outdir is not None
 
         first = True
 
@@ -106,7 +104,7 @@ class Timed(Scenario):
             nonlocal first
             j = self.job(cell, suite)
             if first and profiled:
-                j.extra["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir / "profile")}
+                j.extra["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir)}
             first = False
             j.calls = calls
             return j
@@ -142,7 +140,7 @@ class Timed(Scenario):
         if per_repeat and profiled:
             profile = per_repeat[0]["profile"]
             if "ops" in profile:
-                out.metrics["profile"] = {**profile, "trace": f"{outdir.name}/profile/{profile['trace']}"}
+                out.metrics["profile"] = {**profile, "trace": f"{outdir.parent.name}/profile/{profile['trace']}"}
             else:
                 out.warnings.append(f"no profile: {profile['failed']}")
         return out

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.core.errors import UsageError
+from dlbench.core.outputs import check_output as check_output  # moved to dlbench.core.outputs; importable here still
+from dlbench.core.outputs import is_sqlite
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.storage.damage import is_number, load_json
 from dlbench.storage.lease import judge
@@ -121,20 +123,6 @@ class CellRecord:
     precision: str = DEFAULT_PRECISION
 
 
-SQLITE_HEADER = b"SQLite format 3\x00"
-#: files SQLite keeps beside a database while it is open (WAL) or in a transaction (rollback journal)
-SIDECARS = ("-wal", "-shm", "-journal")
-
-
-def is_sqlite(path: Path) -> bool:
-    """Whether ``path`` is a readable file that starts as every SQLite database does."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(16) == SQLITE_HEADER
-    except OSError:
-        return False
-
-
 #: (device, inode) -> how many Stores of this process have that database file open. POSIX record locks
 #: (SQLite's) belong to the process, and closing any descriptor of the file drops them all: another
 #: Store of a file open here must not read its header with open() nor connect to it immutable (no
@@ -166,36 +154,6 @@ def _archived(path: Path) -> bool:
     """A database SQLite cannot open in WAL mode even for reading: its directory cannot take the -shm
     file (read-only, as an archive often is) and no -wal is there to be read."""
     return not os.access(path.resolve().parent, os.W_OK) and not _sidecar(path, "-wal").exists()
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    if a.resolve() == b.resolve():
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def check_output(path: str | Path, db: str | Path | None = None) -> Path:
-    """An output file of a command (export --out, compare --html, a report's or the survey's files) must
-    not be the results database ``db`` or one of its -wal/-shm/-journal files, by any name (relative,
-    symlinked, hard-linked), nor any other SQLite database or its sidecar: writing there would destroy
-    stored results, or another application's data. Raises :class:`UsageError`; returns the path."""
-    out = Path(path)
-    if db is not None:
-        for base in {Path(db), Path(db).resolve()}:
-            for suffix in ("", *SIDECARS):
-                if _same_file(out, _sidecar(base, suffix)):
-                    what = "the results database" if not suffix else f"the {suffix[1:]} file of the results database"
-                    raise UsageError(f"{path} is {what} {db}; refusing to overwrite it")
-    if is_sqlite(out):
-        raise UsageError(f"{path} is an SQLite database; refusing to overwrite it")
-    real = out.resolve()
-    for suffix in SIDECARS:
-        if real.name.endswith(suffix) and is_sqlite(real.with_name(real.name[: -len(suffix)])):
-            raise UsageError(f"{path} is the {suffix[1:]} file of an SQLite database; refusing to overwrite it")
-    return out
 
 
 def explain(exc: sqlite3.Error) -> str:

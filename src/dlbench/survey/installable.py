@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from dlbench.core.outputs import write_file
 from dlbench.survey.catalog import INSTALLABLE_FILE, clear_cache
 
 #: pip distribution tried for each historical framework, and whether that PyPI project is known
@@ -124,6 +125,6 @@ def check_all(keys: list[str] | None = None, path: Path = INSTALLABLE_FILE, prog
     header = ("# Measured by `dlbench survey --check-installable` on the date below: the outcome of\n"
               "# `pip download --no-deps` for each of the papers' frameworks, with pip's exact error line.\n"
               "# Re-run the command to refresh it; do not edit by hand.\n")
-    path.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=200))
+    write_file(path, header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=200))
     clear_cache()
     return data

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from dlbench.core.outputs import write_file
 from dlbench.survey.catalog import POPULARITY_FILE, clear_cache, popularity_data
 
 API = "https://api.github.com"
@@ -85,9 +86,7 @@ def refresh(path: Path = POPULARITY_FILE, opener: Opener | None = None, today: s
                                               f"{data['frameworks'][key]['repo']}", **values}
     data["date"] = date
     data["note"] = f"current values fetched from the GitHub REST API on {date}"
-    tmp = Path(str(path) + ".tmp")
-    tmp.write_text(_header(path) + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
-    tmp.replace(path)
+    write_file(path, _header(path) + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     clear_cache()
     return data
 
