@@ -14,12 +14,14 @@ someone's files.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from dlbench.core.errors import UsageError
+from dlbench.report.bisection import read_stored
 from dlbench.report.html import Markup, el, kv_table, page, plot_figure, rows_table, table_html
 from dlbench.report.plots import Plot, _safe, _svg
 from dlbench.report.results import load_run
@@ -188,14 +190,18 @@ def _prepare(out: Path, db: str | Path) -> None:
     (out / MARKER).write_text("written by dlbench site; the pages here are rewritten on each run\n")
 
 
-def write_site(db: str | Path, out: str | Path, title: str = "dlbench results") -> list[Path]:
-    """Write the site for database ``db`` into ``out``; returns the pages written, the index first."""
+def write_site(db: str | Path, out: str | Path, title: str = "dlbench results",
+               on_damage: Callable[[list[str]], None] = lambda notes: None) -> list[Path]:
+    """Write the site for database ``db`` into ``out``; returns the pages written, the index first.
+    ``on_damage`` is told what reading set aside as damaged (dlbench.storage.damage), one line each."""
 
     out = Path(out)
     store = Store(db, create=False, read_only=True)
     try:
         groups, runs = collect(store)
-        bisections = store.bisections()
+        found, damaged = read_stored(store.bisections())
+        bisections = [b.to_dict() for b in found]
+        on_damage([*store.damage, *(f"bisection {i} set aside: {why}" for i, why in damaged.items())])
     finally:
         store.close()
     _prepare(out, db)
