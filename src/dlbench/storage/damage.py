@@ -70,6 +70,8 @@ def check_samples(samples: Iterable[Any]) -> None:
 
 #: metrics that every reader treats as numbers (bytes, a loop count)
 NUMERIC_METRICS = ("peak_rss_bytes", "rss_growth_bytes", "loop_k", "global_batch", "call_samples")
+#: the least each can be (a loop of at least one call; a peak memory; the growth may be negative)
+AT_LEAST = {"peak_rss_bytes": 0, "loop_k": 1, "global_batch": 1}
 
 
 def check_metrics(metrics: dict[str, Any]) -> None:
@@ -78,6 +80,8 @@ def check_metrics(metrics: dict[str, Any]) -> None:
         value = metrics.get(key)
         if value is not None and not is_number(value):
             raise Damaged(f"metric {key} is {value!r}, not a number")
+        if value is not None and value < AT_LEAST.get(key, -math.inf):
+            raise Damaged(f"metric {key} is {value!r}, below {AT_LEAST[key]}")
     for key in ("device_memory", "threads_readback", "profile", "latency", "loadgen"):
         value = metrics.get(key)
         if value is not None and not isinstance(value, dict):

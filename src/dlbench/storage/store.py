@@ -26,7 +26,15 @@ from typing import Any
 from dlbench.core.errors import UsageError
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import PRECISIONS
-from dlbench.storage.damage import clean_environment, clean_metrics, is_number, lease_problem, load_json, stricter
+from dlbench.storage.damage import (
+    VERDICTS,
+    clean_environment,
+    clean_metrics,
+    is_number,
+    lease_problem,
+    load_json,
+    stricter,
+)
 from dlbench.storage.lease import judge
 
 SCHEMA_VERSION = 3
@@ -545,6 +553,8 @@ class Store:
             verdict = stricter(column, kept)
             if column != kept:
                 self._note(f"{what}: its verdict column says {column!r}, its record {kept!r}: read as {verdict!r}")
+            elif verdict not in VERDICTS:
+                self._note(f"{what}: its verdict {verdict!r} is not one dlbench writes: not a pass")
             if not isinstance(verdict, str):
                 verdict = "unknown"
             reason = r[6] if verdict == column else record.get("reason", r[6])
