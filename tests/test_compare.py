@@ -142,6 +142,28 @@ def test_a_damaged_cell_fails_the_gate_and_is_named(tmp_db, capsys, side, damage
     assert main(["compare", a, b, "--db", str(tmp_db)]) == 0  # no gate: the damage is named, the rest compared
 
 
+def test_a_damaged_version_fails_the_baseline_gate_once(tmp_db, capsys):
+    """``compare --baseline``: a cell of one version set aside is that version's failure, named once."""
+    import sqlite3
+
+    store = Store(tmp_db)
+    run_id = new_run(store)
+    for name in ("torch==2.11.0", "torch"):
+        verify_pass(store, run_id, name, "eager")
+        store.save_cell(run_id, cell(name, "eager", "forward", 8, 1), "ok", "", 1.0, [], metrics(),
+                        timed_samples(5.0, seed=1))
+    finish(store, run_id)
+    store.close()
+    with sqlite3.connect(tmp_db) as conn:
+        conn.execute("UPDATE cells SET precision='fp99' WHERE framework='torch'")
+    conn.close()
+    assert main(["compare", run_id, "--baseline", "torch==2.11.0", "--fail-above", "5", "--db", str(tmp_db),
+                 "--json"]) == 1
+    failures = json.loads(capsys.readouterr().out)["failures"]
+    assert failures == ["torch/eager/lenet/forward/b8/t1/cpu: damaged in B, no time to compare "
+                        "(its precision 'fp99' is not one this dlbench knows)"]
+
+
 def test_a_cell_ok_in_a_without_a_time_in_b_fails_the_gate(tmp_db, capsys):
     """A cell stored ``ok`` in B with no samples (nothing to compare) is a cell that stopped producing a time."""
     import sqlite3

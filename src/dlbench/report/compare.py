@@ -184,7 +184,8 @@ def compare_versions(res: RunResults, baseline: str, alpha: float = ALPHA,
     """Within one run, every other version of ``baseline``'s framework (``jax==0.4.38``, or the bare
     ``jax`` of the main Python) against ``baseline``: A is the baseline, B the version, cells matched on
     every other axis and tested as two runs are. The keys name the base framework."""
-    present = list(dict.fromkeys(c.cell.framework for c in res.cells))
+    # a version whose cells were all set aside as damaged is still there: its comparison fails on them
+    present = list(dict.fromkeys([c.cell.framework for c in res.cells] + [k.split("/")[0] for k in res.set_aside]))
     if baseline not in present:
         raise UsageError(f"--baseline {baseline}: run {res.run_id} has no such framework "
                          f"(it has {', '.join(present)})")
@@ -195,7 +196,8 @@ def compare_versions(res: RunResults, baseline: str, alpha: float = ALPHA,
 
     def side(name: str) -> RunResults:
         cells = [replace(c, cell=replace(c.cell, framework=base)) for c in res.cells if c.cell.framework == name]
-        return replace(res, run={**res.run, "id": f"{res.run_id} {name}"}, cells=cells)
+        damaged = {k: why for k, why in res.set_aside.items() if k.split("/")[0] == name}  # a key names its framework
+        return replace(res, run={**res.run, "id": f"{res.run_id} {name}"}, cells=cells, set_aside=damaged)
 
     return [compare_runs(side(baseline), side(other), alpha, threshold) for other in others]
 
