@@ -113,6 +113,70 @@ def test_unmatched_failed_and_compile_cells(tmp_db, capsys):
     assert "only in A" in out and "b16" in out and "b32" in out
 
 
+#: damage to one cell that sets it aside (tests/test_damaged_rows.py has them all)
+DAMAGE = {"a sample as text": "UPDATE samples SET value_ns='NaN' WHERE cell_id={cell} AND phase='measure'",
+          "an unknown precision": "UPDATE cells SET precision='fp99' WHERE id={cell}",
+          "metrics not JSON": "UPDATE cells SET metrics='{{bad' WHERE id={cell}"}
+
+
+@pytest.mark.parametrize("side", ["A", "B"])
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_cell_fails_the_gate_and_is_named(tmp_db, capsys, side, damage):
+    """``compare --fail-above`` passed a cell damaged in B as "only in A" (issue #41, item 5): a cell that
+    stopped producing a time must fail a CI gate, said plainly, not vanish from it. Damaged in A likewise."""
+    import sqlite3
+
+    a, b = compare_pair(tmp_db, same_samples=True)
+    cell = 1 if side == "A" else 5  # the first cell of run A, of run B
+    with sqlite3.connect(tmp_db) as conn:
+        key = conn.execute("SELECT key FROM cells WHERE id=?", (cell,)).fetchone()[0]
+        conn.execute(DAMAGE[damage].format(cell=cell))
+    conn.close()
+    assert main(["compare", a, b, "--db", str(tmp_db), "--fail-above", "10"]) == 1
+    out = capsys.readouterr().out
+    assert "1 failure(s)" in out and f"{key}: damaged in {side}" in out
+    assert "1 cell(s) only in" not in out  # named as damaged, not as missing
+    assert main(["compare", a, b, "--db", str(tmp_db), "--fail-above", "10", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [f for f in data["failures"] if key in f and f"damaged in {side}" in f]
+    assert data["damaged"] == [{"key": key, "run": side, "why": data["damaged"][0]["why"]}] and not data["only_a"]
+    assert main(["compare", a, b, "--db", str(tmp_db)]) == 0  # no gate: the damage is named, the rest compared
+
+
+def test_a_damaged_version_fails_the_baseline_gate_once(tmp_db, capsys):
+    """``compare --baseline``: a cell of one version set aside is that version's failure, named once."""
+    import sqlite3
+
+    store = Store(tmp_db)
+    run_id = new_run(store)
+    for name in ("torch==2.11.0", "torch"):
+        verify_pass(store, run_id, name, "eager")
+        store.save_cell(run_id, cell(name, "eager", "forward", 8, 1), "ok", "", 1.0, [], metrics(),
+                        timed_samples(5.0, seed=1))
+    finish(store, run_id)
+    store.close()
+    with sqlite3.connect(tmp_db) as conn:
+        conn.execute("UPDATE cells SET precision='fp99' WHERE framework='torch'")
+    conn.close()
+    assert main(["compare", run_id, "--baseline", "torch==2.11.0", "--fail-above", "5", "--db", str(tmp_db),
+                 "--json"]) == 1
+    failures = json.loads(capsys.readouterr().out)["failures"]
+    assert failures == ["torch/eager/lenet/forward/b8/t1/cpu: damaged in B, no time to compare "
+                        "(its precision 'fp99' is not one this dlbench knows)"]
+
+
+def test_a_cell_ok_in_a_without_a_time_in_b_fails_the_gate(tmp_db, capsys):
+    """A cell stored ``ok`` in B with no samples (nothing to compare) is a cell that stopped producing a time."""
+    import sqlite3
+
+    a, b = compare_pair(tmp_db, same_samples=True)
+    with sqlite3.connect(tmp_db) as conn:
+        conn.execute("DELETE FROM samples WHERE cell_id=5 AND phase='measure'")
+    conn.close()
+    assert main(["compare", a, b, "--db", str(tmp_db), "--fail-above", "10"]) == 1
+    assert "ok in A, no time in B" in capsys.readouterr().out
+
+
 def test_html_form_is_escaped(tmp_db, tmp_path):
     store = Store(tmp_db)
     ids = []

@@ -9,9 +9,11 @@ Nothing here measures (``runner.start`` stops after validating, see tests/test_b
 """
 
 import hashlib
+import json
 import math
 import shutil
 import sqlite3
+import string
 
 import pytest
 import yaml
@@ -20,7 +22,9 @@ from hypothesis import strategies as st
 
 from dlbench.cli.main import main
 from dlbench.core.errors import UsageError
+from dlbench.core.precision import PRECISIONS
 from dlbench.planning.plan import load_suite
+from dlbench.storage.store import CELL_STATUSES
 from tests.synthetic_runs import compare_pair
 from tests.test_bad_input_flags import GPU, no_measuring, run_args  # noqa: F401
 
@@ -200,3 +204,144 @@ def test_a_run_of_any_suite_document_is_accepted_or_refused_in_one_line(capsys, 
                                     "threads": [1], **extra}, allow_unicode=True))
     _one_line_or_accepted(capsys, ["run", "--suite", str(path), "--db", str(tmp_path / "r.db")])
     _one_line_or_accepted(capsys, ["run", "--suite", str(path), "--dry-run", "--db", str(tmp_path / "r.db")])
+
+
+# --- any single-cell corruption: every other run reads as before, and check names it (issue #41) ------------------
+WORD = st.text(alphabet=string.ascii_letters, min_size=1, max_size=6)  # text SQLite keeps as text in any column
+BLOB = st.sampled_from([b"\x00", b"\xff\xfe", b"\x01x"])
+NOT_JSON = st.sampled_from(["{bad", "[bad", "nan?", "{'a': 1}", "[1,]"])
+NOT_A_MAPPING = st.sampled_from(["[]", "[1]", "5", '"x"', "null", "true"])
+NOT_A_LIST = st.sampled_from(["{}", "5", '"x"', "null", '{"a": 1}'])
+NOT_A_COUNT = st.one_of(WORD, BLOB, st.sampled_from([1.5, -2.5]))
+NOT_A_TIME = st.one_of(WORD, BLOB, st.sampled_from([-1.0, -5e6, float("inf"), float("-inf")]))
+#: the gate's verdicts (dlbench.gate.verify, and "unknown" where a cell has none)
+VERDICTS = ("pass", "fail", "unsupported", "not_equivalent", "unknown")
+#: (table, column) -> values that cannot be what dlbench wrote there (the schema's contract, column by column:
+#: a plausible number in a time column cannot be told from a measurement, so it is not among them)
+CORRUPTIONS = {
+    "cells": {
+        "batch": st.one_of(NOT_A_COUNT, st.none()), "threads": st.one_of(NOT_A_COUNT, st.none()),
+        "key": BLOB, "framework": st.one_of(BLOB, st.none()), "variant": st.one_of(BLOB, st.none()),
+        "model": st.one_of(BLOB, st.none()), "scenario": st.one_of(BLOB, st.none()), "device": st.one_of(BLOB, st.none()),
+        "data": BLOB, "reason": BLOB, "seconds": NOT_A_TIME,
+        "status": st.one_of(BLOB, WORD.filter(lambda w: w not in CELL_STATUSES)),
+        "precision": st.one_of(BLOB, WORD.filter(lambda w: w not in PRECISIONS)),
+        "metrics": st.one_of(NOT_JSON, NOT_A_MAPPING, BLOB, st.sampled_from(
+            ['{"peak_rss_bytes": "x"}', '{"cost": "x"}', '{"cost": {"timed_s": "x"}}', '{"variance": [1]}',
+             '{"reused": 5}', '{"device_memory": 5}', '{"loop_k": -1}', '{"adaptive": {"half_width": "x"}}'])),
+        "warnings": st.one_of(NOT_JSON, NOT_A_LIST, BLOB),
+        "run_id": WORD,
+    },
+    "samples": {"value_ns": st.one_of(NOT_A_TIME, st.just(0.0)), "repeat": st.one_of(NOT_A_COUNT, st.just(-1)),
+                "idx": st.one_of(NOT_A_COUNT, st.just(-1)), "loop_k": st.one_of(NOT_A_COUNT, st.sampled_from([0, -1])),
+                "phase": BLOB, "cell_id": st.one_of(WORD, st.just(999))},
+    "runs": {"suite_json": st.one_of(NOT_JSON, NOT_A_MAPPING, BLOB),
+             "argv": st.one_of(NOT_JSON, NOT_A_LIST.filter(lambda t: t != "[]"), BLOB, st.just("[1]")),
+             "started_at": st.one_of(NOT_A_TIME, st.just(1e13)), "status": BLOB, "suite_name": BLOB},
+    "environments": {"data": st.one_of(NOT_JSON, NOT_A_MAPPING, BLOB, st.sampled_from(
+        ['{"cpu": 5}', '{"gpus": "x"}', '{"frameworks": []}', '{"cpu": {"flags": 7}}', '{"memory_bytes": "x"}'])),
+        "run_id": WORD},
+    "peaks": {"gflops": st.one_of(NOT_A_TIME, st.just(0.0)), "threads": NOT_A_COUNT, "engine": BLOB, "run_id": WORD},
+    "verifications": {"data": st.one_of(NOT_JSON, NOT_A_MAPPING, BLOB, st.just('{"verdict": "fail"}')),
+                      "verdict": st.one_of(BLOB, WORD.filter(lambda w: w not in VERDICTS)),
+                      "framework": st.one_of(BLOB, st.none()), "precision": BLOB, "run_id": WORD},
+    "leases": {"pid": st.one_of(NOT_A_COUNT, st.sampled_from([0, -4])), "host": BLOB, "token": BLOB,
+               "heartbeat": st.one_of(WORD, BLOB, st.sampled_from([float("inf")])), "run_id": WORD},
+    "bisections": {"data": st.one_of(NOT_JSON, NOT_A_MAPPING, BLOB, st.sampled_from(
+        ['{}', '{"id": "b-ok"}', '{"id": "b-other"}']))},
+}
+#: the columns that tie a row to its run or cell: damage there makes a row that names none
+OWNERS = ("run_id", "cell_id")
+
+
+@pytest.fixture(scope="module")
+def three_runs(tmp_path_factory):
+    """Runs A and B of four cells, a third run C of one, a lease (a driver long gone) on A, a bisection; what each
+    run's views print, and which run (and cell) each row of each table belongs to."""
+    from dlbench.storage.store import Store
+    from tests.synthetic_runs import cell, finish, metrics, new_run, timed_samples, verify_pass
+    from tests.test_damaged_rows import _bisection
+
+    tmp = tmp_path_factory.mktemp("three")
+    db = tmp / "r.db"
+    a, b = compare_pair(db)
+    store = Store(db)
+    c = new_run(store, "third")
+    verify_pass(store, c, "fakefw", "ok")
+    store.save_cell(c, cell("fakefw", "ok", "forward", 2, 1), "ok", "", 1.0, [], metrics(), timed_samples(3.0, seed=9))
+    finish(store, c)
+    store.conn.execute("INSERT INTO leases VALUES (?, 1, 'elsewhere', '', 1.0)", (a,))
+    store.conn.commit()
+    _bisection(store)
+    store.close()
+    conn = sqlite3.connect(db)
+    owner = {"runs": dict(conn.execute("SELECT rowid, id FROM runs")),
+             "samples": dict(conn.execute("SELECT s.rowid, c.run_id FROM samples s JOIN cells c ON c.id = s.cell_id")),
+             "bisections": dict.fromkeys(r for (r,) in conn.execute("SELECT rowid FROM bisections"))}
+    for table in ("cells", "environments", "peaks", "verifications", "leases"):
+        owner[table] = dict(conn.execute(f"SELECT rowid, run_id FROM {table}"))
+    keys = {"cells": dict(conn.execute("SELECT rowid, key FROM cells")),
+            "samples": dict(conn.execute("SELECT s.rowid, c.key FROM samples s JOIN cells c ON c.id = s.cell_id"))}
+    conn.close()
+    views = {r: {tuple(argv): _view(argv, db) for argv in _views(r)} for r in (a, b, c)}
+    return db, owner, keys, views
+
+
+def _views(run_id: str) -> list[list[str]]:
+    return [["show", run_id, "--json"], ["export", run_id, "--format", "json"], ["show", run_id, "--cost", "--json"],
+            ["show", run_id, "--warnings"]]
+
+
+def _view(argv: list[str], db) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*argv, "--db", str(db)])
+    assert "Traceback" not in err.getvalue() and "internal error" not in err.getvalue(), (argv, err.getvalue())
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("table", list(CORRUPTIONS))
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_single_cell_corruption_leaves_every_other_run_as_it_was_and_check_names_it(tmp_path, three_runs, table,
+                                                                                        data):
+    source, owner, keys, views = three_runs
+    column = data.draw(st.sampled_from(sorted(CORRUPTIONS[table])), label="column")
+    value = data.draw(CORRUPTIONS[table][column], label="value")
+    rowid = data.draw(st.sampled_from(sorted(owner[table])), label="row")
+    db = tmp_path / "r.db"
+    shutil.copyfile(source, db)
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"UPDATE {table} SET {column}=? WHERE rowid=?", (value, rowid))
+    conn.close()
+    damaged_run = owner[table][rowid]  # None: a bisection, no run's
+    before = _digest(db)
+    for run_id, expected in views.items():  # every other run reads exactly as before
+        if run_id != damaged_run:
+            for argv, seen in expected.items():
+                assert _view(list(argv), db) == seen, (table, column, value, argv)
+    if damaged_run is not None:  # the damaged run itself still reads, and so do its other cells
+        code, out, err = _view(["export", damaged_run, "--format", "json"], db)
+        assert code == 0, err
+        key = keys.get(table, {}).get(rowid)
+        if key is not None and column not in OWNERS:
+            cells = {c["key"]: c for c in json.loads(out)["cells"]}
+            _, was, _ = views[damaged_run][("export", damaged_run, "--format", "json")]
+            for c in json.loads(was)["cells"]:
+                if c["key"] != key:
+                    assert cells.get(c["key"]) == c, (table, column, value, c["key"])
+    code, out, err = _view(["check"], db)
+    if column in OWNERS:
+        name = f"{table} row {rowid}"
+    elif table == "bisections":
+        name = "bisection b-ok"
+    else:
+        name = f"run {damaged_run}"
+    assert code == 1 and name in out, (table, column, value, out)
+    if key := (keys.get(table, {}).get(rowid) if column not in (*OWNERS, "key") else None):
+        assert key in out, (table, column, value, out)
+    assert _digest(db) == before

@@ -44,13 +44,13 @@ from dlbench.core.errors import UsageError
 from dlbench.envs import ondemand, releases
 from dlbench.frameworks import installed_version
 from dlbench.planning import resolve
-from dlbench.report.bisection import Bisection, Settings, Step
+from dlbench.report.bisection import Bisection, Settings, Step, read_stored
 from dlbench.report.compare import ALPHA, CellChange, compare_cells
 from dlbench.report.results import CellResult, load_run
 from dlbench.storage import lease
 from dlbench.storage.store import Store, new_run_id
 
-__all__ = ["Settings", "Step", "Bisection", "BisectError", "start", "plan", "resume", "listing",
+__all__ = ["Settings", "Step", "Bisection", "BisectError", "start", "plan", "resume", "listing", "stored",
            "next_candidate", "pool", "checked"]
 
 Progress = Callable[[str], None]
@@ -460,16 +460,26 @@ def resume(bisection_id: str, db: str | Path, progress: Progress = lambda s: Non
     return _loop(_Measure(b, db, progress))
 
 
-def listing(db: str | Path) -> list[Bisection]:
+def stored(db: str | Path) -> tuple[list[Bisection], dict[str, str]]:
+    """Every stored bisection that reads back, and those that do not: id -> what is wrong (set aside, never
+    resumed; ``dlbench check`` lists them too)."""
     store = Store(db, create=False, read_only=True)
     try:
-        return [Bisection.from_dict(d) for d in store.bisections()]
+        return read_stored(store.bisections())
     finally:
         store.close()
 
 
+def listing(db: str | Path) -> list[Bisection]:
+    return stored(db)[0]
+
+
 def get(bisection_id: str, db: str | Path) -> Bisection:
-    for b in listing(db):
+    found, damaged = stored(db)
+    for b in found:
         if b.id == bisection_id:
             return b
+    if bisection_id in damaged:
+        raise UsageError(f"bisection {bisection_id} is damaged and cannot be read: {damaged[bisection_id]} "
+                         "(dlbench check lists it)")
     raise UsageError(f"no bisection {bisection_id!r} in {db} (dlbench bisect --list)")

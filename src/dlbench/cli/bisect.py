@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dlbench import bisect, models
-from dlbench.cli.common import console, texts
+from dlbench.cli.common import console, note_damage, texts
 from dlbench.core.errors import UsageError
 from dlbench.envs import releases, versions
 from dlbench.scenarios import registry
@@ -99,8 +99,9 @@ def summary(b: bisect.Bisection) -> list[str]:
 
 
 def _list(db: str, as_json: bool) -> int:
-    found = bisect.listing(db)
-    if as_json:
+    found, damaged = bisect.stored(db)
+    if as_json:  # the damaged ones on stderr, the list as it always was on stdout
+        note_damage([f"bisection {i} set aside: {why}" for i, why in damaged.items()])
         print(json.dumps([b.to_dict() for b in found], indent=2))
         return 0
     table = Table(title=f"bisections in {escape(db)}", title_justify="left")
@@ -113,7 +114,9 @@ def _list(db: str, as_json: bool) -> int:
         table.add_row(*texts(b.id, datetime.fromtimestamp(b.started_at, UTC).strftime("%Y-%m-%d %H:%M"), s.framework,
                              f"{s.good} .. {s.bad} ({len(b.releases)})", s.figure, b.status, result, len(b.built)))
     console.print(table)
-    if not found:
+    for i, why in damaged.items():
+        console.print(f"bisection {i}: damaged, set aside: {why}", highlight=False, markup=False)
+    if not found and not damaged:
         console.print("no bisections stored", highlight=False)
     return 0
 

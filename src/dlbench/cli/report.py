@@ -109,6 +109,10 @@ def _print_comparison(cmp) -> None:
             console.print(f"{len(keys)} cell(s) {title}:", highlight=False)
             for k in keys:
                 console.print(f"  {k}", highlight=False, markup=False)
+    if cmp.damaged:
+        console.print(f"{len(cmp.damaged)} cell(s) set aside as damaged, not compared:", highlight=False)
+        for k, side, why in cmp.damaged:
+            console.print(f"  {k} (in {side}): {why}", highlight=False, markup=False)
     for key, why in cmp.not_compared:
         console.print(f"not compared: {key}: {why}", highlight=False, markup=False)
 

@@ -270,8 +270,9 @@ def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
         try:
             # a run stored before a bound was added holds values the suite model now refuses: exit 2, one line
             run = store.get_run(args.resume)
-            if store.damage:
-                raise UsageError(f"run {args.resume} cannot be resumed: {store.damage[0]}")
+            # a damaged lease is a dead driver's: the resume takes it over (Store.lease); other damage refuses
+            if damage := [n for n in store.damage if not Store.is_lease_note(n)]:
+                raise UsageError(f"run {args.resume} cannot be resumed: {damage[0]}")
             suite = suite_from_dict(run["suite"], f"run {args.resume}")
             done = store.done_keys(args.resume)
         finally:

@@ -6,14 +6,14 @@ import argparse
 
 from rich.markup import escape
 
-from dlbench.cli.common import console
+from dlbench.cli.common import console, note_damage
 from dlbench.storage.store import DEFAULT_DB
 
 
 def cmd_site(args: argparse.Namespace) -> int:
     from dlbench.report.site import write_site
 
-    pages = write_site(args.db, args.dir, title=args.title)
+    pages = write_site(args.db, args.dir, title=args.title, on_damage=note_damage)
     console.print(f"{len(pages)} page(s) written to {escape(args.dir)}/ (open {escape(str(pages[0]))})",
                   highlight=False)
     return 0

@@ -8,8 +8,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dlbench.envs import versions
+from dlbench.storage.damage import Damaged, Real, check_record, fields_problem
 
-__all__ = ["Bisection", "Settings", "Step"]
+__all__ = ["Bisection", "Settings", "Step", "read_stored"]
 
 
 @dataclass
@@ -59,6 +60,14 @@ class Step:
     against: tuple[str | None, str | None] = (None, None)  # (last good, first bad) measured beside it
 
 
+#: a test of one release against another as a step and the result keep it (dlbench.bisect._test, final_ratio)
+TEST: dict[str, Any] = {"ratio": Real, "ci_low": Real, "ci_high": Real, "p": Real, "verdict": str,
+                        "processes": tuple[int, int], "median_ms": tuple[Real, Real]}
+#: a bisection's result (dlbench.bisect): what the listing, the summary and the site read
+RESULT: dict[str, Any] = {"first_bad": str, "last_good": str, "candidates": list[str], "message": str,
+                          "skipped": list[dict[str, str]], "environments_built": int, "not_installable": list[str]}
+
+
 @dataclass
 class Bisection:
     id: str
@@ -79,6 +88,24 @@ class Bisection:
         return asdict(self)
 
     @classmethod
+    def from_stored(cls, data: dict[str, Any]) -> Bisection:
+        """A stored bisection's record read back; :class:`Damaged` naming the first field that is not what
+        :meth:`to_dict` writes (a record edited by hand or by another program must not crash a reader)."""
+        check_record(cls, data, "its record")
+        tests = [(f"its record.steps[{i}].{k}", s.get(k)) for i, s in enumerate(data.get("steps", []))
+                 for k in ("vs_good", "vs_bad")] + [("its record.result.ratio", data.get("result", {}).get("ratio"))]
+        for where, test in tests:
+            if test is not None and (found := fields_problem(test, TEST, where)):
+                raise Damaged(found)
+        if found := fields_problem(data.get("result", {}), RESULT, "its record.result"):
+            raise Damaged(found)
+        if data.get("status") == "found" and not {"first_bad", "last_good"} <= set(data["result"]):
+            raise Damaged("its record says found but names no first bad and last good release")
+        if not 0 <= data["started_at"] < 1e11:
+            raise Damaged(f"its record.started_at is {data['started_at']!r}, not a time")
+        return cls.from_dict(data)
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Bisection:
         steps = [Step(**{**s, "against": tuple(s.get("against") or (None, None))}) for s in data["steps"]]
         return cls(**{**data, "settings": Settings(**data["settings"]), "steps": steps})
@@ -89,3 +116,18 @@ class Bisection:
     @property
     def skipped(self) -> list[Step]:
         return [s for s in self.steps if s.verdict == "skip"]
+
+
+def read_stored(rows: list[tuple[str, dict[str, Any] | str]]) -> tuple[list[Bisection], dict[str, str]]:
+    """:meth:`dlbench.storage.store.Store.bisections`' rows read back: the bisections, and the damaged ones
+    (id -> what is wrong), which every reader sets aside (never resumed, left out of the site, named by
+    ``dlbench bisect --list`` and ``dlbench check``)."""
+    found, damaged = [], {}
+    for bisection_id, data in rows:
+        try:
+            if isinstance(data, str):
+                raise Damaged(data)
+            found.append(Bisection.from_stored(data))
+        except Damaged as exc:
+            damaged[bisection_id] = str(exc)
+    return found, damaged

@@ -93,6 +93,8 @@ class Comparison:
     only_b: list[str] = field(default_factory=list)
     not_compared: list[tuple[str, str]] = field(default_factory=list)  # (key, why)
     broke: list[str] = field(default_factory=list)  # ok in A, no time in B
+    #: cells of either run set aside as damaged: (key, "A" or "B", why); a CI gate fails on them
+    damaged: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def slower(self) -> list[CellChange]:
@@ -104,9 +106,11 @@ class Comparison:
 
     def failures(self, fail_above_pct: float) -> list[str]:
         """Why ``--fail-above PCT`` fails: each significant slowdown above PCT, and each cell that
-        measured in A but not in B (a cell that stopped working is a slowdown without bound)."""
+        measured in A but not in B (a cell that stopped working is a slowdown without bound), and each cell
+        of either run set aside as damaged (it has no time to compare: it must not pass as missing)."""
         out = [f"{m.key}: {m.change_pct:+.1f}% (p={m.p_value:.2g})" for m in self.slower if m.change_pct > fail_above_pct]
-        return out + [f"{k}: ok in A, no time in B" for k in self.broke]
+        return out + [f"{k}: ok in A, no time in B" for k in self.broke] + [
+            f"{k}: damaged in {side}, no time to compare ({why})" for k, side, why in self.damaged]
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_a": self.run_a, "run_b": self.run_b, "alpha": self.alpha, "threshold": self.threshold,
@@ -115,6 +119,7 @@ class Comparison:
                             for m in self.matched],
                 "only_a": self.only_a, "only_b": self.only_b,
                 "not_compared": [{"key": k, "why": w} for k, w in self.not_compared], "broke": self.broke,
+                "damaged": [{"key": k, "run": side, "why": w} for k, side, w in self.damaged],
                 "slower": [m.key for m in self.slower], "faster": [m.key for m in self.faster]}
 
 
@@ -152,10 +157,11 @@ def compare_cells(a: CellResult, b: CellResult, alpha: float = ALPHA, threshold:
 
 def compare_runs(a: RunResults, b: RunResults, alpha: float = ALPHA, threshold: float = THRESHOLD) -> Comparison:
     out = Comparison(a.run_id, b.run_id, alpha, threshold)
+    out.damaged = [(k, side, why) for side, res in (("A", a), ("B", b)) for k, why in res.set_aside.items()]
     cells_a = {axes_of(c): c for c in a.cells}
     cells_b = {axes_of(c): c for c in b.cells}
-    out.only_a = [key_of(k) for k in cells_a if k not in cells_b]
-    out.only_b = [key_of(k) for k in cells_b if k not in cells_a]
+    out.only_a = [key_of(k) for k in cells_a if k not in cells_b and key_of(k) not in b.set_aside]
+    out.only_b = [key_of(k) for k in cells_b if k not in cells_a and key_of(k) not in a.set_aside]
     for k, ca in cells_a.items():
         cb = cells_b.get(k)
         if cb is None:
@@ -166,7 +172,7 @@ def compare_runs(a: RunResults, b: RunResults, alpha: float = ALPHA, threshold: 
         elif not (ca.ok and ca.samples_ms) or not (cb.ok and cb.samples_ms):
             out.not_compared.append((key, f"A {ca.cell.status}, B {cb.cell.status}"
                                           + (f": {cb.cell.reason}" if not cb.ok else f": {ca.cell.reason}")))
-            if ca.ok and ca.samples_ms and not cb.ok:
+            if ca.ok and ca.samples_ms:  # B failed, or stored no time: a cell that stopped producing one
                 out.broke.append(key)
         else:
             out.matched.append(compare_cells(ca, cb, alpha, threshold))
@@ -178,7 +184,8 @@ def compare_versions(res: RunResults, baseline: str, alpha: float = ALPHA,
     """Within one run, every other version of ``baseline``'s framework (``jax==0.4.38``, or the bare
     ``jax`` of the main Python) against ``baseline``: A is the baseline, B the version, cells matched on
     every other axis and tested as two runs are. The keys name the base framework."""
-    present = list(dict.fromkeys(c.cell.framework for c in res.cells))
+    # a version whose cells were all set aside as damaged is still there: its comparison fails on them
+    present = list(dict.fromkeys([c.cell.framework for c in res.cells] + [k.split("/")[0] for k in res.set_aside]))
     if baseline not in present:
         raise UsageError(f"--baseline {baseline}: run {res.run_id} has no such framework "
                          f"(it has {', '.join(present)})")
@@ -189,7 +196,8 @@ def compare_versions(res: RunResults, baseline: str, alpha: float = ALPHA,
 
     def side(name: str) -> RunResults:
         cells = [replace(c, cell=replace(c.cell, framework=base)) for c in res.cells if c.cell.framework == name]
-        return replace(res, run={**res.run, "id": f"{res.run_id} {name}"}, cells=cells)
+        damaged = {k: why for k, why in res.set_aside.items() if k.split("/")[0] == name}  # a key names its framework
+        return replace(res, run={**res.run, "id": f"{res.run_id} {name}"}, cells=cells, set_aside=damaged)
 
     return [compare_runs(side(baseline), side(other), alpha, threshold) for other in others]
 

@@ -212,4 +212,7 @@ def render_compare(cmp) -> str:
     if cmp.not_compared:
         body += [el("h2", "Matched but not compared"),
                  el("ul", [el("li", el("code", k), ": ", why) for k, why in cmp.not_compared])]
+    if cmp.damaged:
+        body += [el("h2", "Set aside as damaged (dlbench check)"),
+                 el("ul", [el("li", el("code", k), f" (in {side}): ", why) for k, side, why in cmp.damaged])]
     return page(f"dlbench compare {cmp.run_a} {cmp.run_b}", *body)

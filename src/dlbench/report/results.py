@@ -42,7 +42,7 @@ def analyse_or_set_aside(store: Store, cell: CellRecord, verified: str,
     try:
         return analyse_cell(store, cell, verified, peaks)
     except Damaged as exc:
-        store.damage.append(f"run {cell.run_id}: cell {cell.key} set aside: {exc}")
+        store.set_aside(cell.run_id, cell.key, str(exc))
         return None
 
 
@@ -68,4 +68,5 @@ def load_run(store: Store, run_id: str | None = None) -> RunResults:
             cells.append(res)
     environment = store.environment(run_id)
     return RunResults(run, environment, peaks, verifications, cells,
-                      [n for n in store.damage if n.startswith(f"run {run_id}:")])
+                      [n for n in store.damage if n.startswith(f"run {run_id}:")],
+                      dict(store.cells_set_aside.get(run_id, {})))

@@ -14,6 +14,7 @@ someone's files.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 from dlbench.core.errors import UsageError
 from dlbench.core.outputs import OutputDir
 from dlbench.measure.stats import Summary, interval_text
+from dlbench.report.bisection import read_stored
 from dlbench.report.html import Markup, el, kv_table, page, plot_figure, rows_table, table_html
 from dlbench.report.plots import Plot, _safe, _svg
 from dlbench.report.results import load_run
@@ -192,11 +194,13 @@ def _is_ours(out: Path) -> bool:
         return False
 
 
-def write_site(db: str | Path, out: str | Path, title: str = "dlbench results") -> list[Path]:
+def write_site(db: str | Path, out: str | Path, title: str = "dlbench results",
+               on_damage: Callable[[list[str]], None] = lambda notes: None) -> list[Path]:
     """Write the site for database ``db`` into ``out``; returns the pages written, the index first.
     Every page is rendered and every path checked before the first is written
     (:class:`~dlbench.core.outputs.OutputDir`); in a folder the site wrote before, a symbolic link
-    where a page or ``runs/`` goes is replaced (the link, never its target)."""
+    where a page or ``runs/`` goes is replaced (the link, never its target). ``on_damage`` is told what
+    reading set aside as damaged (dlbench.storage.damage), one line each."""
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -212,7 +216,9 @@ def write_site(db: str | Path, out: str | Path, title: str = "dlbench results") 
     store = Store(db, create=False, read_only=True)
     try:
         groups, runs = collect(store)
-        bisections = store.bisections()
+        found, damaged = read_stored(store.bisections())
+        bisections = [b.to_dict() for b in found]
+        on_damage([*store.damage, *(f"bisection {i} set aside: {why}" for i, why in damaged.items())])
     finally:
         store.close()
     pages = {"index.html": index_html(groups, runs, bisections, title)}

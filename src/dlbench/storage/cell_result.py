@@ -79,6 +79,8 @@ class RunResults:
     cells: list[CellResult]
     #: what was found damaged while reading the run and set aside, one line each (dlbench.storage.damage)
     damaged: list[str] = field(default_factory=list)
+    #: the cells set aside as damaged: key -> why (a CI gate must fail on them, not pass them as missing)
+    set_aside: dict[str, str] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:

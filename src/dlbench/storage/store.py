@@ -27,7 +27,16 @@ from dlbench.core.errors import UsageError
 from dlbench.core.outputs import check_output as check_output  # moved to dlbench.core.outputs; importable here still
 from dlbench.core.outputs import is_sqlite
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
-from dlbench.storage.damage import is_number, load_json
+from dlbench.core.precision import PRECISIONS
+from dlbench.storage.damage import (
+    VERDICTS,
+    clean_environment,
+    clean_metrics,
+    is_number,
+    lease_problem,
+    load_json,
+    stricter,
+)
 from dlbench.storage.lease import judge
 
 SCHEMA_VERSION = 3
@@ -70,6 +79,13 @@ LEASES = """CREATE TABLE IF NOT EXISTS leases (
 BISECTIONS = """CREATE TABLE IF NOT EXISTS bisections (
     id TEXT PRIMARY KEY, started_at REAL NOT NULL, updated_at REAL NOT NULL, status TEXT NOT NULL, data TEXT NOT NULL)"""
 
+#: every table of a dlbench database: each is read through the checks of dlbench.storage.damage, and ``dlbench
+#: check`` covers them all
+TABLES = ("runs", "environments", "peaks", "verifications", "cells", "samples", "leases", "bisections")
+#: rows that belong to a run or a cell, and the column that names it: one naming none is set aside by every reader
+_OWNED = (("environments", "run_id", "runs"), ("peaks", "run_id", "runs"), ("verifications", "run_id", "runs"),
+          ("cells", "run_id", "runs"), ("leases", "run_id", "runs"), ("samples", "cell_id", "cells"))
+
 #: version 2 had no precision: every cell and verdict was float32, and a verdict's key had no
 #: precision (SQLite cannot widen a primary key in place: the table is copied)
 TO_V3 = [
@@ -87,6 +103,8 @@ TO_V3 = [
 #: what takes a database from version v to v + 1 (version 1 had no leases, version 2 no precision)
 MIGRATIONS = {1: [LEASES], 2: TO_V3}
 
+#: the words of a damaged lease's note (Store.is_lease_note)
+LEASE_NOTE = "its lease set aside (read as no live driver)"
 CELL_STATUSES = ("ok", "failed", "unsupported", "timeout", "not_equivalent")
 #: a cell row's text columns (index in :meth:`Store.cells`'s query, name): anything else there is damage
 _CELL_TEXT = ((2, "key"), (3, "framework"), (4, "variant"), (5, "model"), (6, "scenario"), (9, "device"), (10, "data"),
@@ -195,6 +213,8 @@ class Store:
         self.version: int | None = None
         #: what reading has found damaged and set aside (dlbench.storage.damage), one line each, naming the run and cell
         self.damage: list[str] = []
+        #: the cells reading has set aside: run -> {key: why}
+        self.cells_set_aside: dict[str, dict[str, str]] = {}
         self.conn = self._open(create)
         self._inode: tuple[int, int] | None = _inode(self.path)
         _held(self._inode, +1)
@@ -334,10 +354,21 @@ class Store:
         if row is None:
             raise UsageError(f"no run {run_id!r} in {self.path}")
         lease = self.lease(run_id)
+        for value, what in ((row[3], "status"), (row[4], "suite name")):
+            if not isinstance(value, str) and (value is not None or what == "status"):
+                self._note(f"run {run_id}: its {what} is {value!r}, not text: read as {str(value)!r}")
         return {"id": row[0], "started_at": self._time(row[1], run_id, "start"),
-                "finished_at": None if row[2] is None else self._time(row[2], run_id, "end"), "status": judge(row[3], lease),
-                "suite_name": row[4], "suite": self._json(row[5], dict, f"run {run_id}: its suite", {}),
-                "argv": self._json(row[6], list, f"run {run_id}: its command line", []), "lease": lease}
+                "finished_at": None if row[2] is None else self._time(row[2], run_id, "end"),
+                "status": judge(str(row[3]), lease), "suite_name": None if row[4] is None else str(row[4]),
+                "suite": self._json(row[5], dict, f"run {run_id}: its suite", {}),
+                "argv": self._argv(row[6], run_id), "lease": lease}
+
+    def _argv(self, text: Any, run_id: str) -> list[str]:
+        argv = self._json(text, list, f"run {run_id}: its command line", [])
+        if not all(isinstance(a, str) for a in argv):
+            self._note(f"run {run_id}: its command line {argv!r} is not a list of words: read as empty")
+            return []
+        return argv
 
     def _json(self, text: Any, kind: type, what: str, default: Any) -> Any:
         """A stored JSON field; a damaged one reads as ``default``, noted in :attr:`damage`."""
@@ -356,6 +387,12 @@ class Store:
     def _note(self, *notes: str) -> None:
         self.damage += [n for n in notes if n not in self.damage]
 
+    def set_aside(self, run_id: str, key: Any, why: str) -> None:
+        """A cell of ``run_id`` left out of every view: noted in :attr:`damage`, and kept in :attr:`cells_set_aside`
+        (by run, key -> why) for the readers that must not pass over it (``compare --fail-above``)."""
+        self._note(f"run {run_id}: cell {key!s} set aside: {why}")
+        self.cells_set_aside.setdefault(run_id, {})[str(key)] = why
+
     def latest_run_id(self) -> str:
         row = self.conn.execute("SELECT id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1").fetchone()
         if row is None:
@@ -369,7 +406,7 @@ class Store:
             FROM runs r LEFT JOIN cells c ON c.run_id = r.id GROUP BY r.id ORDER BY r.started_at""").fetchall()
         return [{"id": r[0], "started_at": self._time(r[1], r[0], "start"),
                  "finished_at": None if r[2] is None else self._time(r[2], r[0], "end"),
-                 "status": judge(r[3], self.lease(r[0])),
+                 "status": judge(str(r[3]), self.lease(r[0])),
                  "suite": r[4], "cells_ok": r[5] or 0, "cells_failed": r[6] or 0} for r in rows]
 
     # --- leases (dlbench.storage.lease decides who is alive; this only reads and writes the rows) ---------------
@@ -377,7 +414,18 @@ class Store:
         if self.version is not None and self.version < 2:  # an older database read as it is: no leases yet
             return None
         row = self.conn.execute("SELECT pid, host, token, heartbeat FROM leases WHERE run_id=?", (run_id,)).fetchone()
-        return None if row is None else {"pid": row[0], "host": row[1], "token": row[2], "heartbeat": row[3]}
+        if row is None:
+            return None
+        lease = {"pid": row[0], "host": row[1], "token": row[2], "heartbeat": row[3]}
+        if found := lease_problem(lease):  # no driver can be told from it: a dead one's, taken over by a resume
+            self._note(f"run {run_id}: {LEASE_NOTE}: {found}")
+            return None
+        return lease
+
+    @staticmethod
+    def is_lease_note(note: str) -> bool:
+        """Whether a note of :attr:`damage` is about a lease (a resume takes such a lease over)."""
+        return LEASE_NOTE in note
 
     def claim_lease(self, run_id: str, holder: dict[str, Any], live: Callable[[dict[str, Any]], bool]) -> dict | None:
         """Take ``run_id``'s lease for ``holder`` (pid, host, token, heartbeat) and mark the run running,
@@ -415,7 +463,13 @@ class Store:
 
     def environment(self, run_id: str) -> dict:
         row = self.conn.execute("SELECT data FROM environments WHERE run_id=?", (run_id,)).fetchone()
-        return self._json(row[0], dict, f"run {run_id}: its environment", {}) if row else {}
+        if row is None:
+            return {}
+        notes: list[str] = []
+        env = clean_environment(load_json(row[0], dict, f"run {run_id}: its environment", notes, {}),
+                                f"run {run_id}: its environment", notes)
+        self._note(*notes)
+        return env
 
     def save_peak(self, run_id: str, threads: int, rates: dict[str, float]) -> None:
         with self.conn:
@@ -426,7 +480,7 @@ class Store:
         out: dict[int, dict[str, float]] = {}
         rows = self.conn.execute("SELECT threads, engine, gflops FROM peaks WHERE run_id=?", (run_id,))
         for threads, engine, rate in rows:
-            if not is_number(rate) or rate <= 0 or not isinstance(threads, int):
+            if not is_number(rate) or rate <= 0 or not isinstance(threads, int) or not isinstance(engine, str):
                 self._note(f"run {run_id}: the machine peak of {engine} at {threads!r} thread(s) is {rate!r}: set aside")
                 continue
             out.setdefault(threads, {})[engine] = rate
@@ -441,12 +495,41 @@ class Store:
                                precision))
 
     def verifications(self, run_id: str) -> dict[tuple[str, str, str, str, str], dict]:
-        """Verdicts by :attr:`dlbench.core.cell.Cell.group`: (framework, variant, model, device, precision)."""
+        """Verdicts by :attr:`dlbench.core.cell.Cell.group`: (framework, variant, model, device, precision).
+        Where the verdict column and the record's JSON disagree, the stricter stands (noted): a ``fail`` in
+        either is never shown as verified."""
         rows = self.conn.execute(f"SELECT framework, variant, model, device, {self._precision}, verdict, reason, data "
                                  "FROM verifications WHERE run_id=?", (run_id,))
-        return {tuple(r[:5]): {"verdict": r[5], "reason": r[6],
-                               **self._json(r[7], dict, f"run {run_id}: the gate's record of {r[0]} {r[2]}", {})}
-                for r in rows}
+        out = {}
+        for r in rows:
+            what = f"run {run_id}: the gate's record of {r[0]} {r[1]} {r[2]} {r[3]} {r[4]}"
+            if not all(isinstance(v, str) for v in r[:5]):
+                self._note(f"{what} set aside: its framework, variant, model, device and precision are not all text")
+                continue
+            record = self._json(r[7], dict, what, {})
+            column, kept = r[5], record.get("verdict", r[5])
+            verdict = stricter(column, kept)
+            if column != kept:
+                self._note(f"{what}: its verdict column says {column!r}, its record {kept!r}: read as {verdict!r}")
+            elif verdict not in VERDICTS:
+                self._note(f"{what}: its verdict {verdict!r} is not one dlbench writes: not a pass")
+            if not isinstance(verdict, str):
+                verdict = "unknown"
+            reason = r[6] if verdict == column else record.get("reason", r[6])
+            out[tuple(r[:5])] = {**record, "verdict": verdict, "reason": reason}
+        return out
+
+    def orphans(self) -> list[str]:
+        """A note for each row that names a run or cell the database does not hold (no reader ever shows it)."""
+        out = []
+        for table, column, owner in _OWNED:
+            if self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone() is None:
+                continue
+            rows = self.conn.execute(f"SELECT rowid, {column} FROM {table} WHERE {column} IS NULL OR {column} NOT IN "
+                                     f"(SELECT id FROM {owner})").fetchall()
+            out += [f"{table} row {rowid}: its {column} {value!r} names no row of {owner}: set aside"
+                    for rowid, value in rows]
+        return out
 
     # --- files kept with a run ---------------------------------------------------------------
     def artifacts_dir(self, run_id: str) -> Path:
@@ -469,7 +552,7 @@ class Store:
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             row = self.conn.execute("SELECT status, data FROM bisections WHERE id=?", (bisection_id,)).fetchone()
-            data = json.loads(row[1]) if row is not None else {}
+            data = load_json(row[1], dict, "its record", [], {}) if row is not None else {}
             driver = data.get("driver")
             if row is not None and row[0] == "running" and driver and live(driver):
                 self.conn.rollback()
@@ -484,12 +567,22 @@ class Store:
             raise
         return None
 
-    def bisections(self) -> list[dict[str, Any]]:
-        """Every stored bisection's data, oldest first (none where the table was never made)."""
+    def bisections(self) -> list[tuple[str, dict[str, Any] | str]]:
+        """Every stored bisection, oldest first (none where the table was never made): (its id, its data), or
+        (its id, what is wrong with it) where the data is not a JSON mapping of that id. Whether the mapping is a
+        bisection is for its reader to say (:meth:`dlbench.report.bisection.Bisection.from_stored`)."""
         if self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='bisections'").fetchone() is None:
             return []
-        rows = self.conn.execute("SELECT data FROM bisections ORDER BY started_at, rowid").fetchall()
-        return [json.loads(r[0]) for r in rows]
+        out: list[tuple[str, dict[str, Any] | str]] = []
+        for bisection_id, text in self.conn.execute("SELECT id, data FROM bisections ORDER BY started_at, rowid"):
+            notes: list[str] = []
+            data = load_json(text, dict, "its record", notes, None)
+            if data is None and not notes:
+                notes.append("its record is empty")
+            elif data is not None and data.get("id") != bisection_id:
+                notes.append(f"its record names bisection {data.get('id')!r}")
+            out.append((str(bisection_id), "; ".join(notes) if notes else data))
+        return out
 
     # --- cells and samples ------------------------------------------------------------------
     def save_cell(self, run_id: str, cell: dict, status: str, reason: str, seconds: float, warnings: list[str],
@@ -521,6 +614,8 @@ class Store:
             notes: list[str] = []
             warnings = load_json(r[14], list, "its warnings", notes, [])
             metrics = load_json(r[15], dict, "its metrics", notes, {})
+            if r[16] not in PRECISIONS:
+                notes.append(f"its precision {r[16]!r} is not one this dlbench knows")
             if not isinstance(r[7], int) or not isinstance(r[8], int):
                 notes.append(f"batch {r[7]!r} and threads {r[8]!r} are not counts")
             notes += [f"its {name} is {r[i]!r}, not text" for i, name in _CELL_TEXT if not isinstance(r[i], str)]
@@ -529,9 +624,14 @@ class Store:
             if r[11] not in CELL_STATUSES:
                 notes.append(f"its status {r[11]!r} is not one dlbench writes")
             if notes:  # a cell whose stored fields cannot be read is set aside, named, not guessed at
-                self._note(f"run {run_id}: cell {r[2]!s} set aside: {'; '.join(notes)}")
+                self.set_aside(run_id, r[2], "; ".join(notes))
                 continue
-            out.append(CellRecord(*r[:12], r[12] or "", r[13] if is_number(r[13]) else 0.0,
+            figures: list[str] = []  # optional figures that do not fit: the cell is read without them
+            metrics = clean_metrics(metrics, figures)
+            if r[13] is not None and not (is_number(r[13]) and r[13] >= 0):
+                figures.append(f"its wall time {r[13]!r} is not a time: read as 0 s")
+            self._note(*(f"run {run_id}: cell {r[2]!s}: {f}" for f in figures))
+            out.append(CellRecord(*r[:12], r[12] or "", r[13] if is_number(r[13]) and r[13] >= 0 else 0.0,
                                   [str(w) for w in warnings], metrics, r[16]))
         return out
 
