@@ -68,7 +68,7 @@ def _default_batch(model: str, scenario: str, data: str, data_dir: str | None = 
 
 def plan_cells(suite: Suite) -> tuple[list[str], list[Cell]]:
     """Validate a suite against the registries and expand it (raises UsageError)."""
-    resolve.models(suite.models)
+    suite = resolve.canonical_models(suite)
     scenarios = [registry.get(s) for s in suite.scenarios]
     frameworks = resolve.suite_frameworks(suite)
     resolve.devices(frameworks, suite.devices)
@@ -340,7 +340,7 @@ def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = No
           progress: Progress = _quiet) -> RunHandle:
     """Validate, create the run, and measure it."""
     frameworks, cells = plan_cells(suite)
-    resolved = suite.model_copy(update={"frameworks": frameworks})
+    resolved = resolve.canonical_models(suite).model_copy(update={"frameworks": frameworks})
     store = Store(db)
     try:
         run_id = store.create_run(suite.name, resolved.model_dump(), argv)

@@ -1,0 +1,592 @@
+"""Hugging Face folders as dlbench models: ``hf:DIR`` (``config.json`` and ``*.safetensors``).
+
+A folder of a supported family (GPT-2, Llama, Qwen2, BERT for sequence classification, ViT for image
+classification) becomes the zoo's spec of that family (:mod:`dlbench.models.zoo`, the same layers and
+canonical names) sized by its config, and its tensors become the canonical weights. A config field
+dlbench cannot honour is refused by name (:class:`CheckpointError`), never guessed.
+
+NumPy only, by design: every measuring process rebuilds the weights from the reference, and an
+environment framework's interpreter has only NumPy and dlbench. The safetensors format is read here:
+8 bytes little-endian header length, a JSON header (name -> dtype, shape, byte offsets), the raw
+buffer; F32, F16 and BF16 (bf16 is the high half of a float32) become float32 exactly.
+
+:func:`layout` is the one table of how a Hugging Face tensor and the canonical arrays correspond; it
+is read in both directions: :func:`from_hf` here, and :func:`to_hf` for
+:mod:`dlbench.gate.hf_transformers` and ``dlbench export-model``.
+
+A reference names the folder and, once resolved (:func:`canonical`), the digest of its files:
+``hf:/abs/dir:sha256=0123456789abcdef:layers=2``. A process that receives it reads the same folder,
+and a folder changed since the run was planned is refused rather than measured under the old name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlbench.models import zoo
+from dlbench.models.spec import ModelSpec
+
+PREFIX = "hf:"
+CONFIG = "config.json"
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+#: model_type -> the zoo factory whose layers the family has
+FAMILIES = {"gpt2": zoo.gpt2, "llama": zoo.smollm2_135m, "qwen2": zoo.smollm2_135m, "bert": zoo.bert_base,
+            "vit": zoo.vit_b16}
+#: the zoo's transformers and their family (what ``export-model`` writes)
+ZOO_FAMILIES = {"gpt2": "gpt2", "smollm2-135m": "llama", "bert-base": "bert", "vit-b16": "vit"}
+#: options an ``hf:`` reference takes: fewer blocks, another sequence length, the files' digest
+OPTIONS = ("layers", "seq_len", "sha256")
+#: the sequence a token model gets by default (the zoo's), at most its positions; the gate's (small) one
+DEFAULT_SEQ = {"gpt2": 256, "llama": 256, "qwen2": 256, "bert": 128}
+SMALL_SEQ = {"gpt2": 8, "llama": 8, "qwen2": 8, "bert": 12}
+#: tensors a checkpoint may hold that are buffers, not parameters (recomputed from the config)
+BUFFERS = ("position_ids", "rotary_emb.inv_freq", "attn.bias", "attn.masked_bias")
+DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"), "F64": np.dtype("<f8")}
+GELU = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
+DIGEST_CHARS = 16
+
+
+class CheckpointError(ValueError):
+    """A folder dlbench cannot read as a model, or a field it cannot honour (one line, for a usage error)."""
+
+
+# --- references ---------------------------------------------------------------------------------------
+def is_hf(ref: str) -> bool:
+    return ref.strip().startswith(PREFIX)
+
+
+def parse(ref: str) -> tuple[Path, dict[str, Any]]:
+    """``hf:DIR[:option=value...]`` -> (DIR, options); options as :data:`OPTIONS` say (ints, the digest)."""
+    body = ref.strip()[len(PREFIX):]
+    path, *opts = body.split(":")
+    if not path:
+        raise CheckpointError("hf: names no folder (hf:DIR, a Hugging Face folder with config.json and safetensors)")
+    options: dict[str, Any] = {}
+    for opt in opts:
+        key, sep, value = opt.partition("=")
+        if not sep or key not in OPTIONS:
+            raise CheckpointError(f"model {ref}: bad option {opt!r} (options: {', '.join(OPTIONS)}; "
+                                  "a folder's path may hold no ':')")
+        if key == "sha256":
+            if len(value) != DIGEST_CHARS or any(c not in "0123456789abcdef" for c in value):
+                raise CheckpointError(f"model {ref}: sha256 must be {DIGEST_CHARS} lower-case hex digits, got {value!r}")
+            options[key] = value
+        else:
+            try:
+                options[key] = int(value)
+            except ValueError:
+                raise CheckpointError(f"model {ref}: option {key}={value!r} is not an int") from None
+    return Path(path), options
+
+
+def reference(folder: Path, options: dict[str, Any]) -> str:
+    """The reference of ``folder`` with ``options``: the digest first, the others sorted."""
+    rest = "".join(f":{k}={options[k]}" for k in sorted(options) if k != "sha256")
+    return f"{PREFIX}{folder}" + (f":sha256={options['sha256']}" if "sha256" in options else "") + rest
+
+
+def canonical(ref: str) -> str:
+    """The reference every process of a run receives: the folder as an absolute path, the digest of its
+    files added (or checked, where the reference has one: a folder changed since is refused), and the
+    config checked (a field dlbench cannot honour is refused here, before anything is measured)."""
+    folder, options = parse(ref)
+    folder = folder.expanduser().resolve()
+    found = digest(folder)
+    if options.get("sha256", found) != found:
+        raise CheckpointError(f"{folder}: its files changed since the reference was made "
+                              f"(sha256 {options['sha256']}, now {found}); name the folder again to measure it")
+    options["sha256"] = found
+    canon = reference(folder, options)
+    spec(canon)
+    return canon
+
+
+# --- the folder's files -------------------------------------------------------------------------------
+def read_config(folder: Path) -> dict[str, Any]:
+    path = folder / CONFIG
+    if not folder.is_dir():
+        raise CheckpointError(f"hf:{folder}: no such folder (a Hugging Face folder with {CONFIG} and safetensors)")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"hf:{folder}: no {CONFIG} (a Hugging Face folder has one)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"hf:{folder}: cannot read {CONFIG}: {exc}") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"hf:{folder}: {CONFIG} is not a JSON object")
+    return config
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files holding the weights: those ``model.safetensors.index.json`` maps (sharded),
+    else ``model.safetensors``."""
+    index = folder / INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+            raise CheckpointError(f"hf:{folder}: {INDEX} is not a safetensors index ({exc})") from None
+        bad = [n for n in names if not isinstance(n, str) or Path(n).name != n]
+        if bad:
+            raise CheckpointError(f"hf:{folder}: {INDEX} names files outside the folder: {bad[:2]}")
+        return [folder / n for n in names]
+    if (folder / SINGLE).is_file():
+        return [folder / SINGLE]
+    others = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.safetensors"))
+    raise CheckpointError(f"hf:{folder}: no {SINGLE} and no {INDEX}" +
+                          (f" (found {', '.join(others[:3])}; dlbench reads safetensors only)" if others else ""))
+
+
+def _stat_key(folder: Path) -> tuple:
+    files = [folder / CONFIG, *weight_files(folder)]
+    try:
+        return tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    except OSError as exc:
+        raise CheckpointError(f"hf:{folder}: cannot read {exc.filename}: {exc.strerror}") from None
+
+
+def digest(folder: Path) -> str:
+    """The first 16 hex digits of the SHA-256 of the config and the weights files (names and bytes)."""
+    return _digest(_stat_key(folder))
+
+
+@lru_cache(maxsize=16)
+def _digest(key: tuple) -> str:  # cached by path, size and modification time: a run resolves a reference often
+    h = hashlib.sha256()
+    for path, _, _ in key:
+        h.update(Path(path).name.encode() + b"\0")
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+    return h.hexdigest()[:DIGEST_CHARS]
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a safetensors file as float32 (F32, F16, BF16, F64), with NumPy alone."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {path}: {exc.strerror}") from None
+    return _tensors(data, path)
+
+
+def _tensors(data: bytes, path: Path) -> dict[str, np.ndarray]:
+    if len(data) < 8:
+        raise CheckpointError(f"{path}: not a safetensors file (shorter than its header length)")
+    size = int.from_bytes(data[:8], "little")
+    if size > len(data) - 8:
+        raise CheckpointError(f"{path}: not a safetensors file (header of {size} bytes in a {len(data)}-byte file)")
+    try:
+        header = json.loads(data[8:8 + size])
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointError(f"{path}: not a safetensors file (its header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: not a safetensors file (its header is not a JSON object)")
+    buffer = memoryview(data)[8 + size:]
+    out: dict[str, np.ndarray] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], [int(s) for s in entry["shape"]], entry["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(f"{path}: tensor {name} has a malformed header entry") from None
+        if dtype not in DTYPES:
+            raise CheckpointError(f"{path}: tensor {name} is {dtype}; dlbench reads {', '.join(DTYPES)}")
+        if not (0 <= begin <= end <= len(buffer)) or end - begin != math.prod(shape) * DTYPES[dtype].itemsize:
+            raise CheckpointError(f"{path}: tensor {name}'s bytes [{begin}, {end}) do not hold {dtype} {shape} "
+                                  "(a truncated or damaged file)")
+        raw = np.frombuffer(buffer[begin:end], DTYPES[dtype]).reshape(shape)
+        if dtype == "BF16":  # bfloat16 is the upper half of a float32: shift it back into place
+            out[name] = (raw.astype(np.uint32) << 16).view(np.float32)
+        else:
+            out[name] = raw.astype(np.float32)
+    return out
+
+
+# --- config -> spec -----------------------------------------------------------------------------------
+def _get(config: dict, key: str, default: Any = None) -> Any:
+    return config.get(key, default) if config.get(key) is not None else default
+
+
+def _refuse(folder: Path, field: str, value: Any, supported: str) -> CheckpointError:
+    return CheckpointError(f"hf:{folder}: config.json {field}={json.dumps(value)} is not supported "
+                           f"(dlbench supports {supported})")
+
+
+def _require(folder: Path, config: dict, field: str, allowed: tuple, default: Any) -> Any:
+    value = config.get(field, default)
+    if value not in allowed:
+        raise _refuse(folder, field, value, " or ".join(json.dumps(a) for a in allowed))
+    return value
+
+
+def _gelu(folder: Path, config: dict, field: str, default: str) -> str:
+    act = config.get(field, default)
+    if act not in GELU:
+        raise _refuse(folder, field, act, f"{', '.join(GELU)}")
+    return GELU[act]
+
+
+def _rope_theta(folder: Path, config: dict) -> float:
+    """RoPE's base from ``rope_parameters`` (transformers 5) or ``rope_theta``; any scaling is refused
+    (dlbench's rotary embedding is the plain one)."""
+    params = config.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise _refuse(folder, "rope_parameters", params, "an object with rope_type default")
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind != "default":
+        raise _refuse(folder, "rope_parameters.rope_type", kind, '"default" (no RoPE scaling)')
+    scaling = config.get("rope_scaling")
+    if scaling not in (None, {}):
+        kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
+        if kind != "default":
+            raise _refuse(folder, "rope_scaling", scaling, 'null or rope_type "default" (no RoPE scaling)')
+    if params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise _refuse(folder, "partial_rotary_factor", config.get("partial_rotary_factor",
+                                                                   params.get("partial_rotary_factor")), "1.0")
+    return float(params.get("rope_theta", _get(config, "rope_theta", 10000.0)))
+
+
+def _classes(config: dict) -> int:
+    labels = config.get("id2label")
+    return len(labels) if isinstance(labels, dict) and labels else int(_get(config, "num_labels", 2))
+
+
+def _architecture(folder: Path, config: dict, wanted: str) -> None:
+    arch = config.get("architectures")
+    if arch is not None and wanted not in (arch or []):
+        raise _refuse(folder, "architectures", arch, f'["{wanted}"]')
+
+
+def family_kwargs(folder: Path, config: dict) -> tuple[str, dict[str, Any]]:
+    """The family and its zoo factory's arguments for a config; a field dlbench cannot honour is refused."""
+    fam = config.get("model_type")
+    if fam not in FAMILIES:
+        raise _refuse(folder, "model_type", fam, ", ".join(FAMILIES))
+    if config.get("add_cross_attention") or config.get("is_encoder_decoder"):
+        raise _refuse(folder, "add_cross_attention", True, "false (no cross-attention)")
+    if fam == "gpt2":
+        _require(folder, config, "scale_attn_weights", (True,), True)
+        _require(folder, config, "scale_attn_by_inverse_layer_idx", (False,), False)
+        return fam, {"vocab": config["vocab_size"], "dim": config["n_embd"], "layers": config["n_layer"],
+                     "heads": config["n_head"], "max_positions": _get(config, "n_positions", 1024),
+                     "hidden": _get(config, "n_inner", 0), "eps": float(_get(config, "layer_norm_epsilon", 1e-5)),
+                     "gelu": _gelu(folder, config, "activation_function", "gelu_new"),
+                     "tied": bool(_get(config, "tie_word_embeddings", True))}
+    if fam in ("llama", "qwen2"):
+        _require(folder, config, "hidden_act", ("silu",), "silu")
+        if fam == "llama":
+            _require(folder, config, "mlp_bias", (False,), False)
+        else:
+            _require(folder, config, "use_sliding_window", (False,), False)
+            types = config.get("layer_types") or []
+            if any(t != "full_attention" for t in types):
+                raise _refuse(folder, "layer_types", types, '"full_attention" only (no sliding window)')
+        heads = config["num_attention_heads"]
+        return fam, {"vocab": config["vocab_size"], "dim": config["hidden_size"],
+                     "layers": config["num_hidden_layers"], "heads": heads,
+                     "kv_heads": _get(config, "num_key_value_heads", heads),
+                     "head_dim": _get(config, "head_dim", config["hidden_size"] // heads),
+                     "hidden": config["intermediate_size"], "rope_theta": _rope_theta(folder, config),
+                     "eps": float(_get(config, "rms_norm_eps", 1e-6)),
+                     "max_positions": _get(config, "max_position_embeddings", 2048),
+                     "tied": bool(_get(config, "tie_word_embeddings", False)),
+                     # Qwen2's q, k and v carry biases; its output projection's is zero (:func:`layout`)
+                     "bias": fam == "qwen2" or bool(_get(config, "attention_bias", False))}
+    if fam == "bert":
+        _architecture(folder, config, "BertForSequenceClassification")
+        _require(folder, config, "position_embedding_type", ("absolute",), "absolute")
+        _require(folder, config, "is_decoder", (False,), False)
+        return fam, {"vocab": config["vocab_size"], "dim": config["hidden_size"],
+                     "layers": config["num_hidden_layers"], "heads": config["num_attention_heads"],
+                     "max_positions": _get(config, "max_position_embeddings", 512), "classes": _classes(config),
+                     "hidden": config["intermediate_size"], "eps": float(_get(config, "layer_norm_eps", 1e-12)),
+                     "gelu": _gelu(folder, config, "hidden_act", "gelu"), "types": _get(config, "type_vocab_size", 2)}
+    _architecture(folder, config, "ViTForImageClassification")
+    _require(folder, config, "qkv_bias", (True,), True)
+    return fam, {"image_size": config.get("image_size", 224), "patch": config.get("patch_size", 16),
+                 "dim": config["hidden_size"], "layers": config["num_hidden_layers"],
+                 "heads": config["num_attention_heads"], "classes": _classes(config),
+                 "hidden": config["intermediate_size"], "eps": float(_get(config, "layer_norm_eps", 1e-12)),
+                 "gelu": _gelu(folder, config, "hidden_act", "gelu"), "channels": config.get("num_channels", 3)}
+
+
+def spec(ref: str, small: bool = False, **overrides: Any) -> ModelSpec:
+    """The spec of an ``hf:`` reference: the family's zoo layers sized by the folder's config, fewer
+    blocks with ``layers``, another sequence with ``seq_len`` (token models); ``small`` is the gate's
+    form (a short sequence, the same weights). ``options["checkpoint"]`` tells
+    :func:`dlbench.models.weights.init_weights` to read the weights from the folder."""
+    folder, options = parse(ref)
+    config = read_config(folder)
+    try:
+        fam, kwargs = family_kwargs(folder, config)
+    except KeyError as exc:
+        raise CheckpointError(f"hf:{folder}: config.json has no {exc.args[0]} (a {config.get('model_type')} "
+                              "config names it)") from None
+    blocks = kwargs["layers"]
+    layers = options.get("layers", blocks)
+    if not 1 <= layers <= blocks:
+        raise CheckpointError(f"model {ref}: layers={layers} must be 1 to the checkpoint's {blocks}")
+    kwargs["layers"] = layers
+    if fam in DEFAULT_SEQ:
+        kwargs["seq_len"] = min(DEFAULT_SEQ[fam], kwargs["max_positions"])
+        if small:
+            kwargs["seq_len"] = min(SMALL_SEQ[fam], kwargs["max_positions"])
+        elif "seq_len" in options:
+            kwargs["seq_len"] = options["seq_len"]
+    elif "seq_len" in options:
+        raise CheckpointError(f"model {ref}: seq_len is an option of token models; {fam} takes images")
+    kwargs.update(overrides)
+    try:
+        base = FAMILIES[fam](**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"model {ref}: {exc}") from None
+    name = str(config.get("_name_or_path") or folder.name)
+    context = {"context": kwargs["max_positions"]} if fam in ("llama", "qwen2") else {}
+    return replace(base, name=reference(folder, options), source=f"Hugging Face folder {folder}",
+                   description=f"{name} ({fam}, Hugging Face folder)",
+                   options={**context, "family": fam,
+                            "checkpoint": {"dir": str(folder), "name": name, "sha256": options.get("sha256", ""),
+                                                  "blocks": blocks}})
+
+
+def source(ref: str) -> dict[str, str]:
+    """What a stored cell records of its model's folder: its name, directory and digest (empty for a zoo model)."""
+    if not is_hf(ref):
+        return {}
+    folder, options = parse(ref.split("#")[0])
+    config = read_config(folder)
+    return {"name": str(config.get("_name_or_path") or folder.name), "dir": str(folder),
+            "sha256": options.get("sha256", "")}
+
+
+# --- the one table between Hugging Face tensors and canonical arrays -----------------------------------
+#: how a Hugging Face tensor holds canonical arrays: ``same``; ``t`` transposed (nn.Linear's (out, in));
+#: ``cat`` side by side on axis 1 (GPT-2's c_attn: q, k, v); ``lead`` with leading 1-axes (ViT's class
+#: token and positions); ``zero``: no Hugging Face tensor, the canonical array is zero (Qwen2's o bias)
+Entry = tuple[str, tuple[str, ...], str]
+
+
+def family_of(spec: ModelSpec) -> str:
+    """A transformer's Hugging Face family: an ``hf:`` spec's own, or its zoo model's."""
+    fam = spec.options.get("family") or ZOO_FAMILIES.get(spec.name.split(":")[0].split("#")[0])
+    if fam is None:
+        raise ValueError(f"{spec.name} has no Hugging Face counterpart (transformers: {', '.join(ZOO_FAMILIES)})")
+    return fam
+
+
+def _blocks(spec: ModelSpec) -> int:
+    return sum(1 for n in spec.param_shapes() if n.endswith(".attn.wq"))
+
+
+def _lin(hf: str, weight: str, bias: str | None = None) -> list[Entry]:
+    return [(f"{hf}.weight", (weight,), "t")] + ([(f"{hf}.bias", (bias,), "same")] if bias else [])
+
+
+def layout(spec: ModelSpec, vit_v5: bool = False) -> list[Entry]:
+    """Every Hugging Face tensor of ``spec`` as its checkpoint file names it, with the canonical arrays
+    it holds and how. ``vit_v5``: ViT's module names as transformers 5 builds them in memory
+    (``vit.layers.N.attention.q_proj``; its files keep the 4.x names this gives by default)."""
+    fam, n = family_of(spec), _blocks(spec)
+    shapes = spec.param_shapes()
+    out: list[Entry] = []
+    if fam == "gpt2":
+        out += [("transformer.wte.weight", ("wte.weight",), "same"), ("transformer.wpe.weight", ("wpe.weight",), "same"),
+                ("transformer.ln_f.weight", ("ln_f.weight",), "same"), ("transformer.ln_f.bias", ("ln_f.bias",), "same")]
+        for i in range(n):
+            h, c = f"transformer.h.{i}", f"h{i}"
+            out += [(f"{h}.ln_1.weight", (f"{c}.ln1.weight",), "same"), (f"{h}.ln_1.bias", (f"{c}.ln1.bias",), "same"),
+                    (f"{h}.attn.c_attn.weight", tuple(f"{c}.attn.w{x}" for x in "qkv"), "cat"),
+                    (f"{h}.attn.c_attn.bias", tuple(f"{c}.attn.b{x}" for x in "qkv"), "cat"),
+                    (f"{h}.attn.c_proj.weight", (f"{c}.attn.wo",), "same"),
+                    (f"{h}.attn.c_proj.bias", (f"{c}.attn.bo",), "same"),
+                    (f"{h}.ln_2.weight", (f"{c}.ln2.weight",), "same"), (f"{h}.ln_2.bias", (f"{c}.ln2.bias",), "same"),
+                    (f"{h}.mlp.c_fc.weight", (f"{c}.mlp.fc.weight",), "same"),
+                    (f"{h}.mlp.c_fc.bias", (f"{c}.mlp.fc.bias",), "same"),
+                    (f"{h}.mlp.c_proj.weight", (f"{c}.mlp.proj.weight",), "same"),
+                    (f"{h}.mlp.c_proj.bias", (f"{c}.mlp.proj.bias",), "same")]
+    elif fam == "bert":
+        e = "bert.embeddings"
+        out += [(f"{e}.word_embeddings.weight", ("word.weight",), "same"),
+                (f"{e}.position_embeddings.weight", ("position.weight",), "same"),
+                (f"{e}.token_type_embeddings.weight", ("token_type.weight",), "same"),
+                (f"{e}.LayerNorm.weight", ("embed_ln.weight",), "same"), (f"{e}.LayerNorm.bias", ("embed_ln.bias",), "same"),
+                *_lin("bert.pooler.dense", "pooler.weight", "pooler.bias"),
+                *_lin("classifier", "classifier.weight", "classifier.bias")]
+        for i in range(n):
+            h, c = f"bert.encoder.layer.{i}", f"l{i}"
+            for hf, x in (("query", "q"), ("key", "k"), ("value", "v")):
+                out += _lin(f"{h}.attention.self.{hf}", f"{c}.attn.w{x}", f"{c}.attn.b{x}")
+            out += [*_lin(f"{h}.attention.output.dense", f"{c}.attn.wo", f"{c}.attn.bo"),
+                    (f"{h}.attention.output.LayerNorm.weight", (f"{c}.attn_ln.weight",), "same"),
+                    (f"{h}.attention.output.LayerNorm.bias", (f"{c}.attn_ln.bias",), "same"),
+                    *_lin(f"{h}.intermediate.dense", f"{c}.mlp.fc.weight", f"{c}.mlp.fc.bias"),
+                    *_lin(f"{h}.output.dense", f"{c}.mlp.proj.weight", f"{c}.mlp.proj.bias"),
+                    (f"{h}.output.LayerNorm.weight", (f"{c}.mlp_ln.weight",), "same"),
+                    (f"{h}.output.LayerNorm.bias", (f"{c}.mlp_ln.bias",), "same")]
+    elif fam == "vit":
+        e = "vit.embeddings"
+        out += [(f"{e}.cls_token", ("patch.cls",), "lead"), (f"{e}.position_embeddings", ("position.weight",), "lead"),
+                (f"{e}.patch_embeddings.projection.weight", ("patch.weight",), "same"),
+                (f"{e}.patch_embeddings.projection.bias", ("patch.bias",), "same"),
+                ("vit.layernorm.weight", ("ln.weight",), "same"), ("vit.layernorm.bias", ("ln.bias",), "same"),
+                *_lin("classifier", "head.weight", "head.bias")]
+        for i in range(n):
+            c = f"l{i}"
+            if vit_v5:
+                h = f"vit.layers.{i}"
+                names = {x: f"{h}.attention.{x}_proj" for x in "qkvo"} | {"fc": f"{h}.mlp.fc1", "proj": f"{h}.mlp.fc2"}
+            else:
+                h = f"vit.encoder.layer.{i}"
+                names = {x: f"{h}.attention.attention.{hf}" for x, hf in (("q", "query"), ("k", "key"), ("v", "value"))}
+                names |= {"o": f"{h}.attention.output.dense", "fc": f"{h}.intermediate.dense",
+                          "proj": f"{h}.output.dense"}
+            for x in "qkvo":
+                out += _lin(names[x], f"{c}.attn.w{x}", f"{c}.attn.b{x}")
+            out += [(f"{h}.layernorm_before.weight", (f"{c}.ln1.weight",), "same"),
+                    (f"{h}.layernorm_before.bias", (f"{c}.ln1.bias",), "same"),
+                    (f"{h}.layernorm_after.weight", (f"{c}.ln2.weight",), "same"),
+                    (f"{h}.layernorm_after.bias", (f"{c}.ln2.bias",), "same"),
+                    *_lin(names["fc"], f"{c}.mlp.fc.weight", f"{c}.mlp.fc.bias"),
+                    *_lin(names["proj"], f"{c}.mlp.proj.weight", f"{c}.mlp.proj.bias")]
+    else:  # llama, qwen2
+        out += [("model.embed_tokens.weight", ("embed.weight",), "same"), ("model.norm.weight", ("norm.weight",), "same")]
+        for i in range(n):
+            h, c = f"model.layers.{i}", f"l{i}"
+            out += [(f"{h}.input_layernorm.weight", (f"{c}.attn_norm.weight",), "same"),
+                    (f"{h}.post_attention_layernorm.weight", (f"{c}.mlp_norm.weight",), "same")]
+            biased = f"{c}.attn.bq" in shapes
+            for x in "qkvo":
+                if biased and fam == "qwen2" and x == "o":
+                    out += [*_lin(f"{h}.self_attn.o_proj", f"{c}.attn.wo"), ("", (f"{c}.attn.bo",), "zero")]
+                else:
+                    out += _lin(f"{h}.self_attn.{x}_proj", f"{c}.attn.w{x}", f"{c}.attn.b{x}" if biased else None)
+            for hf, leaf in (("gate_proj", "w_gate"), ("up_proj", "w_up"), ("down_proj", "w_down")):
+                out += _lin(f"{h}.mlp.{hf}", f"{c}.mlp.{leaf}")
+    if "lm_head.weight" in shapes:  # an untied head of its own
+        out += _lin("lm_head", "lm_head.weight")
+    return out
+
+
+def to_hf(spec: ModelSpec, params: dict[str, np.ndarray], vit_v5: bool = False) -> dict[str, np.ndarray]:
+    """The Hugging Face tensors of canonical ``params`` (tied ones once)."""
+    out: dict[str, np.ndarray] = {}
+    for hf, names, how in layout(spec, vit_v5):
+        if how == "zero":
+            if any(np.any(params[n]) for n in names):
+                raise ValueError(f"{names[0]} is not zero: a {family_of(spec)} checkpoint has no place for it")
+            continue
+        arrays = [params[n] for n in names]
+        out[hf] = {"same": lambda a: a[0], "t": lambda a: a[0].T, "cat": lambda a: np.concatenate(a, axis=-1),
+                   "lead": lambda a: a[0].reshape((1,) * (3 - a[0].ndim) + a[0].shape)}[how](arrays)
+    return out
+
+
+def from_hf(spec: ModelSpec, state: dict[str, np.ndarray], where: str = "checkpoint") -> dict[str, np.ndarray]:
+    """The canonical arrays of ``spec`` from Hugging Face tensors; a missing tensor or a wrong shape is an error."""
+    shapes = spec.param_shapes()
+    out: dict[str, np.ndarray] = {}
+    for hf, names, how in layout(spec):
+        if how == "zero":
+            out.update({n: np.zeros(shapes[n], np.float32) for n in names})
+            continue
+        if hf not in state:
+            raise CheckpointError(f"{where}: no tensor {hf} (a {family_of(spec)} model of this config has one)")
+        value = state[hf]
+        if how == "cat":
+            sizes = np.cumsum([shapes[n][-1] for n in names])[:-1]
+            parts = np.split(value, sizes, axis=-1) if value.shape[-1] == sum(shapes[n][-1] for n in names) else []
+        else:
+            parts = [{"same": value, "t": value.T, "lead": value.reshape(shapes[names[0]])
+                      if value.size == math.prod(shapes[names[0]]) else value}[how]]
+        for n, part in zip(names, parts, strict=False):
+            out[n] = np.ascontiguousarray(part, np.float32)
+        if len(parts) != len(names) or any(out[n].shape != shapes[n] for n in names):
+            raise CheckpointError(f"{where}: tensor {hf} is {list(value.shape)}; this config's "
+                                  f"{', '.join(names)} need {[list(shapes[n]) for n in names]}")
+    return out
+
+
+def load_params(spec: ModelSpec) -> dict[str, np.ndarray]:
+    """The canonical parameters of an ``hf:`` spec from its folder (every file's digest checked against
+    the reference's, when it has one: a folder changed since the run was planned is refused)."""
+    ckpt = spec.options["checkpoint"]
+    folder = Path(ckpt["dir"])
+    files = [folder / CONFIG, *weight_files(folder)]
+    h = hashlib.sha256()
+    state: dict[str, np.ndarray] = {}
+    for path in files:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise CheckpointError(f"hf:{folder}: cannot read {path.name}: {exc.strerror}") from None
+        h.update(path.name.encode() + b"\0")
+        h.update(data)
+        if path.name != CONFIG:
+            state.update(_tensors(data, path))
+    found = h.hexdigest()[:DIGEST_CHARS]
+    if ckpt["sha256"] and found != ckpt["sha256"]:
+        raise CheckpointError(f"hf:{folder}: its files changed since the run was planned "
+                              f"(sha256 {ckpt['sha256']}, now {found})")
+    state = {_unprefixed(k, state): v for k, v in state.items()}
+    params = from_hf(spec, state, f"hf:{folder}")
+    _check_leftovers(spec, state, params, folder)
+    wanted = spec.param_shapes()
+    return {k: v for k, v in params.items() if k in wanted}
+
+
+def _unprefixed(name: str, state: dict) -> str:
+    """Old GPT-2 files (the hub's ``gpt2``) name the base model's tensors without ``transformer.``."""
+    return f"transformer.{name}" if name.startswith(("h.", "wte.", "wpe.", "ln_f.")) else name
+
+
+def _check_leftovers(spec: ModelSpec, state: dict[str, np.ndarray], params: dict, folder: Path) -> None:
+    """A tensor the mapping does not use is refused (it would be a part of the model dlbench drops),
+    except known buffers, blocks past ``layers=N``, and a tied head stored beside its embedding."""
+    used = {hf for hf, _, how in layout(spec) if how != "zero"}
+    blocks = spec.options["checkpoint"]["blocks"]  # the config's: those past layers=N are left unread
+    for name in sorted(set(state) - used):
+        index = _block_index(name)
+        if name.endswith(BUFFERS) or (index is not None and _blocks(spec) <= index < blocks):
+            continue
+        if name == "lm_head.weight" and "lm_head.weight" not in params:
+            embed = next(n for n in ("transformer.wte.weight", "model.embed_tokens.weight") if n in state)
+            if np.array_equal(state[name], state[embed]):
+                continue
+            raise CheckpointError(f"hf:{folder}: lm_head.weight differs from {embed} but config.json has "
+                                  "tie_word_embeddings=true: which one is the head is not said")
+        raise CheckpointError(f"hf:{folder}: tensor {name} has no place in a {family_of(spec)} model of this "
+                              "config (a layer dlbench does not have)")
+
+
+def _block_index(name: str) -> int | None:
+    parts = name.split(".")
+    for i, p in enumerate(parts[:-1]):
+        if p in ("h", "layer", "layers") and parts[i + 1].isdigit():
+            return int(parts[i + 1])
+    return None
+
+
+def export_path(folder: str | os.PathLike, force: bool) -> Path:
+    """Where ``export-model`` may write: a new or empty folder, or (``force``) one to write over;
+    never a file, or a link to one."""
+    path = Path(folder)
+    if path.is_symlink() and not path.is_dir():
+        raise CheckpointError(f"{path} is a link to {os.readlink(path)}, not a folder")
+    if path.exists() and not path.is_dir():
+        raise CheckpointError(f"{path} is a file, not a folder")
+    if path.is_dir() and any(path.iterdir()) and not force:
+        raise CheckpointError(f"{path} is not empty (--force writes the model's files into it)")
+    return path
