@@ -14,6 +14,7 @@ token and positions carry a leading (1, 1) / (1,) axis.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -69,7 +70,8 @@ def config(spec: ModelSpec) -> transformers.PretrainedConfig:
         return transformers.GPT2Config(vocab_size=vocab, n_positions=positions, n_embd=width, n_layer=layers,
                                        n_head=heads, n_inner=fc.units, activation_function=act,
                                        layer_norm_epsilon=norm.eps, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                       tie_word_embeddings=tied)
+                                       tie_word_embeddings=tied, bos_token_id=min(50256, vocab - 1),
+                                       eos_token_id=min(50256, vocab - 1))
     if fam == "bert":
         types = spec.param_shapes()["token_type.weight"][0]
         return transformers.BertConfig(vocab_size=dims["word"][0], hidden_size=width, num_hidden_layers=layers,
@@ -125,6 +127,15 @@ def hf_model(spec: ModelSpec, weights: Weights, attn_implementation: str = "sdpa
                 raise ValueError(f"{name}: canonical gives {tuple(value.shape)}, Hugging Face has {tuple(tensor.shape)}")
             tensor.copy_(value)
     return model
+
+
+def save_folder(spec: ModelSpec, weights: Weights, folder: str | Path) -> list[str]:
+    """Write ``spec`` with ``weights`` as a Hugging Face folder (``config.json``, ``model.safetensors``,
+    what ``save_pretrained`` writes beside them), which ``transformers`` and ``hf:DIR`` read back; the
+    names of the files written."""
+    model = hf_model(spec, weights, "eager")
+    model.save_pretrained(str(folder))
+    return sorted(p.name for p in Path(folder).iterdir())
 
 
 def hf_inputs(spec: ModelSpec, batch: Batch) -> dict[str, torch.Tensor]:

@@ -367,7 +367,10 @@ def source(ref: str) -> dict[str, str]:
     if not is_hf(ref):
         return {}
     folder, options = parse(ref.split("#")[0])
-    config = read_config(folder)
+    try:
+        config = read_config(folder)
+    except CheckpointError:  # gone since it was measured: the reference still says which folder it was
+        config = {}
     return {"name": str(config.get("_name_or_path") or folder.name), "dir": str(folder),
             "sha256": options.get("sha256", "")}
 

@@ -35,7 +35,7 @@ from dlbench.frameworks import framework_info, installed_version
 from dlbench.launch.subprocess import run_job, thread_env
 from dlbench.measure import environment, reuse
 from dlbench.measure.cost import PARTS, cell_cost
-from dlbench.models import get_model
+from dlbench.models import get_model, hf_checkpoint
 from dlbench.planning import resolve
 from dlbench.planning.plan import Cell, Suite, expand, suite_from_dict
 from dlbench.running.ray import RayLauncher
@@ -287,6 +287,8 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
                     and ray.fans_out else _in_turn(todo, ctx, verdict, progress))
         for cell, outcome in stack.enter_context(closing(measured)):  # closed (tasks cancelled) before Ray is
             metrics = stored_metrics(outcome, verdict(cell))
+            if hf_checkpoint.is_hf(cell.model):  # the folder's own name and its files' digest, with every cell
+                metrics["checkpoint"] = hf_checkpoint.source(cell.model)
             store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
                             outcome.seconds, outcome.warnings, metrics, outcome.samples)
             progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples,
