@@ -101,6 +101,7 @@ def canonical(ref: str) -> str:
     config checked (a field dlbench cannot honour is refused here, before anything is measured)."""
     folder, options = parse(ref)
     folder = folder.expanduser().resolve()
+    read_config(folder)  # the folder and its config first: what is missing is said before what it would hold
     found = digest(folder)
     if options.get("sha256", found) != found:
         raise CheckpointError(f"{folder}: its files changed since the reference was made "
