@@ -276,8 +276,9 @@ def family_kwargs(folder: Path, config: dict) -> tuple[str, dict[str, Any]]:
     fam = config.get("model_type")
     if fam not in FAMILIES:
         raise _refuse(folder, "model_type", fam, ", ".join(FAMILIES))
-    if config.get("add_cross_attention") or config.get("is_encoder_decoder"):
-        raise _refuse(folder, "add_cross_attention", True, "false (no cross-attention)")
+    for field in ("add_cross_attention", "is_encoder_decoder"):
+        if config.get(field):
+            raise _refuse(folder, field, config[field], "false (no cross-attention)")
     if fam == "gpt2":
         _require(folder, config, "scale_attn_weights", (True,), True)
         _require(folder, config, "scale_attn_by_inverse_layer_idx", (False,), False)
