@@ -167,9 +167,9 @@ def test_sharded_and_bf16_folders_load(tmp_path, folders):
     assert params["embed.weight"].dtype == np.float32 and np.array_equal(params["embed.weight"], expected)
 
 
-def _with_config(folders, tmp_path, family: str, **changes) -> Path:
+def _with_config(folders, tmp_path, family: str, **changes: object) -> Path:
     folder = tmp_path / family
-    folder.mkdir()
+    folder.mkdir(parents=True)
     for f in folders[family].iterdir():
         (folder / f.name).write_bytes(f.read_bytes())
     config = json.loads((folder / "config.json").read_text())
@@ -196,6 +196,9 @@ REFUSED = [
     ("bert", {"position_embedding_type": "relative_key"}, "position_embedding_type"),
     ("bert", {"architectures": ["BertForMaskedLM"]}, "architectures"),
     ("vit", {"qkv_bias": False}, "qkv_bias"),
+    ("qwen2", {"layer_types": ["full_attention", "sliding_attention"]}, "layer_types"),
+    ("llama", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+    ("gpt2", {"add_cross_attention": True}, "add_cross_attention"),
 ]
 
 
@@ -204,6 +207,34 @@ def test_a_field_dlbench_cannot_honour_is_refused_by_name(folders, tmp_path, fam
     folder = _with_config(folders, tmp_path, family, **changes)
     with pytest.raises(UsageError, match=f"config.json {field}=.* is not supported \\(dlbench supports "):
         resolve.models([f"hf:{folder}"])
+
+
+def test_a_tensor_with_no_place_in_the_model_is_refused(folders, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    for extra, said in (({"transformer.h.0.attn.rotary.weight": np.ones(3, np.float32)}, "has no place"),
+                        ({"lm_head.weight": np.ones((64, 32), np.float32)}, "lm_head.weight differs")):
+        folder = _with_config(folders, tmp_path / str(len(said)), "gpt2")
+        state = load_file(str(folder / "model.safetensors"))
+        save_file({**state, **extra}, str(folder / "model.safetensors"))
+        with pytest.raises(hf_checkpoint.CheckpointError, match=said):
+            init_weights(get_model(f"hf:{folder}"))
+    folder = _with_config(folders, tmp_path / "same", "gpt2")  # a tied head stored beside its embedding, equal
+    state = load_file(str(folder / "model.safetensors"))
+    save_file({**state, "lm_head.weight": state["transformer.wte.weight"]}, str(folder / "model.safetensors"))
+    assert init_weights(get_model(f"hf:{folder}")).params["wte.weight"].shape == (64, 32)
+
+
+def test_a_suite_file_names_a_folder_as_flags_do(folders, tmp_path, monkeypatch, capsys):
+    from dlbench.cli.main import main
+
+    monkeypatch.chdir(folders["gpt2"].parent)
+    suite = tmp_path / "mine.yaml"
+    suite.write_text('name: mine\nmodels: ["hf:gpt2:layers=1"]\nframeworks: [torch]\nscenarios: [forward]\n'
+                     'threads: [1]\nbatch_sizes: {"hf:gpt2:layers=1": [2]}\n')
+    assert main(["run", "--suite", str(suite), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"hf:{folders['gpt2']}:sha256={hf_checkpoint.digest(folders['gpt2'])}:layers=1/forward/b2/" in out
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -545,14 +545,14 @@ def load_params(spec: ModelSpec) -> dict[str, np.ndarray]:
     if ckpt["sha256"] and found != ckpt["sha256"]:
         raise CheckpointError(f"hf:{folder}: its files changed since the run was planned "
                               f"(sha256 {ckpt['sha256']}, now {found})")
-    state = {_unprefixed(k, state): v for k, v in state.items()}
+    state = {_unprefixed(k): v for k, v in state.items()}
     params = from_hf(spec, state, f"hf:{folder}")
     _check_leftovers(spec, state, params, folder)
     wanted = spec.param_shapes()
     return {k: v for k, v in params.items() if k in wanted}
 
 
-def _unprefixed(name: str, state: dict) -> str:
+def _unprefixed(name: str) -> str:
     """Old GPT-2 files (the hub's ``gpt2``) name the base model's tensors without ``transformer.``."""
     return f"transformer.{name}" if name.startswith(("h.", "wte.", "wpe.", "ln_f.")) else name
 
