@@ -6,9 +6,8 @@ matching ``transformers`` class from a config written here (no hub access): ``Be
 ``GPT2LMHeadModel``, ``ViTForImageClassification`` and ``LlamaForCausalLM``, dropout off, eval mode,
 and loads dlbench's canonical weights into it, every parameter of the Hugging Face model set from
 exactly one canonical array (a parameter left over or unset is an error). :func:`hf_logits` runs it on
-a dlbench batch. The layouts: Hugging Face's ``nn.Linear`` weights are (out, in), the canonical ones
-(in, out); GPT-2's ``Conv1D`` is (in, out) with q, k, v side by side in ``c_attn``; ViT's class
-token and positions carry a leading (1, 1) / (1,) axis.
+a dlbench batch; :func:`save_folder` writes the model as a Hugging Face folder (``dlbench export-model``).
+The layouts are :mod:`dlbench.models.hf_layout`'s table, the one ``hf:DIR`` reads folders by.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import transformers
 
 from dlbench.data.synthetic import Batch
 from dlbench.models import layers as L
-from dlbench.models.hf_checkpoint import ZOO_FAMILIES, family_of, to_hf
+from dlbench.models.hf_layout import ZOO_FAMILIES, family_of, to_hf
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
@@ -99,7 +98,7 @@ def config(spec: ModelSpec) -> transformers.PretrainedConfig:
 
 def hf_state(spec: ModelSpec, weights: Weights, vit_v5: bool = True) -> dict[str, np.ndarray]:
     """Every Hugging Face parameter (tied ones once, by the name ``named_parameters`` gives) from the
-    canonical weights, by the table :func:`dlbench.models.hf_checkpoint.layout` (the one ``hf:DIR`` reads
+    canonical weights, by the table :func:`dlbench.models.hf_layout.layout` (the one ``hf:DIR`` reads
     folders with). ``vit_v5``: ViT's module names as transformers 5 has them (``vit.layers.N.attention.q_proj``),
     else as 4.x (``vit.encoder.layer.N.attention.attention.query``)."""
     return to_hf(spec, weights.params, vit_v5)

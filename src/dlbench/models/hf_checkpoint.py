@@ -6,13 +6,9 @@ canonical names) sized by its config, and its tensors become the canonical weigh
 dlbench cannot honour is refused by name (:class:`CheckpointError`), never guessed.
 
 NumPy only, by design: every measuring process rebuilds the weights from the reference, and an
-environment framework's interpreter has only NumPy and dlbench. The safetensors format is read here:
-8 bytes little-endian header length, a JSON header (name -> dtype, shape, byte offsets), the raw
-buffer; F32, F16 and BF16 (bf16 is the high half of a float32) become float32 exactly.
-
-:func:`layout` is the one table of how a Hugging Face tensor and the canonical arrays correspond; it
-is read in both directions: :func:`from_hf` here, and :func:`to_hf` for
-:mod:`dlbench.gate.hf_transformers` and ``dlbench export-model``.
+environment framework's interpreter has only NumPy and dlbench. Its safetensors files are read
+by :mod:`dlbench.models.safetensors_file`, its tensors mapped by the table of :mod:`dlbench.models.hf_layout`
+(the one ``export-model`` writes folders by).
 
 A reference names the folder and, once resolved (:func:`canonical`), the digest of its files:
 ``hf:/abs/dir:sha256=0123456789abcdef:layers=2``. A process that receives it reads the same folder,
@@ -23,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from dataclasses import replace
 from functools import lru_cache
@@ -32,8 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.models import zoo
+from dlbench.models import hf_layout, safetensors_file, zoo
+from dlbench.models.hf_layout import ZOO_FAMILIES, family_of, from_hf, layout, to_hf
 from dlbench.models.spec import ModelSpec
+
+__all__ = ["CheckpointError", "ZOO_FAMILIES", "canonical", "digest", "family_of", "is_hf", "layout", "load_params",
+           "parse", "source", "spec", "to_hf"]
 
 PREFIX = "hf:"
 CONFIG = "config.json"
@@ -42,8 +41,6 @@ INDEX = "model.safetensors.index.json"
 #: model_type -> the zoo factory whose layers the family has
 FAMILIES = {"gpt2": zoo.gpt2, "llama": zoo.smollm2_135m, "qwen2": zoo.smollm2_135m, "bert": zoo.bert_base,
             "vit": zoo.vit_b16}
-#: the zoo's transformers and their family (what ``export-model`` writes)
-ZOO_FAMILIES = {"gpt2": "gpt2", "smollm2-135m": "llama", "bert-base": "bert", "vit-b16": "vit"}
 #: options an ``hf:`` reference takes: fewer blocks, another sequence length, the files' digest
 OPTIONS = ("layers", "seq_len", "sha256")
 #: the sequence a token model gets by default (the zoo's), at most its positions; the gate's (small) one
@@ -51,7 +48,6 @@ DEFAULT_SEQ = {"gpt2": 256, "llama": 256, "qwen2": 256, "bert": 128}
 SMALL_SEQ = {"gpt2": 8, "llama": 8, "qwen2": 8, "bert": 12}
 #: tensors a checkpoint may hold that are buffers, not parameters (recomputed from the config)
 BUFFERS = ("position_ids", "rotary_emb.inv_freq", "attn.bias", "attn.masked_bias")
-DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"), "F64": np.dtype("<f8")}
 GELU = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
 DIGEST_CHARS = 16
 
@@ -171,49 +167,6 @@ def _digest(key: tuple) -> str:  # cached by path, size and modification time: a
             while chunk := f.read(1 << 22):
                 h.update(chunk)
     return h.hexdigest()[:DIGEST_CHARS]
-
-
-def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """Every tensor of a safetensors file as float32 (F32, F16, BF16, F64), with NumPy alone."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise CheckpointError(f"cannot read {path}: {exc.strerror}") from None
-    return _tensors(data, path)
-
-
-def _tensors(data: bytes, path: Path) -> dict[str, np.ndarray]:
-    if len(data) < 8:
-        raise CheckpointError(f"{path}: not a safetensors file (shorter than its header length)")
-    size = int.from_bytes(data[:8], "little")
-    if size > len(data) - 8:
-        raise CheckpointError(f"{path}: not a safetensors file (header of {size} bytes in a {len(data)}-byte file)")
-    try:
-        header = json.loads(data[8:8 + size])
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CheckpointError(f"{path}: not a safetensors file (its header is not JSON)") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: not a safetensors file (its header is not a JSON object)")
-    buffer = memoryview(data)[8 + size:]
-    out: dict[str, np.ndarray] = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype, shape, (begin, end) = entry["dtype"], [int(s) for s in entry["shape"]], entry["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise CheckpointError(f"{path}: tensor {name} has a malformed header entry") from None
-        if dtype not in DTYPES:
-            raise CheckpointError(f"{path}: tensor {name} is {dtype}; dlbench reads {', '.join(DTYPES)}")
-        if not (0 <= begin <= end <= len(buffer)) or end - begin != math.prod(shape) * DTYPES[dtype].itemsize:
-            raise CheckpointError(f"{path}: tensor {name}'s bytes [{begin}, {end}) do not hold {dtype} {shape} "
-                                  "(a truncated or damaged file)")
-        raw = np.frombuffer(buffer[begin:end], DTYPES[dtype]).reshape(shape)
-        if dtype == "BF16":  # bfloat16 is the upper half of a float32: shift it back into place
-            out[name] = (raw.astype(np.uint32) << 16).view(np.float32)
-        else:
-            out[name] = raw.astype(np.float32)
-    return out
 
 
 # --- config -> spec -----------------------------------------------------------------------------------
@@ -377,153 +330,6 @@ def source(ref: str) -> dict[str, str]:
             "sha256": options.get("sha256", "")}
 
 
-# --- the one table between Hugging Face tensors and canonical arrays -----------------------------------
-#: how a Hugging Face tensor holds canonical arrays: ``same``; ``t`` transposed (nn.Linear's (out, in));
-#: ``cat`` side by side on axis 1 (GPT-2's c_attn: q, k, v); ``lead`` with leading 1-axes (ViT's class
-#: token and positions); ``zero``: no Hugging Face tensor, the canonical array is zero (Qwen2's o bias)
-Entry = tuple[str, tuple[str, ...], str]
-
-
-def family_of(spec: ModelSpec) -> str:
-    """A transformer's Hugging Face family: an ``hf:`` spec's own, or its zoo model's."""
-    fam = spec.options.get("family") or ZOO_FAMILIES.get(spec.name.split(":")[0].split("#")[0])
-    if fam is None:
-        raise ValueError(f"{spec.name} has no Hugging Face counterpart (transformers: {', '.join(ZOO_FAMILIES)})")
-    return fam
-
-
-def _blocks(spec: ModelSpec) -> int:
-    return sum(1 for n in spec.param_shapes() if n.endswith(".attn.wq"))
-
-
-def _lin(hf: str, weight: str, bias: str | None = None) -> list[Entry]:
-    return [(f"{hf}.weight", (weight,), "t")] + ([(f"{hf}.bias", (bias,), "same")] if bias else [])
-
-
-def layout(spec: ModelSpec, vit_v5: bool = False) -> list[Entry]:
-    """Every Hugging Face tensor of ``spec`` as its checkpoint file names it, with the canonical arrays
-    it holds and how. ``vit_v5``: ViT's module names as transformers 5 builds them in memory
-    (``vit.layers.N.attention.q_proj``; its files keep the 4.x names this gives by default)."""
-    fam, n = family_of(spec), _blocks(spec)
-    shapes = spec.param_shapes()
-    out: list[Entry] = []
-    if fam == "gpt2":
-        out += [("transformer.wte.weight", ("wte.weight",), "same"), ("transformer.wpe.weight", ("wpe.weight",), "same"),
-                ("transformer.ln_f.weight", ("ln_f.weight",), "same"), ("transformer.ln_f.bias", ("ln_f.bias",), "same")]
-        for i in range(n):
-            h, c = f"transformer.h.{i}", f"h{i}"
-            out += [(f"{h}.ln_1.weight", (f"{c}.ln1.weight",), "same"), (f"{h}.ln_1.bias", (f"{c}.ln1.bias",), "same"),
-                    (f"{h}.attn.c_attn.weight", tuple(f"{c}.attn.w{x}" for x in "qkv"), "cat"),
-                    (f"{h}.attn.c_attn.bias", tuple(f"{c}.attn.b{x}" for x in "qkv"), "cat"),
-                    (f"{h}.attn.c_proj.weight", (f"{c}.attn.wo",), "same"),
-                    (f"{h}.attn.c_proj.bias", (f"{c}.attn.bo",), "same"),
-                    (f"{h}.ln_2.weight", (f"{c}.ln2.weight",), "same"), (f"{h}.ln_2.bias", (f"{c}.ln2.bias",), "same"),
-                    (f"{h}.mlp.c_fc.weight", (f"{c}.mlp.fc.weight",), "same"),
-                    (f"{h}.mlp.c_fc.bias", (f"{c}.mlp.fc.bias",), "same"),
-                    (f"{h}.mlp.c_proj.weight", (f"{c}.mlp.proj.weight",), "same"),
-                    (f"{h}.mlp.c_proj.bias", (f"{c}.mlp.proj.bias",), "same")]
-    elif fam == "bert":
-        e = "bert.embeddings"
-        out += [(f"{e}.word_embeddings.weight", ("word.weight",), "same"),
-                (f"{e}.position_embeddings.weight", ("position.weight",), "same"),
-                (f"{e}.token_type_embeddings.weight", ("token_type.weight",), "same"),
-                (f"{e}.LayerNorm.weight", ("embed_ln.weight",), "same"), (f"{e}.LayerNorm.bias", ("embed_ln.bias",), "same"),
-                *_lin("bert.pooler.dense", "pooler.weight", "pooler.bias"),
-                *_lin("classifier", "classifier.weight", "classifier.bias")]
-        for i in range(n):
-            h, c = f"bert.encoder.layer.{i}", f"l{i}"
-            for hf, x in (("query", "q"), ("key", "k"), ("value", "v")):
-                out += _lin(f"{h}.attention.self.{hf}", f"{c}.attn.w{x}", f"{c}.attn.b{x}")
-            out += [*_lin(f"{h}.attention.output.dense", f"{c}.attn.wo", f"{c}.attn.bo"),
-                    (f"{h}.attention.output.LayerNorm.weight", (f"{c}.attn_ln.weight",), "same"),
-                    (f"{h}.attention.output.LayerNorm.bias", (f"{c}.attn_ln.bias",), "same"),
-                    *_lin(f"{h}.intermediate.dense", f"{c}.mlp.fc.weight", f"{c}.mlp.fc.bias"),
-                    *_lin(f"{h}.output.dense", f"{c}.mlp.proj.weight", f"{c}.mlp.proj.bias"),
-                    (f"{h}.output.LayerNorm.weight", (f"{c}.mlp_ln.weight",), "same"),
-                    (f"{h}.output.LayerNorm.bias", (f"{c}.mlp_ln.bias",), "same")]
-    elif fam == "vit":
-        e = "vit.embeddings"
-        out += [(f"{e}.cls_token", ("patch.cls",), "lead"), (f"{e}.position_embeddings", ("position.weight",), "lead"),
-                (f"{e}.patch_embeddings.projection.weight", ("patch.weight",), "same"),
-                (f"{e}.patch_embeddings.projection.bias", ("patch.bias",), "same"),
-                ("vit.layernorm.weight", ("ln.weight",), "same"), ("vit.layernorm.bias", ("ln.bias",), "same"),
-                *_lin("classifier", "head.weight", "head.bias")]
-        for i in range(n):
-            c = f"l{i}"
-            if vit_v5:
-                h = f"vit.layers.{i}"
-                names = {x: f"{h}.attention.{x}_proj" for x in "qkvo"} | {"fc": f"{h}.mlp.fc1", "proj": f"{h}.mlp.fc2"}
-            else:
-                h = f"vit.encoder.layer.{i}"
-                names = {x: f"{h}.attention.attention.{hf}" for x, hf in (("q", "query"), ("k", "key"), ("v", "value"))}
-                names |= {"o": f"{h}.attention.output.dense", "fc": f"{h}.intermediate.dense",
-                          "proj": f"{h}.output.dense"}
-            for x in "qkvo":
-                out += _lin(names[x], f"{c}.attn.w{x}", f"{c}.attn.b{x}")
-            out += [(f"{h}.layernorm_before.weight", (f"{c}.ln1.weight",), "same"),
-                    (f"{h}.layernorm_before.bias", (f"{c}.ln1.bias",), "same"),
-                    (f"{h}.layernorm_after.weight", (f"{c}.ln2.weight",), "same"),
-                    (f"{h}.layernorm_after.bias", (f"{c}.ln2.bias",), "same"),
-                    *_lin(names["fc"], f"{c}.mlp.fc.weight", f"{c}.mlp.fc.bias"),
-                    *_lin(names["proj"], f"{c}.mlp.proj.weight", f"{c}.mlp.proj.bias")]
-    else:  # llama, qwen2
-        out += [("model.embed_tokens.weight", ("embed.weight",), "same"), ("model.norm.weight", ("norm.weight",), "same")]
-        for i in range(n):
-            h, c = f"model.layers.{i}", f"l{i}"
-            out += [(f"{h}.input_layernorm.weight", (f"{c}.attn_norm.weight",), "same"),
-                    (f"{h}.post_attention_layernorm.weight", (f"{c}.mlp_norm.weight",), "same")]
-            biased = f"{c}.attn.bq" in shapes
-            for x in "qkvo":
-                if biased and fam == "qwen2" and x == "o":
-                    out += [*_lin(f"{h}.self_attn.o_proj", f"{c}.attn.wo"), ("", (f"{c}.attn.bo",), "zero")]
-                else:
-                    out += _lin(f"{h}.self_attn.{x}_proj", f"{c}.attn.w{x}", f"{c}.attn.b{x}" if biased else None)
-            for hf, leaf in (("gate_proj", "w_gate"), ("up_proj", "w_up"), ("down_proj", "w_down")):
-                out += _lin(f"{h}.mlp.{hf}", f"{c}.mlp.{leaf}")
-    if "lm_head.weight" in shapes:  # an untied head of its own
-        out += _lin("lm_head", "lm_head.weight")
-    return out
-
-
-def to_hf(spec: ModelSpec, params: dict[str, np.ndarray], vit_v5: bool = False) -> dict[str, np.ndarray]:
-    """The Hugging Face tensors of canonical ``params`` (tied ones once)."""
-    out: dict[str, np.ndarray] = {}
-    for hf, names, how in layout(spec, vit_v5):
-        if how == "zero":
-            if any(np.any(params[n]) for n in names):
-                raise ValueError(f"{names[0]} is not zero: a {family_of(spec)} checkpoint has no place for it")
-            continue
-        arrays = [params[n] for n in names]
-        out[hf] = {"same": lambda a: a[0], "t": lambda a: a[0].T, "cat": lambda a: np.concatenate(a, axis=-1),
-                   "lead": lambda a: a[0].reshape((1,) * (3 - a[0].ndim) + a[0].shape)}[how](arrays)
-    return out
-
-
-def from_hf(spec: ModelSpec, state: dict[str, np.ndarray], where: str = "checkpoint") -> dict[str, np.ndarray]:
-    """The canonical arrays of ``spec`` from Hugging Face tensors; a missing tensor or a wrong shape is an error."""
-    shapes = spec.param_shapes()
-    out: dict[str, np.ndarray] = {}
-    for hf, names, how in layout(spec):
-        if how == "zero":
-            out.update({n: np.zeros(shapes[n], np.float32) for n in names})
-            continue
-        if hf not in state:
-            raise CheckpointError(f"{where}: no tensor {hf} (a {family_of(spec)} model of this config has one)")
-        value = state[hf]
-        if how == "cat":
-            sizes = np.cumsum([shapes[n][-1] for n in names])[:-1]
-            parts = np.split(value, sizes, axis=-1) if value.shape[-1] == sum(shapes[n][-1] for n in names) else []
-        else:
-            parts = [{"same": value, "t": value.T, "lead": value.reshape(shapes[names[0]])
-                      if value.size == math.prod(shapes[names[0]]) else value}[how]]
-        for n, part in zip(names, parts, strict=False):
-            out[n] = np.ascontiguousarray(part, np.float32)
-        if len(parts) != len(names) or any(out[n].shape != shapes[n] for n in names):
-            raise CheckpointError(f"{where}: tensor {hf} is {list(value.shape)}; this config's "
-                                  f"{', '.join(names)} need {[list(shapes[n]) for n in names]}")
-    return out
-
-
 def load_params(spec: ModelSpec) -> dict[str, np.ndarray]:
     """The canonical parameters of an ``hf:`` spec from its folder (every file's digest checked against
     the reference's, when it has one: a folder changed since the run was planned is refused)."""
@@ -540,13 +346,19 @@ def load_params(spec: ModelSpec) -> dict[str, np.ndarray]:
         h.update(path.name.encode() + b"\0")
         h.update(data)
         if path.name != CONFIG:
-            state.update(_tensors(data, path))
+            try:
+                state.update(safetensors_file.tensors(data, path))
+            except safetensors_file.SafetensorsError as exc:
+                raise CheckpointError(str(exc)) from None
     found = h.hexdigest()[:DIGEST_CHARS]
     if ckpt["sha256"] and found != ckpt["sha256"]:
         raise CheckpointError(f"hf:{folder}: its files changed since the run was planned "
                               f"(sha256 {ckpt['sha256']}, now {found})")
     state = {_unprefixed(k): v for k, v in state.items()}
-    params = from_hf(spec, state, f"hf:{folder}")
+    try:
+        params = from_hf(spec, state, f"hf:{folder}")
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from None
     _check_leftovers(spec, state, params, folder)
     wanted = spec.param_shapes()
     return {k: v for k, v in params.items() if k in wanted}
@@ -564,7 +376,7 @@ def _check_leftovers(spec: ModelSpec, state: dict[str, np.ndarray], params: dict
     blocks = spec.options["checkpoint"]["blocks"]  # the config's: those past layers=N are left unread
     for name in sorted(set(state) - used):
         index = _block_index(name)
-        if name.endswith(BUFFERS) or (index is not None and _blocks(spec) <= index < blocks):
+        if name.endswith(BUFFERS) or (index is not None and hf_layout.blocks(spec) <= index < blocks):
             continue
         if name == "lm_head.weight" and "lm_head.weight" not in params:
             embed = next(n for n in ("transformer.wte.weight", "model.embed_tokens.weight") if n in state)
