@@ -225,6 +225,17 @@ def test_a_tensor_with_no_place_in_the_model_is_refused(folders, tmp_path):
     assert init_weights(get_model(f"hf:{folder}")).params["wte.weight"].shape == (64, 32)
 
 
+def test_a_gpt2_file_without_the_transformer_prefix_loads(folders, tmp_path):
+    """The hub's original ``gpt2`` names the base model's tensors ``h.0.attn...``, ``wte.weight``."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = _with_config(folders, tmp_path, "gpt2")
+    state = load_file(str(folder / "model.safetensors"))
+    save_file({k.removeprefix("transformer."): v for k, v in state.items()}, str(folder / "model.safetensors"))
+    a, b = (init_weights(get_model(f"hf:{f}")).params for f in (folder, folders["gpt2"]))
+    assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
 def test_a_suite_file_names_a_folder_as_flags_do(folders, tmp_path, monkeypatch, capsys):
     from dlbench.cli.main import main
 
