@@ -358,3 +358,13 @@ def test_a_run_stores_the_folders_name_and_digest_with_every_cell(folders, tmp_p
     digest = hf_checkpoint.digest(folders["gpt2"])
     assert cell.cell.model == f"hf:{folders['gpt2']}:sha256={digest}"
     assert cell.cell.metrics["checkpoint"] == {"name": "gpt2", "dir": str(folders["gpt2"]), "sha256": digest}
+
+
+@pytest.mark.parametrize("family", ["llama-untied", "qwen2"])
+def test_a_folder_decodes_through_the_generation_gate(folders, family):
+    """An untied head (TinyLlama, Llama-3) is a dense layer of its own: the decoders compute it on the last
+    position as they do the tied head (it was `not a language model` before)."""
+    from dlbench.generation.gate import verify_generation
+
+    result = verify_generation("torch", canonical_ref(f"hf:{folders[family]}"))
+    assert result.verdict == "pass", result.reason
