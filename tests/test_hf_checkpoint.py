@@ -202,6 +202,15 @@ REFUSED = [
 ]
 
 
+def test_a_config_value_of_the_wrong_type_is_one_line(folders, tmp_path):
+    for i, (family, changes, said) in enumerate((("gpt2", {"layer_norm_epsilon": "small"}, "wrong type"),
+                                                 ("bert", {"num_labels": "three", "id2label": None}, "wrong type"),
+                                                 ("llama", {"vocab_size": None}, "has no vocab_size"))):
+        folder = _with_config(folders, tmp_path / str(i), family, **changes)
+        with pytest.raises(UsageError, match=said):
+            resolve.models([f"hf:{folder}"])
+
+
 @pytest.mark.parametrize(("family", "changes", "field"), REFUSED, ids=[r[2] for r in REFUSED])
 def test_a_field_dlbench_cannot_honour_is_refused_by_name(folders, tmp_path, family, changes, field):
     folder = _with_config(folders, tmp_path, family, **changes)

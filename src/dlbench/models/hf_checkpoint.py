@@ -163,9 +163,12 @@ def _digest(key: tuple) -> str:  # cached by path, size and modification time: a
     h = hashlib.sha256()
     for path, _, _ in key:
         h.update(Path(path).name.encode() + b"\0")
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 22):
-                h.update(chunk)
+        try:
+            with open(path, "rb") as f:
+                while chunk := f.read(1 << 22):
+                    h.update(chunk)
+        except OSError as exc:
+            raise CheckpointError(f"cannot read {path}: {exc.strerror}") from None
     return h.hexdigest()[:DIGEST_CHARS]
 
 
@@ -287,6 +290,10 @@ def spec(ref: str, small: bool = False, **overrides: Any) -> ModelSpec:
     config = read_config(folder)
     try:
         fam, kwargs = family_kwargs(folder, config)
+    except CheckpointError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"hf:{folder}: config.json holds a value of the wrong type ({exc})") from None
     except KeyError as exc:
         raise CheckpointError(f"hf:{folder}: config.json has no {exc.args[0]} (a {config.get('model_type')} "
                               "config names it)") from None
