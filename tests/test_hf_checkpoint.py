@@ -357,16 +357,23 @@ def test_a_measuring_process_reads_a_folder_with_numpy_and_dlbench_alone(folders
 
 
 def test_a_run_stores_the_folders_name_and_digest_with_every_cell(folders, tmp_path):
+    import shutil
+
     from dlbench import api
 
-    res = api.run(db=tmp_path / "r.db", models=[f"hf:{folders['gpt2']}"], frameworks=["torch"],
+    folder = shutil.copytree(folders["gpt2"], tmp_path / "gpt2")
+    res = api.run(db=tmp_path / "r.db", models=[f"hf:{folder}"], frameworks=["torch"],
                   scenarios=["forward"], batches=[2], threads=[1],
                   protocol={"warmup": 1, "min_iters": 2, "min_time_s": 0.0, "repeats": 1, "timeout_s": 120})
     (cell,) = res.cells
     assert cell.cell.status == "ok", cell.cell.reason
-    digest = hf_checkpoint.digest(folders["gpt2"])
-    assert cell.cell.model == f"hf:{folders['gpt2']}:sha256={digest}"
-    assert cell.cell.metrics["checkpoint"] == {"name": "gpt2", "dir": str(folders["gpt2"]), "sha256": digest}
+    digest = hf_checkpoint.digest(folder)
+    assert cell.cell.model == f"hf:{folder}:sha256={digest}"
+    assert cell.cell.metrics["checkpoint"] == {"name": "gpt2", "dir": str(folder), "sha256": digest}
+    assert cell.gflops and cell.gflops > 0
+    shutil.rmtree(folder)  # the stored run still reads, without the rates that need the model's FLOPs
+    (again,) = api.results(res.run_id, tmp_path / "r.db").cells
+    assert again.cell.model == cell.cell.model and again.time_ms.median == cell.time_ms.median
 
 
 @pytest.mark.parametrize("family", ["llama-untied", "qwen2"])
