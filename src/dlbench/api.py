@@ -7,7 +7,7 @@ from itertools import product
 from pathlib import Path
 
 from dlbench import envs
-from dlbench.core.cell import DEFAULT_DEVICE
+from dlbench.core.cell import DEFAULT_DEVICE, DEFAULT_SEED
 from dlbench.core.errors import UsageError
 from dlbench.core.job import VerifyJob
 from dlbench.envs import ondemand
@@ -93,6 +93,37 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
                                data=data, data_dir=data_dir, precisions=precisions, optimizer=optimizer, **settings)
         handle = runner.start(s, db, argv, **kwargs)
     return results(handle.run_id, db)
+
+
+def export_model(model: str, folder: str | Path, force: bool = False, seed: int = DEFAULT_SEED) -> list[str]:
+    """Write a transformer (a zoo one with its options, ``gpt2:layers=2``, or an ``hf:DIR``) with the weights a
+    run starts it from (``seed``) as a Hugging Face folder that ``transformers`` and ``hf:DIR`` read; the
+    files written. Refused (:class:`UsageError`): a model with no Hugging Face family, a part, a folder
+    that is a file or a link to one, a non-empty folder unless ``force``."""
+    from dlbench.models import get_model, hf_checkpoint, split
+    from dlbench.models.weights import init_weights
+
+    model = resolve.models([model])[0]
+    if split.parse_part(model)[1] is not None:
+        raise UsageError(f"export-model writes whole models, not a part ({model})")
+    spec = get_model(model)
+    try:
+        fam = hf_checkpoint.family_of(spec)
+        path = hf_checkpoint.export_path(folder, force)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if fam not in ("gpt2", "llama", "bert", "vit"):
+        raise UsageError(f"export-model writes gpt2, llama, bert and vit models; {model} is {fam}")
+    try:
+        from dlbench.gate.hf_transformers import save_folder
+    except ImportError as exc:
+        raise UsageError(f"export-model needs torch and transformers ({exc})") from None
+    weights = init_weights(spec, seed)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {path}: {exc.strerror}") from None
+    return save_folder(spec, weights, path)
 
 
 def results(run_id: str | None = None, db: str | Path = DEFAULT_DB) -> RunResults:

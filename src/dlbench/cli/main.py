@@ -22,6 +22,7 @@ from dlbench.cli import check as cli_check
 from dlbench.cli import dist as cli_dist
 from dlbench.cli import envs as cli_envs
 from dlbench.cli import explain as cli_explain
+from dlbench.cli import export_model as cli_export_model
 from dlbench.cli import history as cli_history
 from dlbench.cli import probe as cli_probe
 from dlbench.cli import report as cli_report
@@ -143,7 +144,7 @@ def build_parser() -> Parser:
 #: the other verbs, by module, in the order ``--help`` lists them
 COMMANDS = (cli_run.register, cli_dist.register, cli_report.register, cli_probe.register, cli_explain.register,
             cli_envs.register, cli_survey.register, cli_history.register, cli_check.register, cli_bisect.register,
-            cli_site.register)
+            cli_site.register, cli_export_model.register)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,13 +40,21 @@ class NotDecodable(ValueError):
 def check_decodable(spec: ModelSpec) -> None:
     """Raise :class:`NotDecodable` with the reason unless ``spec`` is a decoder-only language model:
     token input, only the layer kinds of :data:`DECODABLE`, every attention causal, ending in an LM head."""
-    if spec.input.kind != "tokens" or not spec.layers or not isinstance(spec.layers[-1], L.LMHead):
+    if spec.input.kind != "tokens" or not spec.layers or not is_lm_head(spec, spec.layers[-1]):
         raise NotDecodable(f"{spec.name} is not a language model (token input, ending in an LM head)")
     for layer in L.walk(spec.layers):
         if not isinstance(layer, DECODABLE):
             raise NotDecodable(f"{spec.name} has a {layer.kind} layer, which a decoder does not run")
         if isinstance(layer, L.Attention) and not layer.causal:
             raise NotDecodable(f"{spec.name}'s attention {layer.name} is not causal: it is not a decoder")
+
+
+def is_lm_head(spec: ModelSpec, layer: L.Layer) -> bool:
+    """``layer`` is ``spec``'s LM head: its last layer, tied to the token embedding or (an untied Hugging
+    Face checkpoint's, :mod:`dlbench.models.hf_checkpoint`) a bias-free dense layer to the vocabulary.
+    A decoder computes it on the last position only."""
+    return layer is spec.layers[-1] and (isinstance(layer, L.LMHead) or (
+        isinstance(layer, L.Dense) and not layer.bias and layer.units == spec.input.vocab))
 
 
 def context_length(spec: ModelSpec) -> int | None:

@@ -20,7 +20,7 @@ import numpy as np
 from jax import lax
 
 from dlbench.frameworks.jax import jax_device
-from dlbench.generation.decoder import Decoder, attention_layers
+from dlbench.generation.decoder import Decoder, attention_layers, is_lm_head
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
@@ -110,6 +110,7 @@ class JaxDecoder(Decoder):
             elif isinstance(layer, L.GELU):
                 x = jax.nn.gelu(x, approximate=layer.approximate == "tanh")
             elif isinstance(layer, L.Dense):
+                x = x[:, -1] if is_lm_head(self.spec, layer) else x  # an untied head: the last position only
                 x = x @ p[f"{layer.name}.weight"]
                 if layer.bias:
                     x = x + p[f"{layer.name}.bias"]

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from dlbench.frameworks.tf_util import tf_device
-from dlbench.generation.decoder import Decoder, attention_layers
+from dlbench.generation.decoder import Decoder, attention_layers, is_lm_head
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
@@ -109,6 +109,7 @@ class TFDecoder(Decoder):
             elif isinstance(layer, L.GELU):
                 x = tf.nn.gelu(x, approximate=layer.approximate == "tanh")
             elif isinstance(layer, L.Dense):
+                x = x[:, -1] if is_lm_head(self.spec, layer) else x  # an untied head: the last position only
                 x = tf.matmul(x, w[f"{layer.name}.weight"])
                 if layer.bias:
                     x = x + w[f"{layer.name}.bias"]

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from dlbench.frameworks.torch_layers import rope_tables
-from dlbench.generation.decoder import Decoder, attention_layers
+from dlbench.generation.decoder import Decoder, attention_layers, is_lm_head
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
@@ -120,6 +120,7 @@ class TorchDecoder(Decoder):
             elif isinstance(layer, L.GELU):
                 x = F.gelu(x, approximate=layer.approximate)
             elif isinstance(layer, L.Dense):
+                x = x[:, -1] if is_lm_head(self.spec, layer) else x  # an untied head: the last position only
                 x = F.linear(x, w[f"{layer.name}.weight"], w.get(f"{layer.name}.bias"))
             elif isinstance(layer, L.SwiGLU):
                 n = layer.name

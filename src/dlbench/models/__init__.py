@@ -1,7 +1,8 @@
 """The model registry: names -> spec factories, and the small inputs the equivalence gate uses.
 
 A model reference is a name with optional options, ``alexnet:lrn=0:groups=1`` or
-``sae:phase=pretrain2``; values are parsed to the type of the factory's default.
+``sae:phase=pretrain2``; values are parsed to the type of the factory's default. ``hf:DIR[:layers=N]``
+names a Hugging Face folder (:mod:`dlbench.models.hf_checkpoint`).
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from dlbench.models import split, zoo
+from dlbench.models import hf_checkpoint, split, zoo
 from dlbench.models.spec import InputSpec, LossSpec, ModelSpec
 
 __all__ = ["ModelSpec", "InputSpec", "LossSpec", "list_models", "get_model", "parse_model_ref",
-           "UnknownModelError", "verify_spec"]
+           "UnknownModelError", "verify_spec", "canonical_ref"]
 
 
 class UnknownModelError(ValueError):
@@ -84,6 +85,12 @@ def parse_model_ref(ref: str) -> tuple[str, dict]:
         whole, _ = split.parse_part(ref.strip())
     except ValueError as exc:
         raise UnknownModelError(str(exc)) from None
+    if hf_checkpoint.is_hf(whole):
+        try:
+            folder, options = hf_checkpoint.parse(whole)
+        except hf_checkpoint.CheckpointError as exc:
+            raise UnknownModelError(str(exc)) from None
+        return f"{hf_checkpoint.PREFIX}{folder}", options
     name, *opts = whole.split(":")
     if name not in REGISTRY:
         raise UnknownModelError(f"unknown model {name!r}; known: {', '.join(REGISTRY)}")
@@ -116,6 +123,11 @@ def get_model(ref: str, small: bool = False, **overrides) -> ModelSpec:
         # a transformer's small form has fewer blocks: part k's gate form is the small part of the same kind
         k = index if len(parts) == len(full) else split.counterpart(full, parts, index)
         return replace(parts[k].spec, name=full[index].spec.name, description=full[index].spec.description)
+    if hf_checkpoint.is_hf(ref):
+        try:
+            return hf_checkpoint.spec(ref, small, **overrides)
+        except hf_checkpoint.CheckpointError as exc:
+            raise UnknownModelError(str(exc)) from None
     name, kwargs = parse_model_ref(ref)
     entry = REGISTRY[name]
     defaults = {k: p.default for k, p in inspect.signature(entry.factory).parameters.items()}
@@ -129,6 +141,19 @@ def get_model(ref: str, small: bool = False, **overrides) -> ModelSpec:
         raise UnknownModelError(f"model {ref}: {exc}") from None
     suffix = "".join(f":{k}={_fmt(v)}" for k, v in sorted(kwargs.items()) if v != defaults[k])
     return replace(spec, name=spec.name + suffix)
+
+
+def canonical_ref(ref: str) -> str:
+    """The reference every process of a run receives: a zoo model's as written; a Hugging Face folder's
+    with its absolute path and its files' digest (:func:`dlbench.models.hf_checkpoint.canonical`)."""
+    whole, index = split.parse_part(ref.strip())
+    if not hf_checkpoint.is_hf(whole):
+        return ref
+    try:
+        canon = hf_checkpoint.canonical(whole)
+    except hf_checkpoint.CheckpointError as exc:
+        raise UnknownModelError(str(exc)) from None
+    return canon if index is None else split.part_ref(canon, index)
 
 
 def verify_spec(ref: str) -> ModelSpec:

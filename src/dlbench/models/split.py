@@ -156,7 +156,8 @@ def _part(spec: ModelSpec, k: int, layers: tuple[Layer, ...], inp: InputSpec, la
         part = replace(spec, layers=layers, input=replace(inp, labels="class", classes=out[0]), loss=CE)
     label = _label(layers)
     return Part(k, label, replace(part, name=part_ref(spec.name, k), description=f"part {k} of {spec.name}: {label}",
-                                  options={**spec.options, "part": k}))
+                                  # seeded weights of its own, not a checkpoint's (models.hf_checkpoint)
+                                  options={**{o: v for o, v in spec.options.items() if o != "checkpoint"}, "part": k}))
 
 
 def _kind(part: Part) -> tuple:

@@ -26,6 +26,7 @@ from typing import Literal
 import numpy as np
 
 from dlbench.core.cell import DEFAULT_SEED
+from dlbench.models import hf_checkpoint
 from dlbench.models.layers import (
     LSTM,
     Attention,
@@ -85,7 +86,10 @@ def bn_state_names(spec: ModelSpec) -> list[str]:
 
 
 def init_weights(spec: ModelSpec, seed: int = DEFAULT_SEED, mode: Literal["train", "verify"] = "train") -> Weights:
-    """Initial weights of ``spec`` in canonical layout, float32."""
+    """Initial weights of ``spec`` in canonical layout, float32. A Hugging Face folder's spec (``hf:DIR``)
+    starts from the folder's weights in either mode: they are the model (:mod:`dlbench.models.hf_checkpoint`)."""
+    if "checkpoint" in spec.options:
+        return Weights(hf_checkpoint.load_params(spec))
     shapes = spec.param_shapes()
     kinds = {}
     for layer in walk(spec.layers):

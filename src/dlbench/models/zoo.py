@@ -277,18 +277,33 @@ def _mlp(name: str, dim: int, hidden: int, approximate: str) -> tuple[Layer, ...
     return (Dense(f"{name}.fc", hidden), GELU(approximate), Dense(f"{name}.proj", dim))
 
 
+def _gelu(form: str) -> str:
+    if form not in ("none", "tanh"):
+        raise ValueError(f"gelu must be none (exact) or tanh, got {form!r}")
+    return form
+
+
+def _lm_head(embedding: str, vocab: int, tied: bool) -> Layer:
+    """The LM head: tied to the token embedding, or (``tied`` false, as some Hugging Face checkpoints
+    have it) a bias-free dense layer of its own named ``lm_head``."""
+    return LMHead(embedding, vocab) if tied else Dense("lm_head", vocab, bias=False)
+
+
 def bert_base(seq_len: int = 128, vocab: int = 30522, dim: int = 768, layers: int = 12, heads: int = 12,
-              max_positions: int = 512, classes: int = 2) -> ModelSpec:
+              max_positions: int = 512, classes: int = 2, hidden: int = 0, eps: float = 1e-12,
+              gelu: str = "none", types: int = 2) -> ModelSpec:
     """BERT-base encoder with its pooler and a classification head: word, position and (one-segment)
     token-type embeddings, post-norm blocks (LayerNorm eps 1e-12), exact GELU, the [CLS] token's
     tanh pooler. Reviews-style inputs: padded to the longest in the batch, attention masked.
-    109,482,240 parameters without the head (BertModel), + 768 x classes + classes. No dropout."""
+    109,482,240 parameters without the head (BertModel), + 768 x classes + classes. No dropout.
+    ``hidden`` (the MLP's width, 0: 4 x dim), ``eps``, ``gelu`` and ``types`` (token types) are what a
+    Hugging Face config may set otherwise (:mod:`dlbench.models.hf_checkpoint`)."""
     _fits(seq_len, max_positions)
     stack: list[Layer] = [Embedding("word", vocab, dim), PositionEmbedding("position", max_positions, dim),
-                          SegmentEmbedding("token_type", 2, dim), LayerNorm("embed_ln", 1e-12)]
+                          SegmentEmbedding("token_type", types, dim), LayerNorm("embed_ln", eps)]
     for i in range(layers):
-        stack += [SkipBlock((Attention(f"l{i}.attn", heads),), (LayerNorm(f"l{i}.attn_ln", 1e-12),)),
-                  SkipBlock(_mlp(f"l{i}.mlp", dim, 4 * dim, "none"), (LayerNorm(f"l{i}.mlp_ln", 1e-12),))]
+        stack += [SkipBlock((Attention(f"l{i}.attn", heads),), (LayerNorm(f"l{i}.attn_ln", eps),)),
+                  SkipBlock(_mlp(f"l{i}.mlp", dim, hidden or 4 * dim, _gelu(gelu)), (LayerNorm(f"l{i}.mlp_ln", eps),))]
     stack += [TakeToken(0), Dense("pooler", dim), Activation("tanh"), Dense("classifier", classes)]
     return ModelSpec(
         "bert-base", tuple(stack),
@@ -300,17 +315,20 @@ def bert_base(seq_len: int = 128, vocab: int = 30522, dim: int = 768, layers: in
 
 
 def gpt2(seq_len: int = 256, vocab: int = 50257, dim: int = 768, layers: int = 12, heads: int = 12,
-         max_positions: int = 1024) -> ModelSpec:
+         max_positions: int = 1024, hidden: int = 0, eps: float = 1e-5, gelu: str = "tanh",
+         tied: bool = True) -> ModelSpec:
     """GPT-2 small: learned positions, pre-norm blocks (LayerNorm eps 1e-5), causal attention, tanh
     GELU, a final LayerNorm and the LM head tied to the token embedding. 124,439,808 parameters.
     Loss: next-token cross-entropy, mean over steps (the targets are the inputs shifted by one in
-    a token stream; random ids on synthetic data). No dropout."""
+    a token stream; random ids on synthetic data). No dropout. ``hidden`` (0: 4 x dim), ``eps``,
+    ``gelu`` and ``tied`` (false: a head of its own, :func:`_lm_head`) are what a Hugging Face config
+    may set otherwise."""
     _fits(seq_len, max_positions)
     stack: list[Layer] = [Embedding("wte", vocab, dim), PositionEmbedding("wpe", max_positions, dim)]
     for i in range(layers):
-        stack += [SkipBlock((LayerNorm(f"h{i}.ln1"), Attention(f"h{i}.attn", heads, causal=True))),
-                  SkipBlock((LayerNorm(f"h{i}.ln2"), *_mlp(f"h{i}.mlp", dim, 4 * dim, "tanh")))]
-    stack += [LayerNorm("ln_f"), LMHead("wte", vocab)]
+        stack += [SkipBlock((LayerNorm(f"h{i}.ln1", eps), Attention(f"h{i}.attn", heads, causal=True))),
+                  SkipBlock((LayerNorm(f"h{i}.ln2", eps), *_mlp(f"h{i}.mlp", dim, hidden or 4 * dim, _gelu(gelu))))]
+    stack += [LayerNorm("ln_f", eps), _lm_head("wte", vocab, tied)]
     return ModelSpec(
         "gpt2", tuple(stack), InputSpec("tokens", (seq_len,), labels="sequence", classes=vocab, vocab=vocab),
         CE, source=GPT2, description="GPT-2 124M decoder, language model", default_batch=8, learning_rate=1e-4,
@@ -318,38 +336,41 @@ def gpt2(seq_len: int = 256, vocab: int = 50257, dim: int = 768, layers: int = 1
 
 
 def vit_b16(image_size: int = 224, patch: int = 16, dim: int = 768, layers: int = 12, heads: int = 12,
-            classes: int = 1000) -> ModelSpec:
+            classes: int = 1000, hidden: int = 0, eps: float = 1e-12, gelu: str = "none",
+            channels: int = 3) -> ModelSpec:
     """ViT-B/16: 16x16 patches, a class token and learned positions, pre-norm blocks (LayerNorm eps
     1e-12), exact GELU, the class token's final LayerNorm into the head. 86,567,656 parameters at
-    224x224 and 1000 classes. No dropout."""
+    224x224 and 1000 classes. No dropout. ``hidden`` (0: 4 x dim), ``eps``, ``gelu`` and ``channels``
+    are what a Hugging Face config may set otherwise."""
     tokens = 1 + (image_size // patch) ** 2
     stack: list[Layer] = [PatchEmbed("patch", dim, patch), PositionEmbedding("position", tokens, dim)]
     for i in range(layers):
-        stack += [SkipBlock((LayerNorm(f"l{i}.ln1", 1e-12), Attention(f"l{i}.attn", heads))),
-                  SkipBlock((LayerNorm(f"l{i}.ln2", 1e-12), *_mlp(f"l{i}.mlp", dim, 4 * dim, "none")))]
-    stack += [LayerNorm("ln", 1e-12), TakeToken(0), Dense("head", classes)]
+        stack += [SkipBlock((LayerNorm(f"l{i}.ln1", eps), Attention(f"l{i}.attn", heads))),
+                  SkipBlock((LayerNorm(f"l{i}.ln2", eps), *_mlp(f"l{i}.mlp", dim, hidden or 4 * dim, _gelu(gelu))))]
+    stack += [LayerNorm("ln", eps), TakeToken(0), Dense("head", classes)]
     return ModelSpec(
-        "vit-b16", tuple(stack), InputSpec("image", (3, image_size, image_size), classes=classes), CE,
+        "vit-b16", tuple(stack), InputSpec("image", (channels, image_size, image_size), classes=classes), CE,
         source=VIT, description="ViT-B/16 (ImageNet)", default_batch=16, learning_rate=1e-4,
     )
 
 
 def smollm2_135m(seq_len: int = 256, vocab: int = 49152, dim: int = 576, layers: int = 30, heads: int = 9,
                  kv_heads: int = 3, head_dim: int = 64, hidden: int = 1536, rope_theta: float = 100000.0,
-                 eps: float = 1e-5, max_positions: int = 8192) -> ModelSpec:
+                 eps: float = 1e-5, max_positions: int = 8192, tied: bool = True, bias: bool = False) -> ModelSpec:
     """SmolLM2-135M, the Llama architecture as published: RMSNorm (eps 1e-5), grouped-query
     attention (9 heads, 3 key/value heads, head dim 64, no biases) with RoPE (theta 100000), SwiGLU
     MLP 1536, LM head tied to the embedding. 134,515,008 parameters. Next-token cross-entropy. Its
     context, 8192 positions (``max_position_embeddings``), is in ``options["context"]`` (rotary
-    positions have no table that says it)."""
+    positions have no table that says it). ``tied`` (false: a head of its own) and ``bias`` (attention
+    biases) are what a Hugging Face config (Llama, Qwen2) may set otherwise."""
     _fits(seq_len, max_positions)
     stack: list[Layer] = [Embedding("embed", vocab, dim)]
     for i in range(layers):
         stack += [SkipBlock((RMSNorm(f"l{i}.attn_norm", eps),
                              Attention(f"l{i}.attn", heads, kv_heads, head_dim, causal=True, rope_theta=rope_theta,
-                                       bias=False))),
+                                       bias=bias))),
                   SkipBlock((RMSNorm(f"l{i}.mlp_norm", eps), SwiGLU(f"l{i}.mlp", hidden)))]
-    stack += [RMSNorm("norm", eps), LMHead("embed", vocab)]
+    stack += [RMSNorm("norm", eps), _lm_head("embed", vocab, tied)]
     return ModelSpec(
         "smollm2-135m", tuple(stack), InputSpec("tokens", (seq_len,), labels="sequence", classes=vocab, vocab=vocab),
         CE, source=SMOLLM2, description="SmolLM2-135M (Llama) decoder, language model", default_batch=8,

@@ -33,7 +33,7 @@ def build_suite(suite: str | Suite | None = None, *, models: list[str] | None = 
     if seed is not None:
         resolve.check_settings("seed", seed)
     if models is not None:
-        resolve.models(models)
+        models = resolve.models(models)
     if frameworks is not None:
         frameworks = resolve.frameworks(frameworks)
     resolve.not_empty(scenarios, "scenarios")

@@ -20,7 +20,7 @@ from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import get_precision
 from dlbench.frameworks import FRAMEWORKS, UnknownFrameworkError, check_frameworks, framework_info, installed_version
 from dlbench.frameworks.base import OPTIMIZERS
-from dlbench.models import UnknownModelError, get_model, list_models
+from dlbench.models import UnknownModelError, canonical_ref, get_model, list_models
 from dlbench.planning.plan import Suite, check_batches, check_threads, resolve_threads
 from dlbench.scenarios import registry
 
@@ -33,16 +33,31 @@ def not_empty(values: list | None, what: str) -> None:
 
 def models(names: list[str] | None) -> list[str]:
     """The models named (default: every model); an unknown model or option, or options its factory
-    refuses together (``gpt2:max_positions=64`` with the default sequence of 256), is refused."""
+    refuses together (``gpt2:max_positions=64`` with the default sequence of 256), is refused. A Hugging
+    Face folder (``hf:DIR``) comes back as every process will receive it: absolute, with its files' digest."""
     not_empty(names, "models")
     if names is None:
         return list_models()
     try:
+        names = [canonical_ref(m) for m in names]
         for m in names:
             get_model(m)
     except UnknownModelError as exc:
         raise UsageError(str(exc)) from None
     return names
+
+
+def canonical_models(suite: Suite) -> Suite:
+    """The suite with its models as :func:`models` resolves them (a Hugging Face folder absolute, with
+    its files' digest), a mapping by model (``batch_sizes``, ``data``) following its keys; a resumed
+    run's folder changed since is refused here."""
+    canon = dict(zip(suite.models, models(suite.models), strict=True))
+    if all(k == v for k, v in canon.items()):
+        return suite
+    update: dict[str, Any] = {"models": list(canon.values()), "data": {canon.get(k, k): v for k, v in suite.data.items()}}
+    if isinstance(suite.batch_sizes, dict):
+        update["batch_sizes"] = {canon.get(k, k): v for k, v in suite.batch_sizes.items()}
+    return suite.model_copy(update=update)
 
 
 def installed() -> list[str]:

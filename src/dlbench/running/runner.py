@@ -36,7 +36,7 @@ from dlbench.frameworks import framework_info, installed_version
 from dlbench.launch.subprocess import run_job, thread_env
 from dlbench.measure import environment, reuse
 from dlbench.measure.cost import PARTS, cell_cost
-from dlbench.models import get_model
+from dlbench.models import get_model, hf_checkpoint
 from dlbench.planning import resolve
 from dlbench.planning.plan import Cell, Suite, expand, suite_from_dict
 from dlbench.running.ray import RayLauncher
@@ -69,7 +69,7 @@ def _default_batch(model: str, scenario: str, data: str, data_dir: str | None = 
 
 def plan_cells(suite: Suite) -> tuple[list[str], list[Cell]]:
     """Validate a suite against the registries and expand it (raises UsageError)."""
-    resolve.models(suite.models)
+    suite = resolve.canonical_models(suite)
     scenarios = [registry.get(s) for s in suite.scenarios]
     frameworks = resolve.suite_frameworks(suite)
     resolve.devices(frameworks, suite.devices)
@@ -299,6 +299,8 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
                     and ray.fans_out else _in_turn(todo, ctx, verdict, progress))
         for cell, outcome in stack.enter_context(closing(measured)):  # closed (tasks cancelled) before Ray is
             metrics = stored_metrics(outcome, verdict(cell))
+            if hf_checkpoint.is_hf(cell.model):  # the folder's own name and its files' digest, with every cell
+                metrics["checkpoint"] = hf_checkpoint.source(cell.model)
             store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
                             outcome.seconds, outcome.warnings, metrics, outcome.samples)
             progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples,
@@ -352,7 +354,7 @@ def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = No
           progress: Progress = _quiet) -> RunHandle:
     """Validate, create the run, and measure it."""
     frameworks, cells = plan_cells(suite)
-    resolved = suite.model_copy(update={"frameworks": frameworks})
+    resolved = resolve.canonical_models(suite).model_copy(update={"frameworks": frameworks})
     store = Store(db)
     try:
         run_id = store.create_run(suite.name, resolved.model_dump(), argv)
