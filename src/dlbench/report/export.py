@@ -12,7 +12,7 @@ EXPORT_COLUMNS = ("key", "framework", "variant", "model", "scenario", "batch", "
                   "reason",
                   "verified", "median_ms", "ci_low_ms", "ci_high_ms", "mean_ms", "std_ms", "min_ms", "p5_ms", "p95_ms",
                   "iqr_ms", "n", "samples_per_s", "gflops", "pct_peak", "peak", "first_call_ms", "peak_rss_bytes",
-                  "rss_growth_bytes", "warnings")
+                  "rss_growth_bytes", "energy_unit", "j_per_unit", "watts", "warnings")
 
 
 def export_rows(res: RunResults) -> list[dict]:
@@ -24,6 +24,8 @@ def export_rows(res: RunResults) -> list[dict]:
         for stat in ("median", "ci_low", "ci_high", "mean", "std", "min", "p5", "p95", "iqr"):
             row[f"{stat}_ms"] = t.get(stat)
         row["n"] = t.get("n")
+        # energy per sample (generation: per token) and watts; blank where no counter was read
+        row.update(energy_unit=c.energy.get("unit"), j_per_unit=c.energy.get("j_per_unit"), watts=c.energy.get("watts"))
         row["warnings"] = "; ".join([*c.cell.warnings, *c.rate_warnings])
         rows.append(row)
     return rows

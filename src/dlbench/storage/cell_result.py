@@ -37,6 +37,9 @@ class CellResult:
     convergence: dict[str, Any] = field(default_factory=dict)  # scenarios.convergence.summarise_curves
     #: every timed iteration in the order it ran: (repeat, "warmup" | "measure", ms); for warm-up plots
     series_ms: list[tuple[int, str, float]] = field(default_factory=list)
+    #: J per sample (or token) and watts from the stored counter readings (:func:`dlbench.measure.energy.figures`);
+    #: ``no_counter`` where none was readable; empty where the cell recorded none
+    energy: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
