@@ -289,3 +289,25 @@ def test_a_run_without_counters_says_so_once(tmp_path, tmp_db, monkeypatch, caps
     assert main(["report", "--db", str(tmp_db), "--out", str(tmp_path / "report")]) == 0
     md = (tmp_path / "report" / "report.md").read_text()
     assert md.count("no counter on this machine") == 1
+
+
+def test_a_damaged_energy_record_sets_its_cell_aside_and_the_rest_reads(tmp_path, capsys):
+    """A stored record that cannot give a figure (a counter that is text, a window of zero seconds) is damage:
+    the cell is named and set aside, as a damaged sample is (docs/reliability.md), never a traceback."""
+    import sqlite3
+
+    from tests.synthetic_runs import compare_pair
+
+    db = tmp_path / "r.db"
+    a, _ = compare_pair(db)
+    record = {"window_ns": 0, "calls": 1, "per_call": 1, "unit": "sample", "looked_for": [],
+              "counters": [{"domain": "package-0", "source": "rapl", "counter": "p", "unit_j": 1e-6, "wrap": RANGE,
+                            "start": 0, "end": "x"}]}
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE cells SET metrics=json_set(metrics, '$.energy', json(?)) WHERE id=1",
+                     (json.dumps([record]),))
+    conn.close()
+    assert main(["show", a, "--db", str(db), "--json"]) in (0, 1)
+    out, err = capsys.readouterr()
+    assert "set aside" in err and "figures cannot be computed" in err and "Traceback" not in err
+    assert json.loads(out)["models"]["lenet"]  # the run's other cells read

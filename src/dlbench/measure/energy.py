@@ -35,6 +35,7 @@ import os
 import re
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ class Counter:
     counter: str  # the file read, or NVML's function and the GPU's index
     unit_j: float
     wrap: int | None
-    read: Any  # () -> int, the counter's value now
+    read: Callable[[], int]  # the counter's value now
 
     def describe(self) -> dict[str, Any]:
         return {"domain": self.domain, "source": self.source, "counter": self.counter, "unit_j": self.unit_j,
@@ -110,7 +111,7 @@ def rapl_counters(root: Path) -> tuple[list[Counter], list[str]]:
             try:
                 counters.append(_rapl_counter(zone, domain))
             except (OSError, ValueError) as exc:
-                why = getattr(exc, "strerror", None) or exc
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 notes.append(f"RAPL: {zone / 'energy_uj'} unreadable ({why})")
     if not counters and not notes:
         notes.append(f"RAPL: no package zone under {root}")
