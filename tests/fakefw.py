@@ -10,7 +10,9 @@ spec's: only the convergence agreement check sees it; in ``train_step`` the gate
 then runs as ``ok``: a test holds a cell mid-measurement for as long as it needs, and releases it),
 ``fp32only`` (accepts any precision and silently builds float32: the gate's precision check must catch it),
 ``noprofile`` (plain torch with no profiler, as a framework dlbench has not wired one into),
-``warmslow`` (each closure's first 50 calls take 10 ms more: a warm-up longer than the protocol's).
+``warmslow`` (each closure's first 50 calls take 10 ms more: a warm-up longer than the protocol's),
+``metered`` (each call adds 1000 uJ to the planted RAPL counter ``$DLBENCH_POWERCAP_ROOT/intel-rapl:0/energy_uj``:
+the energy of a cell's window is then exactly its timed calls').
 """
 
 import os
@@ -21,7 +23,7 @@ from dlbench.frameworks import FrameworkInfo
 
 FRAMEWORK_INFO = FrameworkInfo("fakefw", __file__, "torch", "torch",
                                ("ok", "crash", "hang", "oom", "broken", "slow", "lr", "held", "fp32only",
-                                "noprofile", "warmslow"),
+                                "noprofile", "warmslow", "metered"),
                                "test double (torch)", devices=("cpu", "cuda"))
 
 
@@ -80,6 +82,17 @@ def _backend():
                     calls[0] += 1
                     if calls[0] <= 50:
                         time.sleep(0.01)
+                    return fn()
+                return run
+            if mode == "metered":
+                counter = os.path.join(os.environ["DLBENCH_POWERCAP_ROOT"], "intel-rapl:0", "energy_uj")
+
+                def run():
+                    with open(counter, "r+") as f:
+                        value = int(f.read()) + 1000
+                        f.seek(0)
+                        f.write(f"{value}\n")
+                        f.truncate()
                     return fn()
                 return run
             if mode == "slow":

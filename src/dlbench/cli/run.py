@@ -27,7 +27,7 @@ from dlbench.planning import flags, resolve
 from dlbench.planning.estimate import Estimate, format_duration
 from dlbench.planning.history import load_history
 from dlbench.planning.plan import Cell, Suite, suite_from_dict
-from dlbench.report import cost
+from dlbench.report import cost, energy
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
 from dlbench.report.results import RunResults
 from dlbench.report.summary import optimizer_text, summary_dict, summary_rows, summary_scenarios
@@ -380,6 +380,8 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
     if as_json:
         data = summary_dict(res)
         data.update((x.key, x.rows) for x in extras if x.key)
+        if (figures := energy.summary(res)) is not None:
+            data["energy"] = figures
         print(json.dumps(data, indent=2, default=str))
         return 1 if res.errors else 0
     tables = summary_rows(res)
@@ -416,6 +418,10 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
         console.print(table)
     for x in extras:
         console.print(_rich_table(x.table))
+    if (energy_table := energy.table(res)) is not None:
+        console.print(_rich_table(energy_table))
+    elif (line := energy.no_counter(res)) is not None:
+        console.print(line, highlight=False, markup=False)
     noisy = [c for c in res.cells if c.cell.warnings]
     if noisy:
         console.print(f"[yellow]{len(noisy)} cell(s) with warnings[/] (dlbench show {escape(res.run_id)} --warnings)",

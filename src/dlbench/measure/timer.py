@@ -14,6 +14,10 @@ The warm-up count is a floor, not an assumption (``find_warmup``): the samples a
 the end of a slow start (:mod:`dlbench.measure.warmup`, change-point detection). Samples before it
 join the warm-up, and sampling goes on until ``min_iters`` samples follow it; ``warmup_found`` says
 how many samples were moved, ``settled`` whether the process reached a level at all.
+
+A ``meter`` (:class:`dlbench.measure.energy.Meter`) is read right before the first sampled call and
+right after each round of sampling (the last reading ends its window): the window holds every sampled call (those
+later found to be warm-up included, :func:`sampled_calls`) and no warm-up call.
 """
 
 from __future__ import annotations
@@ -22,9 +26,12 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlbench.measure.warmup import warmup_end
+
+if TYPE_CHECKING:
+    from dlbench.measure.energy import Meter
 
 #: searches for the end of the warm-up (each after sampling ``min_iters`` more)
 MAX_LOOKS = 4
@@ -61,9 +68,16 @@ class Timing:
                 "settled": self.settled, "warmup_s": self.warmup_s, "sampling_s": self.sampling_s}
 
 
+def sampled_calls(timing: Timing) -> int:
+    """The calls made between the sampling's start and its end (the meter's window): every sample's
+    loop, those moved to the warm-up by ``find_warmup`` included."""
+    return (len(timing.samples_ns) + timing.warmup_found) * timing.loop_k
+
+
 def time_callable(fn: Callable[[], Any], sync: Callable[[Any], None], protocol: Protocol,
-                  clock: Callable[[], int] = time.perf_counter_ns) -> Timing:
-    """Measure ``fn`` under ``protocol``; the first warm-up call (compilation, lazy init) is kept apart."""
+                  clock: Callable[[], int] = time.perf_counter_ns, meter: Meter | None = None) -> Timing:
+    """Measure ``fn`` under ``protocol``; the first warm-up call (compilation, lazy init) is kept apart.
+    ``meter``: energy counters read around the sampling (:func:`sampled_calls` calls)."""
     timing = Timing()
     calls = max(protocol.warmup, 1)
     began = clock()
@@ -82,6 +96,8 @@ def time_callable(fn: Callable[[], Any], sync: Callable[[Any], None], protocol: 
     if steady < protocol.loop_below_ns:
         k = max(1, math.ceil(protocol.loop_below_ns / max(steady, 1.0)))
     timing.loop_k = k
+    if meter is not None:
+        meter.start()
     started = clock()
     timing.warmup_s = (started - began) / 1e9
 
@@ -95,10 +111,11 @@ def time_callable(fn: Callable[[], Any], sync: Callable[[Any], None], protocol: 
             sync(out)
             timing.samples_ns.append((clock() - t0) / k)
             elapsed = (clock() - started) / 1e9
-            if len(timing.samples_ns) >= protocol.min_iters and elapsed >= min_time_s:
-                return False
-            if elapsed >= protocol.max_time_s:
-                return True
+            done = len(timing.samples_ns) >= protocol.min_iters and elapsed >= min_time_s
+            if done or elapsed >= protocol.max_time_s:
+                if meter is not None:  # the window's end, until a later sampling moves it
+                    meter.stop()
+                return not done
 
     timing.truncated = sample(protocol.min_time_s)
     looks = 0

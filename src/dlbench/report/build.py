@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dlbench.core.errors import UsageError
 from dlbench.core.outputs import OutputDir
-from dlbench.report import cost, precision, profile, versions
+from dlbench.report import cost, energy, precision, profile, versions
 from dlbench.report.export import write_csv
 from dlbench.report.html import render_report
 from dlbench.report.markdown import render_markdown
@@ -67,7 +67,7 @@ def write_report(res: RunResults, out: str | Path | None = None, survey: dict | 
     content = build_content(res)
     # the run-wide sections, and those of the run's scenarios (the registry asks each scenario)
     content.sections = [s for s in (precision.section(res), *registry.report_sections(res), versions.section(res),
-                                    profile.section(res), cost.section(res)) if s]
+                                    profile.section(res), cost.section(res), energy.section(res)) if s]
     plots, skipped = make_plots(res, (precision.speed_error, versions.trend_plots, registry.report_plots))
     plot_files = {p.name: f"plots/{p.name}.svg" for p in plots}
     md = render_markdown(content, plots, skipped, plot_files)

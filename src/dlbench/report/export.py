@@ -19,7 +19,8 @@ EXPORT_COLUMNS = ("key", "framework", "variant", "model", "scenario", "batch", "
                   "reason",
                   "verified", "median_ms", "ci_low_ms", "ci_high_ms", "mean_ms", "std_ms", "min_ms", "p5_ms", "p95_ms",
                   "iqr_ms", "n", "process_medians_ms", "processes_disagree", "samples_per_s", "gflops", "pct_peak",
-                  "peak", "first_call_ms", "peak_rss_bytes", "rss_growth_bytes", "warnings")
+                  "peak", "first_call_ms", "peak_rss_bytes", "rss_growth_bytes", "energy_unit", "j_per_unit", "watts",
+                  "warnings")
 #: the columns of each of a cell's own figures, after its name (``ttft_ms_median``)
 FIGURE_STATS = ("median", "ci_low", "ci_high", "n", "process_medians", "processes_disagree")
 
@@ -50,6 +51,8 @@ def export_rows(res: RunResults) -> list[dict]:
             row.update({f"{name}_median": f.median, f"{name}_ci_low": f.ci_low, f"{name}_ci_high": f.ci_high,
                         f"{name}_n": f.n, f"{name}_process_medians": _processes(f),
                         f"{name}_processes_disagree": f.disagree})
+        # energy per sample (generation: per token) and watts; blank where no counter was read
+        row.update(energy_unit=c.energy.get("unit"), j_per_unit=c.energy.get("j_per_unit"), watts=c.energy.get("watts"))
         row["warnings"] = "; ".join([*c.cell.warnings, *c.rate_warnings])
         rows.append(row)
     return rows

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dlbench.measure.energy import figures as energy_figures
 from dlbench.measure.peak import describe, peak_for
 from dlbench.scenarios import registry
 from dlbench.storage.cell_result import CellResult, RunResults
@@ -29,6 +30,8 @@ def analyse_cell(store: Store, cell: CellRecord, verified: str, peaks: dict[str,
     found = peak_for(peaks, cell.precision) if cell.device == "cpu" else None
     try:
         registry.of_stored(cell.scenario).analyse(res, samples, found[1] if found else None)
+        if cell.status == "ok":
+            res.energy = energy_figures(cell.metrics.get("energy"))
     except (TypeError, ValueError, ArithmeticError, KeyError, IndexError, AttributeError) as exc:
         raise Damaged(f"its figures cannot be computed from what is stored ({type(exc).__name__}: {exc})") from None
     if found and res.pct_peak is not None:

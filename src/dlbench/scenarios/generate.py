@@ -15,7 +15,9 @@ prompt 128, 64 new tokens, batch 1 and 4 (a suite's default batch becomes both c
   :func:`dlbench.measure.stats.summarize`): TTFT (the prompt's prefill through the first token on the
   host), TPOT (each later token), tokens/s per sequence (new tokens over a generation's time) and in
   total (x batch); TTFT and TPOT percentiles pooled over the processes
-  (:mod:`dlbench.measure.percentiles`); the cache's bytes and the process's peak resident memory.
+  (:mod:`dlbench.measure.percentiles`); the cache's bytes and the process's peak resident memory;
+  energy per generated token where the machine has counters (:mod:`dlbench.measure.energy`: read
+  around the timed generations, stored raw per process).
 
 The stored samples: ``ttft`` (one per generation), ``tpot`` (one per later token) and ``measure`` (a
 whole generation's time, so comparisons and plots of per-call times apply). ``--profile`` profiles
@@ -44,6 +46,7 @@ from dlbench.generation.decoder import (
     unsupported_reason,
 )
 from dlbench.measure.cost import WorkClock
+from dlbench.measure.energy import Meter
 from dlbench.measure.memory import current_rss_bytes, peak_rss_bytes
 from dlbench.measure.percentiles import percentiles
 from dlbench.measure.stats import Summary, interval_text, summarize
@@ -275,6 +278,7 @@ class Generate(Scenario):
             return out
         out.metrics = figures(cell, per_process, jobs[0].settings, suite.seed)
         out.metrics["generation_gate"] = verdict
+        out.metrics["energy"] = [r["energy"] for r in per_process]
         for r, result in enumerate(per_process):
             for i, run in enumerate(result["runs"]):
                 out.samples.append(Sample(r, i, "ttft", run["ttft_ns"]))
@@ -389,6 +393,8 @@ def measure_generation(job: CellJob) -> dict[str, Any]:
     warm = greedy(decoder, prompts(spec.input.vocab, batch, g["prompt"], seed, g["runs"]), g["new_tokens"])
     clock.mark("warmup_s")
     runs, truncated = [], False
+    meter = Meter(c.device)
+    meter.start()  # the window: the timed generations, no warm-up (dlbench.measure.energy)
     deadline = time.perf_counter() + job.protocol["max_time_s"]
     for r in range(g["runs"]):
         gen = greedy(decoder, prompts(spec.input.vocab, batch, g["prompt"], seed, r), g["new_tokens"])
@@ -396,11 +402,14 @@ def measure_generation(job: CellJob) -> dict[str, Any]:
         if time.perf_counter() > deadline:
             truncated = r + 1 < g["runs"]
             break
+    meter.stop()
+    meter.close()
     clock.mark("timed_s")
     out = {"cost": clock.to_dict(), "runs": runs, "truncated": truncated, "warmup_ns": warm.total_ns, "build_ns": build_ns,
            "cache_bytes": decoder.cache_bytes, "rss_before_build_bytes": rss_before,
            "peak_rss_bytes": peak_rss_bytes(), "decoder": decoder.info(), "threads_readback": readback,
-           "versions": versions(backend)}
+           "versions": versions(backend),
+           "energy": meter.record(len(runs), batch * g["new_tokens"], "token")}
     if "profile" in job.extra:
         out["profile"] = _profile_steps(backend, decoder, prompts(spec.input.vocab, batch, g["prompt"], seed, 0),
                                         g["new_tokens"], job.extra["profile"])

@@ -23,6 +23,10 @@ makes the closure (untimed) and times it (:func:`dlbench.measure.timer.time_call
 framework's profiler (:mod:`dlbench.measure.profile`): after the timed calls, so no sample holds the
 profiler's cost; the trace is kept in the cell's artifact directory and the operations table in its
 metrics.
+
+Each process reads the machine's energy counters around its sampled calls (:mod:`dlbench.measure.energy`:
+RAPL, NVML for a GPU cell) and returns the raw readings; the cell stores them per process
+(``metrics["energy"]``) and the analysis makes J per sample and watts of them.
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ from dlbench.core.job import CellJob
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.measure.adaptive import variance_split
 from dlbench.measure.cost import WorkClock
+from dlbench.measure.energy import Meter
 from dlbench.measure.memory import current_rss_bytes, nvml_used_bytes, peak_rss_bytes
 from dlbench.measure.profile import profile_closure
 from dlbench.measure.stats import summarize
-from dlbench.measure.timer import Protocol, time_callable
+from dlbench.measure.timer import Protocol, sampled_calls, time_callable
 from dlbench.models.spec import ModelSpec
 from dlbench.scenarios.base import CellOutcome, Context, Scenario, profile_dir
 from dlbench.scenarios.prepare import prepare, versions
@@ -137,6 +142,7 @@ class Timed(Scenario):
             out.metrics["variance"] = variance_split([r["timing"]["samples_ns"] for r in per_repeat])
             if adaptive is not None:
                 out.metrics["adaptive"] = adaptive
+            out.metrics["energy"] = [r["energy"] for r in per_repeat]
         if per_repeat and profiled:
             profile = per_repeat[0]["profile"]
             if "ops" in profile:
@@ -193,7 +199,10 @@ class Timed(Scenario):
         clock.mark("build_s")
         del p.weights
         protocol = job.protocol if job.calls is None else {**job.protocol, "min_iters": job.calls, "min_time_s": 0.0}
-        timing = time_callable(fn, backend.sync, Protocol(**protocol))
+        meter = Meter(device)
+        timing = time_callable(fn, backend.sync, Protocol(**protocol), meter=meter)
+        meter.close()
+        call_samples = backend.call_samples(placed)
         found_s = sum(timing.warmup_ns[len(timing.warmup_ns) - timing.warmup_found:]) * timing.loop_k / 1e9
         clock.mark("timer_s")
         # memory is read before the profiler runs: its buffers and trace are not the model's (with --profile
@@ -208,7 +217,8 @@ class Timed(Scenario):
             "timing": timing.to_dict(), "build_ns": build_ns, "threads_readback": p.readback,
             "rss_before_build_bytes": rss_before, "peak_rss_bytes": peak, "device_memory": device_memory,
             "python": sys.executable, "versions": versions(backend),
-            "framework_metrics": backend.cell_metrics(model), "call_samples": backend.call_samples(placed),
+            "framework_metrics": backend.cell_metrics(model), "call_samples": call_samples,
+            "energy": meter.record(sampled_calls(timing), call_samples or job.cell.batch, "sample"),
             "profile": profile, **({"optimizer": opt.describe()} if opt is not None else {}),
         }
 

@@ -41,6 +41,9 @@ class CellResult:
     #: tpot_ms, tokens_per_s_sequence, tokens_per_s_total), each from the raw samples with its interval
     #: and its processes' medians: what the scenario's column shows, in every JSON output and the export
     figures: dict[str, Summary] = field(default_factory=dict)
+    #: J per sample (or token) and watts from the stored counter readings (:func:`dlbench.measure.energy.figures`);
+    #: ``no_counter`` where none was readable; empty where the cell recorded none
+    energy: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
