@@ -27,9 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.models import hf_layout, safetensors_file, zoo
 from dlbench.models.hf_layout import ZOO_FAMILIES, family_of, from_hf, layout, to_hf
+from dlbench.models.hf_layout import blocks as blocks_of
+from dlbench.models.safetensors_file import SafetensorsError, tensors
 from dlbench.models.spec import ModelSpec
+from dlbench.models.zoo import bert_base, gpt2, smollm2_135m, vit_b16
 
 __all__ = ["CheckpointError", "ZOO_FAMILIES", "canonical", "digest", "family_of", "is_hf", "layout", "load_params",
            "parse", "source", "spec", "to_hf"]
@@ -39,8 +41,7 @@ CONFIG = "config.json"
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 #: model_type -> the zoo factory whose layers the family has
-FAMILIES = {"gpt2": zoo.gpt2, "llama": zoo.smollm2_135m, "qwen2": zoo.smollm2_135m, "bert": zoo.bert_base,
-            "vit": zoo.vit_b16}
+FAMILIES = {"gpt2": gpt2, "llama": smollm2_135m, "qwen2": smollm2_135m, "bert": bert_base, "vit": vit_b16}
 #: options an ``hf:`` reference takes: fewer blocks, another sequence length, the files' digest
 OPTIONS = ("layers", "seq_len", "sha256")
 #: the sequence a token model gets by default (the zoo's), at most its positions; the gate's (small) one
@@ -354,8 +355,8 @@ def load_params(spec: ModelSpec) -> dict[str, np.ndarray]:
         h.update(data)
         if path.name != CONFIG:
             try:
-                state.update(safetensors_file.tensors(data, path))
-            except safetensors_file.SafetensorsError as exc:
+                state.update(tensors(data, path))
+            except SafetensorsError as exc:
                 raise CheckpointError(str(exc)) from None
     found = h.hexdigest()[:DIGEST_CHARS]
     if ckpt["sha256"] and found != ckpt["sha256"]:
@@ -383,7 +384,7 @@ def _check_leftovers(spec: ModelSpec, state: dict[str, np.ndarray], params: dict
     blocks = spec.options["checkpoint"]["blocks"]  # the config's: those past layers=N are left unread
     for name in sorted(set(state) - used):
         index = _block_index(name)
-        if name.endswith(BUFFERS) or (index is not None and hf_layout.blocks(spec) <= index < blocks):
+        if name.endswith(BUFFERS) or (index is not None and blocks_of(spec) <= index < blocks):
             continue
         if name == "lm_head.weight" and "lm_head.weight" not in params:
             embed = next(n for n in ("transformer.wte.weight", "model.embed_tokens.weight") if n in state)
@@ -395,10 +396,15 @@ def _check_leftovers(spec: ModelSpec, state: dict[str, np.ndarray], params: dict
                               "config (a layer dlbench does not have)")
 
 
+#: the segment before a block's index in Hugging Face tensor names (GPT-2 ``h.3``, BERT/ViT ``layer.3``,
+#: Llama/Qwen2 ``layers.3``)
+BLOCK_SEGMENTS = frozenset({"h", "layer", "layers"})
+
+
 def _block_index(name: str) -> int | None:
     parts = name.split(".")
     for i, p in enumerate(parts[:-1]):
-        if p in ("h", "layer", "layers") and parts[i + 1].isdigit():
+        if p in BLOCK_SEGMENTS and parts[i + 1].isdigit():
             return int(parts[i + 1])
     return None
 
