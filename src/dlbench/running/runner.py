@@ -283,7 +283,7 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
         if suite.distributed.launcher == "ray":  # every job of the run becomes a task on the cluster
             ray = stack.enter_context(RayLauncher(suite.distributed.ray_address, suite.distributed.mixed_nodes))
         ctx = Context(suite, ray.run_job if ray is not None else run_job, ray=ray,
-                      artifacts=store.artifacts_dir(run_id))
+                      artifacts=store.artifacts_dir(run_id), stored={c.key: c.metrics for c in store.cells(run_id)})
         for name in dict.fromkeys(c.scenario for c in todo):  # run-scoped resources, in scenario order
             cells = [c for c in todo if c.scenario == name]
             ctx.sessions[name] = stack.enter_context(registry.get(name).session(suite, cells, ray, progress))
@@ -303,6 +303,7 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
                 metrics["checkpoint"] = hf_checkpoint.source(cell.model)
             store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
                             outcome.seconds, outcome.warnings, metrics, outcome.samples)
+            ctx.stored[cell.key] = metrics
             progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples,
                      metrics=metrics)
 
