@@ -336,6 +336,20 @@ def test_the_harness_floor_is_measured_once_per_run_and_setting(fake_framework, 
     store.close()
 
 
+def test_a_stored_floor_that_is_not_one_is_measured_again():
+    """A resumed run reuses only a floor shaped as one, of the same setting: anything else (a damaged or
+    older cell's metrics) is passed over, and the floor measured again."""
+    from dlbench.scenarios.loadgen import stored_floor
+
+    good = {"percentiles_ms": {"50": 0.3}, "setting": "s", "measured_in": "k"}
+    assert stored_floor({"a": {"loadgen": {"floor": good}}}, "s") == good
+    assert stored_floor({"a": {"loadgen": {"floor": good}}}, "other") is None
+    assert stored_floor({"a": {"loadgen": {"floor": good}}}, None) is None  # a setting of the cell's own
+    for damaged in ({"loadgen": "text"}, {"loadgen": {"floor": [1]}}, {"loadgen": {"floor": {**good, "percentiles_ms": 3}}},
+                    {"loadgen": {"floor": {k: v for k, v in good.items() if k != "measured_in"}}}, {}):
+        assert stored_floor({"a": damaged}, "s") is None
+
+
 def test_a_server_at_its_default_rate_measures_its_own_floor():
     """A server's floor at another rate is another floor: with --qps left to its default (half the cell's own
     warm-up rate) the setting is the cell's own; with --qps it is shared."""
