@@ -15,6 +15,7 @@ from dlbench.cli.main import main
 from dlbench.core.errors import UsageError
 from dlbench.envs import versions
 from dlbench.frameworks import framework_info, installed_version
+from dlbench.measure import peak
 from dlbench.planning import flags
 from dlbench.running import runner
 from dlbench.storage.store import Store
@@ -112,6 +113,7 @@ def test_a_wrongly_shaped_peak_cache_is_read_as_empty(tmp_path, tmp_db, monkeypa
     cache.write_text(content.replace("h/1", f"{platform.node()}/1"))
     monkeypatch.setenv("DLBENCH_PEAK_CACHE", str(cache))
     jobs = []
+    monkeypatch.setattr(peak, "ENGINES", {"numpy": peak.ENGINES["numpy"]})  # one process per thread count
 
     def fake_job(job, timeout, threads):
         jobs.append(threads)

@@ -7,9 +7,10 @@ import pytest
 from dlbench import api
 from dlbench.measure import peak
 from dlbench.models import get_model
+from dlbench.report.summary import summary_dict
 from dlbench.report.tables import build_content
 from dlbench.storage.store import Store
-from tests.synthetic_runs import cell, finish, metrics, new_run, timed_samples, verify_pass
+from tests.synthetic_runs import ENV, cell, finish, metrics, new_run, timed_samples, verify_pass
 
 RATES = {"numpy": 90.0, "torch": 100.0, "torch:bf16": 400.0, "torch:int8": 800.0}
 
@@ -29,7 +30,7 @@ def test_each_precision_has_its_own_peak():
 def test_reduced_precision_peaks_are_measured_where_the_cpu_has_them(monkeypatch):
     monkeypatch.setattr(peak, "SIZE", 128)
     plain = peak.measure_peak_gflops(1, flags=frozenset({"avx2"}))
-    assert set(plain) - {"onnxruntime"} == {"numpy", "torch"}
+    assert set(plain) - {"onnxruntime", "openvino"} == {"numpy", "torch"}
     amx = peak.measure_peak_gflops(1, flags=frozenset({"amx_bf16", "amx_int8"}))
     assert {"torch:bf16", "torch:int8"} <= set(amx) and all(r > 0 for r in amx.values())
 
@@ -97,3 +98,65 @@ def test_the_float32_peak_counts_onnx_runtimes_gemm_too(monkeypatch):
         r for e, r in rates.items() if peak.engine_precision(e) == "fp32")
     a, b = (np.random.default_rng(i).standard_normal((64, 64), dtype=np.float32) for i in (0, 1))
     np.testing.assert_allclose(peak._ort_matmul(1)(a, b), a @ b, rtol=1e-4, atol=1e-4)  # it multiplies
+
+
+def test_the_peak_is_the_fastest_engine_each_in_its_own_process(tmp_db, monkeypatch):
+    """#45: the float32 peak was NumPy's, torch's and MLAS's GEMMs timed one after another in one process, and a
+    framework's cells stood above it. Each engine now runs in a process of its own, pinned to the thread count;
+    the fastest sets the peak and is named; an engine not installed or whose process fails is skipped with its
+    reason; a cell above the peak still warns."""
+    from dlbench.core.cell import Cell
+    from dlbench.launch.subprocess import JobOutcome
+    from dlbench.running import runner
+
+    def engine(name: str, module: str = "numpy") -> peak.PeakEngine:
+        return peak.PeakEngine(name, (module,), lambda threads, flags: {})  # measured by run_job below
+
+    monkeypatch.setattr(peak, "ENGINES", {e.name: e for e in (
+        engine("numpy"), engine("fast"), engine("absent", "dlbench_no_such_engine"), engine("broken"))})
+    monkeypatch.delenv("DLBENCH_PEAK_CACHE", raising=False)
+    jobs, lines = [], []
+
+    def run_job(job, timeout_s, threads=None, python=None, extra_env=None):
+        jobs.append((job.engine, job.threads, threads))
+        if job.engine == "broken":
+            return JobOutcome("failed", None, "exit code 1: RuntimeError: no GEMM kernel", 1.0, 1)
+        return JobOutcome("ok", {"gflops": {job.engine: {"numpy": 100.0, "fast": 300.0}[job.engine]}}, "", 1.0, 0)
+
+    store = Store(tmp_db)
+    try:
+        run_id = store.create_run("synthetic", {"name": "synthetic"})
+        store.save_environment(run_id, ENV)
+        runner._peaks(store, run_id, [Cell("torch", "eager", "lenet", "forward", 64, 1)],
+                      lambda event, **kw: lines.append(kw.get("text", "")), run_job)
+        assert jobs == [("numpy", 1, 1), ("fast", 1, 1), ("broken", 1, 1)]  # one process each, none for "absent"
+        assert store.peaks(run_id) == {1: {"numpy": 100.0, "fast": 300.0}}
+        kept = lines[-1]
+        assert "fp32 peak 300 GFLOP/s (fast)" in kept
+        assert "absent skipped: not installed (no module dlbench_no_such_engine)" in kept
+        assert "broken skipped: exit code 1: RuntimeError: no GEMM kernel" in kept
+        store.save_verification(run_id, "torch", "eager", "lenet", "cpu", "pass", "", {})
+        store.save_cell(run_id, {**cell("torch", "eager", "forward", 64, 1), "key": "torch/eager/lenet/forward/b64/t1"},
+                        "ok", "", 1.0, [], metrics(), timed_samples(0.005))  # about 600 GFLOP/s
+        finish(store, run_id)
+    finally:
+        store.close()
+    res = api.results(run_id, tmp_db)
+    (c,) = res.cells
+    assert c.peak == "fp32 peak 300 GFLOP/s (fast)" and c.pct_peak > 100
+    assert "above the measured fp32 peak (300 GFLOP/s at 1 thread(s))" in c.rate_warnings[0]
+    # which engine set it, wherever the peak is shown: the report's peak table and show --json
+    (row,) = build_content(res).peaks.rows
+    assert (row[-1].text, row[-1].detail) == ("300", "fast")
+    assert summary_dict(res)["peak_engine_by_precision"] == {"1": {"fp32": "fast"}}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="openvino is not installed")
+def test_openvino_s_gemm_multiplies_at_float32(monkeypatch):
+    """The oneDNN engine (OpenVINO's CPU plugin) computes the product it is timed on, at float32."""
+    import numpy as np
+
+    monkeypatch.setattr(peak, "SIZE", 64)
+    a, b = (np.random.default_rng(i).standard_normal((64, 64), dtype=np.float32) for i in (0, 1))
+    np.testing.assert_allclose(peak._openvino_matmul(1)(a, b), a @ b, rtol=1e-5, atol=1e-4)
+    assert peak.measure_engine("openvino", 1, frozenset())["openvino"] > 0

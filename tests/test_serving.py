@@ -277,6 +277,93 @@ def test_a_loadgen_cell_near_its_harness_floor_carries_the_warning():
     assert far.status == "ok" and not [w for w in far.warnings if "harness floor" in w]
 
 
+def _floor_counting_run_job(floors: list[str]):
+    """A stand-in for the measuring processes: the peak and the gate pass, and each LoadGen cell answers
+    with fixed summaries; ``floors`` gets the key of each cell whose process was asked for the harness floor."""
+    from dlbench.core.job import CellJob, PeakJob
+    from dlbench.launch.subprocess import JobOutcome
+
+    def summary(p50: float) -> str:
+        return (f"Scenario : SingleStream\nResult is : VALID\n50.00 percentile latency (ns) : {p50 * 1e6:.0f}\n"
+                f"99.00 percentile latency (ns) : {p50 * 1e6:.0f}\n")
+
+    def run_job(job, timeout_s, threads=None, python=None, extra_env=None):
+        if isinstance(job, PeakJob):
+            return JobOutcome("ok", {"gflops": {"numpy": 1.0}}, "", 0.0, 0)
+        if not isinstance(job, CellJob):  # the gate
+            return JobOutcome("ok", {"results": [{"model": m, "verdict": "pass", "reason": ""} for m in job.models]},
+                              "", 0.0, 0)
+        if job.extra["floor"]:
+            floors.append(job.cell.key)
+        return JobOutcome("ok", {"summary": summary(0.43), "floor_summary": summary(0.30) if job.extra["floor"]
+                                 else None, "meets_rules": True, "settings": {}, "logs": [], "threads_readback": None,
+                                 "versions": {}}, "", 1.0, 0)
+    return run_job
+
+
+def test_the_harness_floor_is_measured_once_per_run_and_setting(fake_framework, tmp_db, monkeypatch):
+    """#45: the floor ran inside every LoadGen cell, doubling its time, though it depends on the run's setting
+    alone. Two models at one thread count share one floor, measured by the first (a resumed run's later cell
+    reuses the stored one); two threads is another setting with its own. Each cell shows the floor and is
+    warned against it."""
+    from dlbench.running import runner
+    from dlbench.storage.store import Store
+
+    floors: list[str] = []
+    monkeypatch.setattr(runner, "run_job", _floor_counting_run_job(floors))
+    suite = runner.suite_from_dict({"models": ["lenet", "fcn-r"], "frameworks": ["fakefw"],
+                                    "scenarios": ["loadgen-single-stream"], "threads": [1, 2]}, "test")
+    _, cells = runner.plan_cells(suite)
+    assert len(cells) == 4
+    store = Store(tmp_db)
+    run_id = store.create_run("test", suite.model_dump())
+    runner.execute(store, run_id, suite, cells[:1])  # a run cut short after one cell, then resumed
+    runner.execute(store, run_id, suite, cells)
+    stored = {c.key: c for c in store.cells(run_id)}
+    by_threads = {t: [c for c in cells if c.threads == t] for t in (1, 2)}
+    assert sorted(floors) == sorted(by_threads[t][0].key for t in (1, 2)), floors
+    for t, mine in by_threads.items():
+        first, other = (stored[c.key].metrics["loadgen"]["floor"] for c in mine)
+        assert first == other and first["measured_in"] == mine[0].key and f"threads {t}" in first["setting"]
+        assert first["percentiles_ms"]["50"] == 0.30
+        for c in mine:
+            assert [w for w in stored[c.key].warnings if "within 2x of the harness floor's 0.3 ms" in w]
+    res = api.results(run_id, tmp_db)
+    shown = {c.cell.key: registry.get(c.cell.scenario) for c in res.cells}
+    for c in res.cells:
+        assert "p99 0.43 ms (floor 0.3)" in shown[c.cell.key].text(c)
+        assert shown[c.cell.key].summary_fields(c)["loadgen-single-stream_floor"]["measured_in"] in floors
+    store.close()
+
+
+def test_a_stored_floor_that_is_not_one_is_measured_again():
+    """A resumed run reuses only a floor shaped as one, of the same setting: anything else (a damaged or
+    older cell's metrics) is passed over, and the floor measured again."""
+    from dlbench.scenarios.loadgen import stored_floor
+
+    good = {"percentiles_ms": {"50": 0.3}, "setting": "s", "measured_in": "k"}
+    assert stored_floor({"a": {"loadgen": {"floor": good}}}, "s") == good
+    assert stored_floor({"a": {"loadgen": {"floor": good}}}, "other") is None
+    assert stored_floor({"a": {"loadgen": {"floor": good}}}, None) is None  # a setting of the cell's own
+    for damaged in ({"loadgen": "text"}, {"loadgen": {"floor": [1]}}, {"loadgen": {"floor": {**good, "percentiles_ms": 3}}},
+                    {"loadgen": {"floor": {k: v for k, v in good.items() if k != "measured_in"}}}, {}):
+        assert stored_floor({"a": damaged}, "s") is None
+
+
+def test_a_server_at_its_default_rate_measures_its_own_floor():
+    """A server's floor at another rate is another floor: with --qps left to its default (half the cell's own
+    warm-up rate) the setting is the cell's own; with --qps it is shared."""
+    from dlbench.core.cell import Cell
+    from dlbench.scenarios.latency import ServingSettings
+
+    server, single = registry.get("loadgen-server"), registry.get("loadgen-single-stream")
+    cell = Cell("torch", "eager", "lenet", server.name, 1, 1)
+    assert server.floor_setting(cell, ServingSettings()) is None
+    assert "qps 20" in server.floor_setting(cell, ServingSettings(qps=20.0))
+    assert single.floor_setting(cell, ServingSettings()) != single.floor_setting(
+        Cell("torch", "eager", "lenet", single.name, 1, 2), ServingSettings())
+
+
 # --- flags ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, needle", [
     (["--scenario", "loadgen-server", "--qps", "-1"], "qps"),

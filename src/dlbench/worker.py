@@ -47,9 +47,9 @@ def run_verify(job: VerifyJob) -> dict[str, Any]:
 
 
 def run_peak(job: PeakJob) -> dict[str, Any]:
-    from dlbench.measure.peak import measure_peak_gflops
+    from dlbench.measure.peak import measure_engine
 
-    return {"gflops": measure_peak_gflops(job.threads)}
+    return {"gflops": measure_engine(job.engine, job.threads)}
 
 
 def run_survey(job: SurveyJob) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from dlbench.core.cell import DEFAULT_DEVICE, Cell
 
 #: the version of the job's JSON; a change of fields or of their meaning raises it
-JOB_VERSION = 2  # 2: CellJob.optimizer, VerifyJob.optimizers
+JOB_VERSION = 3  # 2: CellJob.optimizer, VerifyJob.optimizers; 3: PeakJob.engine
 
 
 class JobVersionError(ValueError):
@@ -92,9 +92,11 @@ class VerifyJob(Job):
 
 @dataclass
 class PeakJob(Job):
-    """The machine's float32 matmul peak at ``threads`` (:mod:`dlbench.measure.peak`)."""
+    """One engine's matmul peaks at ``threads`` (:mod:`dlbench.measure.peak`), alone in its process."""
 
     kind: ClassVar[str] = "peak"
+    #: the engine (:data:`dlbench.measure.peak.ENGINES`)
+    engine: str
 
 
 @dataclass

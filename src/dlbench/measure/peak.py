@@ -1,13 +1,17 @@
 """The machine's measured matrix-multiply peak, per precision: what "% of peak" in a result refers to.
 
-Measured per thread count in a fresh process pinned to that many cores, with every installed
-engine that can do the multiply here; the fastest of a precision counts as that precision's peak.
-Square 2048 matrices, best of several calls after a warm-up:
+Measured per thread count and engine (:data:`ENGINES`), each engine in a fresh process of its own pinned
+to that many cores, its thread variables set before anything is imported (one engine's runtime never
+shares a process with another's thread pool); the fastest of a precision counts as that precision's
+peak, and the engine that set it is stored and named wherever the peak is shown (:func:`describe`).
+An engine not installed, or whose process fails, is skipped with its reason. Square 2048 matrices,
+best of several calls after a warm-up:
 
-* ``fp32``: NumPy's BLAS (``numpy``), torch's MKL/oneDNN (``torch``) and ONNX Runtime's MLAS
-  (``onnxruntime``, a one-node MatMul graph): on an AMD EPYC with AVX-512 (2026-11-26) NumPy's and
-  torch's SGEMM reached 129 GFLOP/s on one core and MLAS 230, so ONNX Runtime's fcn-r forward showed
-  180% of a peak that only two engines had set;
+* ``fp32``: NumPy's BLAS (``numpy``), torch's MKL/oneDNN (``torch``), ONNX Runtime's MLAS
+  (``onnxruntime``, a one-node MatMul graph) and OpenVINO's CPU plugin (``openvino``: oneDNN's
+  kernels, a one-node MatMul model at f32 inference precision): on an AMD EPYC with AVX-512
+  (2026-11-26) NumPy's and torch's SGEMM reached 129 GFLOP/s on one core and MLAS 230, so ONNX
+  Runtime's fcn-r forward showed 180% of a peak that only NumPy and torch had set;
 * ``bf16``: torch's bfloat16 matmul (``torch:bf16``; oneDNN's AMX-BF16 or AVX512-BF16 kernels), where
   the CPU computes bfloat16 natively (:data:`dlbench.core.precision.NATIVE`);
 * ``int8``: torch's int8 x int8 -> int32 matmul (``torch:int8``, ``torch._int_mm``; AMX-INT8 or VNNI),
@@ -24,6 +28,7 @@ from __future__ import annotations
 import importlib.util
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -74,40 +79,99 @@ def by_precision(rates: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def setters(rates: dict[str, float]) -> dict[str, str]:
+    """Each precision's peak among ``rates``: the engine that set it (shown beside the peak)."""
+    out: dict[str, str] = {}
+    for e, r in rates.items():
+        p = engine_precision(e)
+        if p not in out or r > rates[out[p]]:
+            out[p] = e
+    return out
+
+
 def describe(engine: str, rate: float) -> str:
     """How a result names the peak it was divided by: ``bf16 peak 1,234 GFLOP/s (torch:bf16)``."""
     return f"{engine_precision(engine)} peak {rate:,.0f} GFLOP/s ({engine})"
 
 
-def measure_peak_gflops(threads: int, flags: frozenset[str] | None = None) -> dict[str, float]:
-    """GFLOP/s per engine in this process (the caller pins affinity and thread variables); reduced
-    precisions only where ``flags`` (the CPU's, by default) say the CPU computes them natively."""
-    flags = cpu_flags() if flags is None else flags
+@dataclass(frozen=True)
+class PeakEngine:
+    """One engine whose GEMMs may set a peak: the modules it needs and what it measures in this process
+    (the caller pins affinity and sets the thread variables before any import: one engine per fresh
+    process, :class:`dlbench.core.job.PeakJob`), as ``engine[:precision]`` -> GFLOP/s."""
+
+    name: str
+    modules: tuple[str, ...]
+    measure: Callable[[int, frozenset[str]], dict[str, float]]
+
+    def missing(self) -> str | None:
+        """Why the engine cannot be measured here (a module not installed), or None."""
+        absent = [m for m in self.modules if importlib.util.find_spec(m) is None]
+        return f"not installed (no module {', '.join(absent)})" if absent else None
+
+
+def _operands() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((SIZE, SIZE), dtype=np.float32)
-    b = rng.standard_normal((SIZE, SIZE), dtype=np.float32)
-    rates: dict[str, float] = {}
+    return (rng.standard_normal((SIZE, SIZE), dtype=np.float32), rng.standard_normal((SIZE, SIZE), dtype=np.float32))
+
+
+def _numpy(threads: int, flags: frozenset[str]) -> dict[str, float]:
+    a, b = _operands()
     try:
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(threads):
-            rates["numpy"] = _best_rate(np.matmul, a, b)
-    except Exception:
-        rates["numpy"] = _best_rate(np.matmul, a, b)
-    if importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None:
-        rates["onnxruntime"] = _best_rate(_ort_matmul(threads), a, b)
-    if importlib.util.find_spec("torch") is not None:
-        import torch
+            return {"numpy": _best_rate(np.matmul, a, b)}
+    except ImportError:
+        return {"numpy": _best_rate(np.matmul, a, b)}
 
-        torch.set_num_threads(threads)
-        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-        rates["torch"] = _best_rate(torch.matmul, ta, tb)
-        for precision, (x, y, matmul) in _reduced(torch, ta, tb).items():
-            if any(f in flags for f in NATIVE[precision]):
-                try:
-                    rates[f"torch:{precision}"] = _best_rate(matmul, x, y)
-                except RuntimeError:  # this torch build has no such kernel on this CPU
-                    pass
+
+def _torch(threads: int, flags: frozenset[str]) -> dict[str, float]:
+    import torch
+
+    torch.set_num_threads(threads)
+    ta, tb = (torch.from_numpy(x) for x in _operands())
+    rates = {"torch": _best_rate(torch.matmul, ta, tb)}
+    for precision, (x, y, matmul) in _reduced(torch, ta, tb).items():
+        if any(f in flags for f in NATIVE[precision]):
+            try:
+                rates[f"torch:{precision}"] = _best_rate(matmul, x, y)
+            except RuntimeError:  # this torch build has no such kernel on this CPU
+                pass
+    return rates
+
+
+def _onnxruntime(threads: int, flags: frozenset[str]) -> dict[str, float]:
+    return {"onnxruntime": _best_rate(_ort_matmul(threads), *_operands())}
+
+
+def _openvino(threads: int, flags: frozenset[str]) -> dict[str, float]:
+    return {"openvino": _best_rate(_openvino_matmul(threads), *_operands())}
+
+
+#: the engines a peak is the fastest of, in the order they are measured: NumPy's BLAS, torch's (MKL or
+#: oneDNN), ONNX Runtime's MLAS, OpenVINO's CPU plugin (oneDNN's kernels)
+ENGINES: dict[str, PeakEngine] = {e.name: e for e in (
+    PeakEngine("numpy", ("numpy",), _numpy),
+    PeakEngine("torch", ("torch",), _torch),
+    PeakEngine("onnxruntime", ("onnxruntime", "onnx"), _onnxruntime),
+    PeakEngine("openvino", ("openvino",), _openvino),
+)}
+
+
+def measure_engine(engine: str, threads: int, flags: frozenset[str] | None = None) -> dict[str, float]:
+    """GFLOP/s of ``engine``'s GEMMs in this process (the caller pins affinity and thread variables);
+    reduced precisions only where ``flags`` (the CPU's, by default) say the CPU computes them natively."""
+    return ENGINES[engine].measure(threads, cpu_flags() if flags is None else flags)
+
+
+def measure_peak_gflops(threads: int, flags: frozenset[str] | None = None) -> dict[str, float]:
+    """Every installed engine's GEMMs, one after another in this process (a run measures each in a fresh
+    process of its own: :func:`dlbench.running.runner._peaks`)."""
+    rates: dict[str, float] = {}
+    for engine in ENGINES.values():
+        if engine.missing() is None:
+            rates.update(measure_engine(engine.name, threads, flags))
     return rates
 
 
@@ -128,6 +192,20 @@ def _ort_matmul(threads: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     session = ort.InferenceSession(onnx.ModelProto.SerializeToString(model), options,
                                    providers=["CPUExecutionProvider"])
     return lambda x, y: session.run(None, {"a": x, "b": y})[0]
+
+
+def _openvino_matmul(threads: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """OpenVINO's float32 MatMul of two parameters (its CPU plugin's oneDNN kernels; f32 inference precision
+    asked for, since on a bfloat16 CPU the plugin would otherwise compute in bfloat16) on ``threads`` threads."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    a, b = (ops.parameter([SIZE, SIZE], np.float32, name=n) for n in ("a", "b"))
+    model = ov.Model([ops.matmul(a, b, False, False)], [a, b], "gemm")
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads,
+                                                      "INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    return lambda x, y: request.infer([x, y])[0]
 
 
 def _reduced(torch, a, b) -> dict[str, tuple[object, object, Callable]]:

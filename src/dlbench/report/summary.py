@@ -12,7 +12,7 @@ from typing import Any
 
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.envs import versions
-from dlbench.measure.peak import by_precision
+from dlbench.measure.peak import by_precision, setters
 from dlbench.models.split import parse_part
 from dlbench.report.results import CellResult, RunResults
 from dlbench.scenarios import registry
@@ -121,6 +121,7 @@ def summary_dict(results: RunResults) -> dict[str, Any]:
         "run_id": results.run_id, "status": results.run["status"], "suite": results.run["suite_name"],
         "peak_gflops": {str(t): results.peak_gflops(t) for t in results.peaks},
         "peak_gflops_by_precision": {str(t): by_precision(r) for t, r in results.peaks.items()},
+        "peak_engine_by_precision": {str(t): setters(r) for t, r in results.peaks.items()},
         "models": {m: [r.to_dict() for r in rows] for m, rows in summary_rows(results).items()},
         "failed": [{"key": c.cell.key, "status": c.cell.status, "reason": c.cell.reason} for c in results.failed],
         "warnings": [{"key": c.cell.key, "warnings": [*c.cell.warnings, *c.rate_warnings]} for c in results.cells

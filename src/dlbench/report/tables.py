@@ -27,7 +27,7 @@ from dlbench.core.document import (
     mark_best,
 )
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
-from dlbench.measure.peak import by_precision, engine_precision, peak_precision
+from dlbench.measure.peak import by_precision, engine_precision, peak_precision, setters
 from dlbench.measure.stats import interval_value
 from dlbench.report.results import CellResult, RunResults
 from dlbench.report.summary import SummaryRow, summary_rows
@@ -208,17 +208,17 @@ def environment_items(res: RunResults) -> list[tuple[str, str]]:
 
 
 def peaks_table(res: RunResults) -> Table:
-    """Each engine's matmul rate per thread count, then each precision's peak (the fastest of its engines):
-    what a cell of that precision's "% of peak" divides by."""
+    """Each engine's matmul rate per thread count, then each precision's peak (the fastest of its engines, named
+    under it): what a cell of that precision's "% of peak" divides by."""
     engines = sorted({e for rates in res.peaks.values() for e in rates}, key=lambda e: (engine_precision(e), e))
     precisions = sorted({engine_precision(e) for e in engines}, key=lambda p: (p != DEFAULT_PRECISION, p))
     columns = [Column("threads", "threads")] + [Column(e, f"{e} GFLOP/s") for e in engines] + \
         [Column(f"peak {p}", f"{p} peak GFLOP/s") for p in precisions]
     rows = []
     for t in sorted(res.peaks):
-        rates, best = res.peaks[t], by_precision(res.peaks[t])
+        rates, best, by = res.peaks[t], by_precision(res.peaks[t]), setters(res.peaks[t])
         rows.append([Value(str(t))] + [Value(fmt_num(rates.get(e)), rates.get(e)) for e in engines]
-                    + [Value(fmt_num(best.get(p)), best.get(p)) for p in precisions])
+                    + [Value(fmt_num(best.get(p)), best.get(p), detail=by.get(p, "")) for p in precisions])
     return Table("measured matmul peak per precision", columns, rows)
 
 

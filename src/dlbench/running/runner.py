@@ -34,8 +34,9 @@ from dlbench.data import DataError, adapt, list_datasets, load_dataset
 from dlbench.envs import ondemand
 from dlbench.frameworks import framework_info, installed_version
 from dlbench.launch.subprocess import run_job, thread_env
-from dlbench.measure import environment, reuse
+from dlbench.measure import environment, peak, reuse
 from dlbench.measure.cost import PARTS, cell_cost
+from dlbench.measure.peak import describe, setters
 from dlbench.models import get_model, hf_checkpoint
 from dlbench.planning import resolve
 from dlbench.planning.plan import Cell, Suite, expand, suite_from_dict
@@ -244,16 +245,40 @@ def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress, run
         if key in cache:
             store.save_peak(run_id, t, cache[key])
             continue
-        progress("phase", text=f"machine peak, {t} thread(s)")
-        o = run_job(PeakJob(threads=t), 300.0, t)
-        if o.status == "ok":
-            store.save_peak(run_id, t, o.result["gflops"])
+        rates, skipped = measure_peaks(t, progress, run_job)
+        best = ", ".join(describe(e, rates[e]) for e in setters(rates).values())
+        progress("phase", keep=True, text=f"machine peak, {t} thread(s): {best or 'none measured'}" + "".join(
+            f"; {engine} skipped: {why}" for engine, why in skipped.items()))
+        if rates:
+            store.save_peak(run_id, t, rates)
             if cache_path is not None:
-                cache[key] = o.result["gflops"]
+                cache[key] = rates
                 try:
                     cache_path.write_text(json.dumps(cache))
                 except OSError:  # a cache that cannot be written only costs the next run its peak
                     pass
+
+
+def measure_peaks(threads: int, progress: Progress = _quiet,
+                  run_job: JobRunner = run_job) -> tuple[dict[str, float], dict[str, str]]:
+    """Every engine's GEMMs at ``threads`` (:data:`dlbench.measure.peak.ENGINES`), each in a fresh process of its
+    own (its threads set before its import): their rates (``engine[:precision]`` -> GFLOP/s), and the engines
+    skipped with why (not installed; the process failed or answered with no peak)."""
+    rates: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    for engine in peak.ENGINES.values():
+        why = engine.missing()
+        if why is None:
+            progress("phase", text=f"machine peak, {threads} thread(s): {engine.name}")
+            o = run_job(PeakJob(threads=threads, engine=engine.name), 300.0, threads)
+            found = o.result.get("gflops") if o.status == "ok" and o.result else None
+            if _peak_shaped(found):
+                rates.update(found)
+            else:
+                why = o.reason if o.status != "ok" else f"its process answered {found!r}, not a peak"
+        if why is not None:
+            skipped[engine.name] = why
+    return rates, skipped
 
 
 def execute(store: Store, run_id: str, suite: Suite, cells: list[Cell], progress: Progress = _quiet) -> None:
@@ -283,7 +308,7 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
         if suite.distributed.launcher == "ray":  # every job of the run becomes a task on the cluster
             ray = stack.enter_context(RayLauncher(suite.distributed.ray_address, suite.distributed.mixed_nodes))
         ctx = Context(suite, ray.run_job if ray is not None else run_job, ray=ray,
-                      artifacts=store.artifacts_dir(run_id))
+                      artifacts=store.artifacts_dir(run_id), stored={c.key: c.metrics for c in store.cells(run_id)})
         for name in dict.fromkeys(c.scenario for c in todo):  # run-scoped resources, in scenario order
             cells = [c for c in todo if c.scenario == name]
             ctx.sessions[name] = stack.enter_context(registry.get(name).session(suite, cells, ray, progress))
@@ -303,6 +328,7 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
                 metrics["checkpoint"] = hf_checkpoint.source(cell.model)
             store.save_cell(run_id, {**cell.to_dict(), "key": cell.key}, outcome.status, outcome.reason,
                             outcome.seconds, outcome.warnings, metrics, outcome.samples)
+            ctx.stored[cell.key] = metrics
             progress("cell_done", cell=cell, status=outcome.status, reason=outcome.reason, samples=outcome.samples,
                      metrics=metrics)
 

@@ -144,6 +144,9 @@ class Context:
     #: the run's directory for files kept with it (:meth:`dlbench.storage.store.Store.artifacts_dir`); a
     #: cell's files go under :func:`cell_artifacts`
     artifacts: Path | None = None
+    #: the metrics of the run's cells stored so far, by cell key (a resumed run's earlier cells included):
+    #: where a scenario finds a run-level figure an earlier cell measured (LoadGen's harness floor)
+    stored: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class Scenario(ABC):

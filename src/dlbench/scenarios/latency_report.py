@@ -30,7 +30,9 @@ INTRO = ("Latency: single forward calls timed one by one (no loop averaging), po
          "below them, --loadgen-min-duration/--loadgen-min-queries). An offline run is one query holding every "
          "sample, so it has no per-sample latency to show: its percentiles are the whole run's length. The harness "
          "floor is the same LoadGen settings against a system under test that completes every query at once, on "
-         "the same cores: latency below it is LoadGen's and the serving thread's, not the framework's.")
+         "the same cores: latency below it is LoadGen's and the serving thread's, not the framework's. It is "
+         "measured once per run and setting (scenario, threads, batch, LoadGen's settings) by the first such cell, "
+         "and shown beside each cell of that setting.")
 
 
 def tail(metrics: dict[str, Any]) -> list[dict[str, Any]]:

@@ -26,11 +26,16 @@ the temporary folder LoadGen wrote them in: :func:`dlbench.scenarios.loadgen_har
 (``--threads``): LoadGen's own threads (the one issuing queries and the one logging and timing
 responses), the serving thread and the framework's compute threads share them, so at a light load
 a server's latency can be the harness's rather than the framework's (0.43 ms against 0.095 ms for a
-lone call was seen). After the measured test the cell runs LoadGen again with the same settings and
-the same serving thread in the same process, against a system under test that completes each query
-at once (a closure that does nothing): that run's figures, the floor, are stored with the cell
-(``metrics["loadgen"]["floor"]``) and shown beside its figures, and the cell warns where its median
-latency is within :data:`NEAR_FLOOR` x of the floor's. It doubles a cell's LoadGen time.
+lone call was seen). After the measured test the first cell of a setting (:meth:`LoadGen.floor_setting`:
+scenario, threads, batch, LoadGen's settings) runs LoadGen again with the same settings and the same
+serving thread in the same process, against a system under test that completes each query at once (a
+closure that does nothing): that run's figures, the floor, are stored with the cell
+(``metrics["loadgen"]["floor"]``, with its setting and ``measured_in``, the cell's key); every later
+cell of the run with that setting, a resumed run's included, stores a copy naming the cell that
+measured it and runs LoadGen once. Each cell shows the floor beside its figures and warns where its
+median latency is within :data:`NEAR_FLOOR` x of the floor's. A server at its default rate (half its
+own warm-up's) measures a floor of its own. The floor is kept in the cells, not in a run-level table,
+so that every reader and ``dlbench check`` read it as they read any cell's metrics (no schema change).
 """
 
 from __future__ import annotations
@@ -152,7 +157,8 @@ class LoadGen(Scenario):
 
     def estimate(self, cell, suite: SuiteView, step_s: float, start_s: float, epoch_samples: int) -> float:
         s = self.settings_of(suite)
-        duration = s.min_duration_s or 10.0  # the measured test, then the harness floor's
+        duration = s.min_duration_s or 10.0  # the measured test, then the harness floor's (counted for every
+        # cell: a cell alone cannot tell whether an earlier one of its setting measures the floor)
         return start_s + SAMPLES * step_s + duration * ((6 if s.find_peak else 1.2) + 1.2)
 
     def report_sections(self, res) -> list:
@@ -169,6 +175,9 @@ class LoadGen(Scenario):
         if why is not None:  # as --profile does: the logs are lost, the cell and the run are not
             out.warnings.append(f"LoadGen's log files are not kept: {why}")
         job.extra["outdir"] = str(outdir) if outdir is not None else None  # None: none kept
+        setting = self.floor_setting(cell, self.settings_of(ctx.suite))
+        known = stored_floor(ctx.stored, setting)
+        job.extra["floor"] = known is None  # measured once per run and setting: a later cell reuses it
         results = run_in_turn(cell, ctx, [job], ctx.suite.protocol.timeout_s, out)
         if not results:
             return out
@@ -176,15 +185,33 @@ class LoadGen(Scenario):
         if r.get("logs_lost"):
             out.warnings.append(f"LoadGen's log files are not kept: {r['logs_lost']}")
         figures = parse_summary(r["summary"])
-        floor = parse_summary(r["floor_summary"])
+        if known is None:
+            measured = parse_summary(r["floor_summary"])
+            floor = {**{k: measured[k] for k in FLOOR_FIGURES if k in measured}, "setting": setting,
+                     "measured_in": cell.key}
+        else:
+            floor = known
         out.metrics = {"loadgen": {**figures, "summary": r["summary"], "settings": r["settings"],
-                                   "meets_rules": r["meets_rules"], "logs": r["logs"],
-                                   "floor": {k: floor[k] for k in FLOOR_FIGURES if k in floor}},
+                                   "meets_rules": r["meets_rules"], "logs": r["logs"], "floor": floor},
                        "threads_readback": r["threads_readback"], "versions": r["versions"]}
         if warning := near_floor(self.mode, figures, floor):
             out.warnings.append(warning)
         out.warnings += result_warnings(figures, r["meets_rules"])
         return out
+
+    def floor_setting(self, cell, s: ServingSettings) -> str | None:
+        """What this cell's harness floor depends on, as the key it is stored under: the scenario, the cores
+        (the thread count), the batch (the library's size and grouping) and the run's LoadGen settings
+        (minimum duration and query count; a server's target rate and bound). Not the framework, the model
+        or the data: the floor computes nothing. A server at its default rate (half its own warm-up's) has
+        a rate of its own, hence a floor of its own: None, measured with the cell."""
+        if self.mode == "Server" and s.qps is None:
+            return None
+        parts = [self.name, f"threads {cell.threads}", f"batch {cell.batch}", f"min_duration_s {s.min_duration_s}",
+                 f"min_queries {s.min_queries}"]
+        if self.mode == "Server":
+            parts += [f"qps {s.qps:g}", f"p99_ms {s.p99_ms}"]
+        return ", ".join(parts)
 
     # --- the measuring process's side -----------------------------------------------------------
     def work(self, job: CellJob) -> dict[str, Any]:
@@ -215,7 +242,7 @@ class LoadGen(Scenario):
         try:
             run_test(lg, sut, count, settings, tmp)
             summary = read_summary(tmp)
-            floor_summary = _floor(lg, settings, count, size, str(Path(tmp) / "floor"))
+            floor_summary = _floor(lg, settings, count, size, str(Path(tmp) / "floor")) if job.extra["floor"] else None
         finally:
             kept, lost = keep_logs(tmp, job.extra["outdir"])
         return {"summary": summary, "floor_summary": floor_summary, "meets_rules": meets_rules,
@@ -243,9 +270,29 @@ class LoadGen(Scenario):
             parts.append("(short)")
         return " ".join(parts)
 
+    def summary_fields(self, res) -> dict[str, Any]:
+        """The harness floor beside the cell in ``show --json``: its percentiles, its setting and the cell
+        whose process measured it (this cell's own key, or the earlier cell of the same setting)."""
+        floor = (res.cell.metrics.get("loadgen") or {}).get("floor") if res is not None and res.ok else None
+        return {f"{self.name}_floor": {k: floor.get(k) for k in ("percentiles_ms", "setting", "measured_in")}
+                if isinstance(floor, dict) else None}
+
     @property
     def column(self) -> str:
         return f"{self.name} (LoadGen)"
+
+
+def stored_floor(stored: dict[str, dict[str, Any]], setting: str | None) -> dict[str, Any] | None:
+    """The harness floor a cell of the run already stored for ``setting`` (None: none, or the setting is
+    the cell's own): measured once per run and setting, ``--resume`` included."""
+    if setting is None:
+        return None
+    for metrics in stored.values():
+        floor = (metrics.get("loadgen") or {}).get("floor") if isinstance(metrics.get("loadgen"), dict) else None
+        if (isinstance(floor, dict) and floor.get("setting") == setting and isinstance(floor.get("measured_in"), str)
+                and isinstance(floor.get("percentiles_ms"), dict)):
+            return floor
+    return None
 
 
 def near_floor(mode: str, figures: dict[str, Any], floor: dict[str, Any]) -> str | None:
