@@ -68,6 +68,16 @@ def test_components_recover_a_known_split():
     assert comp.within == pytest.approx(math.pi / 2 * 0.10**2, rel=0.25)
 
 
+def test_the_plan_s_between_variance_is_the_pilot_s_chi_square_upper_bound():
+    """3 processes of identical calls (no within part): the bound is the sample variance times
+    df / chi2.ppf(1 - level, df), 9.5x at 90% with 2 degrees of freedom."""
+    groups = [[1.0] * 5, [1.1] * 5, [1.3] * 5]
+    s2 = float(np.var(np.log([1.0, 1.1, 1.3]), ddof=1))
+    assert components(groups).between == pytest.approx(s2)
+    assert components(groups, upper=0.9).between == pytest.approx(s2 * 2 / 0.21072, rel=1e-4)
+    assert components(groups, upper=0.5).between == pytest.approx(s2 * 2 / 1.38629, rel=1e-4)
+
+
 def test_variance_split_shares():
     rng = np.random.default_rng(0)
     split = variance_split(list(_cell(rng, 100, 200, 0.10, 0.10 * math.sqrt(2 / math.pi), 5.0)))
@@ -114,6 +124,8 @@ def test_a_target_runs_a_pilot_then_the_planned_second_stage_and_reports_its_int
     assert info["pilot"] == 3 and len(results) == 3 + plan_["processes"]
     assert all(j.calls == plan_["calls"] for j in jobs[3:])
     assert info["first_counted"] == 3 and info["low"] < info["center"] < info["high"]
+    # the cell keeps the pilot's estimate and the bound the plan was made on
+    assert info["between_planned"] > info["between"] > 0 and info["plan_level"] == 0.9
     assert out.processes and sum(s for s, _ in out.processes) == pytest.approx(out.seconds)
 
 
