@@ -77,6 +77,8 @@ class Simulated:
     met: int  # of those, the cells whose interval met the target
     covered: int  # cells (all) whose reported interval holds the true median
     processes: int  # all cells' processes, pilots included
+    met_all: int  # cells (all, capped or not) whose interval met the target
+    seconds: float  # all cells' process seconds
 
     @property
     def met_rate(self) -> float:
@@ -95,18 +97,21 @@ def simulate_cells(seed: int, cells: int, sd_range: tuple[float, float] = STUDY_
     rng = np.random.default_rng(seed)
     calls, process_s, call_s = 20, 3.0, 0.01
     protocol = {"repeats": 3, "min_iters": calls, "target_ci": target_ci, "max_cell_s": cap_s}
-    fitted = met = covered = processes = 0
+    fitted = met = covered = processes = met_all = 0
+    seconds = 0.0
     for _ in range(cells):
         between_sd = math.exp(rng.uniform(*np.log(sd_range)))
         share = rng.uniform(0.90, 0.96)
         # a median of n normal calls has variance pi/2 * sd^2 / n: the within part of a pilot process's median
         within_sd = math.sqrt(between_sd**2 * (1 - share) / share * calls * 2 / math.pi)
         true = rng.uniform(1.0, 50.0)
-        results, info, _, _ = run_cell(protocol, rng, between_sd=between_sd, within_sd=within_sd, median=true,
+        results, info, out, _ = run_cell(protocol, rng, between_sd=between_sd, within_sd=within_sd, median=true,
                                        process_s=process_s, call_s=call_s)
         covered += info["low"] <= true <= info["high"]
         processes += len(results)
+        seconds += out.seconds
+        met_all += bool(info.get("met"))
         if "plan" in info and not info["plan"]["capped"] and info["first_counted"]:
             fitted += 1
             met += info["met"]
-    return Simulated(cells, fitted, met, covered, processes)
+    return Simulated(cells, fitted, met, covered, processes, met_all, seconds)
