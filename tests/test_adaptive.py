@@ -4,12 +4,12 @@ arithmetic and the variance split."""
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 import pytest
 
 from dlbench.measure.adaptive import Components, components, interval, plan, variance_split
+from tests.adaptive_sim import run_cell, simulate_cells
 
 
 def _cell(rng, processes: int, calls: int, between_sd: float, within_sd: float, true_median: float):
@@ -34,8 +34,8 @@ def test_reported_intervals_cover_the_true_median_in_at_least_93_percent_of_1000
         between_sd = spread / 1.7  # the expected range of 3 normals is 1.69 sd
         within_sd = rng.uniform(0.02, 0.20)
         true = rng.uniform(1.0, 50.0)
-        results, info, _, _ = _run_processes(protocol, rng, between_sd=between_sd, within_sd=within_sd,
-                                             median=true, process_s=3.0, call_s=0.01)
+        results, info, _, _ = run_cell(protocol, rng, between_sd=between_sd, within_sd=within_sd,
+                                       median=true, process_s=3.0, call_s=0.01)
         # a second stage ran (the cap leaves it room), and the interval is of its processes alone
         assert info["first_counted"] == 3 and info["processes"] == len(results) - 3, info
         covered += info["low"] <= true <= info["high"]
@@ -66,6 +66,16 @@ def test_components_recover_a_known_split():
     assert comp.between == pytest.approx(0.08**2, rel=0.25)
     # the variance of a median of normal values is pi/2 that of the mean
     assert comp.within == pytest.approx(math.pi / 2 * 0.10**2, rel=0.25)
+
+
+def test_the_plan_s_between_variance_is_the_pilot_s_chi_square_upper_bound():
+    """3 processes of identical calls (no within part): the bound is the sample variance times
+    df / chi2.ppf(1 - level, df), 9.5x at 90% with 2 degrees of freedom."""
+    groups = [[1.0] * 5, [1.1] * 5, [1.3] * 5]
+    s2 = float(np.var(np.log([1.0, 1.1, 1.3]), ddof=1))
+    assert components(groups).between == pytest.approx(s2)
+    assert components(groups, upper=0.9).between == pytest.approx(s2 * 2 / 0.21072, rel=1e-4)
+    assert components(groups, upper=0.5).between == pytest.approx(s2 * 2 / 1.38629, rel=1e-4)
 
 
 def test_variance_split_shares():
@@ -102,66 +112,20 @@ def test_interval_of_identical_processes_is_a_point():
 
 
 # --- the two stages as the parent runs them (dlbench.scenarios.processes), with simulated processes ---------
-def _fake_runner(rng, between_sd=0.05, within_sd=0.1, process_s=5.0, call_s=0.01, median=1e6, pilot_median=None):
-    """A JobRunner whose processes time ``min_iters`` calls (the pilot's: ``job.calls`` None) or ``job.calls``
-    calls around a process median drawn afresh each time about ``median`` (the pilot's about ``pilot_median``
-    where given)."""
-    from dlbench.launch.subprocess import JobOutcome
-
-    jobs = []
-
-    def run_job(job, timeout_s, threads=None, python=None, extra_env=None):
-        jobs.append(job)
-        n = job.calls if job.calls is not None else job.protocol["min_iters"]
-        centre = median if job.calls is not None or pilot_median is None else pilot_median
-        calls = list(centre * np.exp(rng.normal(0, between_sd) + rng.normal(0, within_sd, n)))
-        cost = {"prepare_s": 1.0, "build_s": 1.0, "warmup_s": 0.5, "timed_s": n * call_s, "work_s": 3.0 + n * call_s}
-        return JobOutcome("ok", {"calls": calls, "cost": cost}, "", process_s + n * call_s, 0)
-
-    return run_job, jobs
-
-
-@lru_cache(maxsize=8)
-def _suite(protocol: tuple):
-    """A suite of ``protocol`` (its items), built once: the coverage simulation runs 1,000 cells of one."""
-    from dlbench.planning.plan import suite_from_dict
-
-    return suite_from_dict({"models": ["lenet"], "protocol": dict(protocol)})
-
-
-def _run_processes(protocol, rng, **kw):
-    from dlbench.core.cell import Cell
-    from dlbench.core.job import CellJob
-    from dlbench.scenarios.base import CellOutcome, Context
-    from dlbench.scenarios.processes import run_processes
-
-    suite = _suite(tuple(sorted(protocol.items())))
-    timer = suite.protocol.timer_fields()
-    run_job, jobs = _fake_runner(rng, **kw)
-    out = CellOutcome("ok")
-
-    cell = Cell("torch", "eager", "lenet", "forward", 4, 1)
-
-    def job(calls):
-        return CellJob(threads=1, cell=cell, seed=0, data_dir=None, protocol=timer, settings={}, calls=calls)
-
-    results, info = run_processes(cell, Context(suite, run_job), out, job,
-                                  lambda r: r["calls"], min_calls=suite.protocol.min_iters)
-    return results, info, out, jobs
-
-
 def test_without_a_target_a_cell_is_its_repeats():
-    results, info, out, jobs = _run_processes({"repeats": 3, "min_iters": 20}, np.random.default_rng(0))
+    results, info, out, jobs = run_cell({"repeats": 3, "min_iters": 20}, np.random.default_rng(0))
     assert len(results) == 3 and info is None and len(out.processes) == 3
 
 
 def test_a_target_runs_a_pilot_then_the_planned_second_stage_and_reports_its_interval():
-    results, info, out, jobs = _run_processes({"repeats": 3, "min_iters": 20, "target_ci": 5.0, "max_cell_s": 1e4},
-                                              np.random.default_rng(0))
+    results, info, out, jobs = run_cell({"repeats": 3, "min_iters": 20, "target_ci": 5.0, "max_cell_s": 1e4},
+                                        np.random.default_rng(0))
     plan_ = info["plan"]
     assert info["pilot"] == 3 and len(results) == 3 + plan_["processes"]
     assert all(j.calls == plan_["calls"] for j in jobs[3:])
     assert info["first_counted"] == 3 and info["low"] < info["center"] < info["high"]
+    # the cell keeps the pilot's estimate and the bound the plan was made on
+    assert info["between_planned"] > info["between"] > 0 and info["plan_level"] == 0.9
     assert out.processes and sum(s for s, _ in out.processes) == pytest.approx(out.seconds)
 
 
@@ -170,7 +134,7 @@ def test_the_pilot_s_processes_never_enter_the_reported_interval():
     are about 1 ms whatever the second stage's size. Pooling the pilot with the second stage (exp of the
     mean log of every process) puts them far above 1 ms."""
     for seed in range(3):
-        results, info, out, jobs = _run_processes(
+        results, info, out, jobs = run_cell(
             {"repeats": 3, "min_iters": 20, "target_ci": 5.0, "max_cell_s": 1e4}, np.random.default_rng(seed),
             median=1e6, pilot_median=100e6)
         assert info["first_counted"] == 3 and len(results) == 3 + info["processes"]
@@ -178,7 +142,22 @@ def test_the_pilot_s_processes_never_enter_the_reported_interval():
 
 
 def test_a_cap_with_no_room_for_a_second_stage_reports_the_pilot_and_says_so():
-    results, info, out, jobs = _run_processes({"repeats": 3, "min_iters": 20, "target_ci": 0.1, "max_cell_s": 20.0},
+    results, info, out, jobs = run_cell({"repeats": 3, "min_iters": 20, "target_ci": 0.1, "max_cell_s": 20.0},
                                               np.random.default_rng(0))
     assert len(results) == 3 and info["first_counted"] == 0 and not info["met"]
     assert any("left no room for a second stage" in w for w in out.warnings)
+
+
+def test_at_least_80_percent_of_the_plans_that_fit_meet_their_target_and_the_intervals_keep_their_coverage(
+        monkeypatch):
+    """The planner's promise, on 1,000 cells as the adaptive study measured them (90-96% of a process median's
+    variance between processes, the precision workload's process spread, its 60 s cap): of the cells whose
+    plan fitted the cap, at least 80% met +-2%; every cell's interval (the second stage's) still covers the
+    true median in at least 93%. The planner before, which took a 3-process pilot's between variance (2
+    degrees of freedom) at its median-unbiased value, met it in 70% here (the study: 27 of 54 real cells)."""
+    monkeypatch.setattr("dlbench.envs.python_for", lambda framework: None)
+    sim = simulate_cells(seed=45, cells=1000)
+    assert sim.fitted >= 300, sim  # not met by planning so much that hardly any plan fits
+    assert sim.met_rate >= 0.80, sim
+    assert sim.coverage >= 0.93, sim
+

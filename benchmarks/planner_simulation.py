@@ -1,0 +1,66 @@
+"""What `--target-ci`'s planner promises and what it keeps, by simulation (issue #45; docs/measurement.md).
+
+Cells simulated through the two stages as a run has them (`dlbench.scenarios.processes.run_processes`, with
+simulated processes: tests/adaptive_sim.py, the same simulation tests/test_adaptive.py checks), each with
+the between-process share the adaptive study measured (90-96% of a process median's variance), under
+`--target-ci 2 --max-time 60` as the study ran. For each confidence level of the upper bound the plan is
+made on (dlbench.measure.adaptive.PLAN_LEVEL; 50% is about the planner before it, which planned on the
+median-unbiased estimate), and for two spreads of process medians: the share of the cells whose plan
+fitted the cap that met the target (the planner's promise: 80%), the share that fitted, the coverage of
+the reported 95% intervals, the share of all cells that met the target, and the processes and the
+(simulated) seconds a cell took. A simulation, not a timing: it may run on a busy machine.
+
+    python benchmarks/update_performance.py planner_simulation
+    python benchmarks/planner_simulation.py --cells 300 --seeds 1     # checks the script runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from _common import ROOT, header
+
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))  # tests.adaptive_sim: the simulation the tests check
+
+import dlbench.envs  # noqa: E402
+import dlbench.scenarios.processes as processes  # noqa: E402
+from dlbench.measure.adaptive import PLAN_LEVEL  # noqa: E402
+from tests.adaptive_sim import STUDY_SD, simulate_cells  # noqa: E402
+
+#: spreads of the process sd over cells (log-uniform): the precision workload's, and a noisier one
+POPULATIONS = {"precision workload (sd 0.5-5%, median 1.6%)": STUDY_SD,
+               "noisier (sd 1-10%, median 3.2%)": (0.01, 0.10)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cells", type=int, default=1000, help="cells a seed")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--levels", default=f"0.5,0.8,{PLAN_LEVEL:g},0.95")
+    args = ap.parse_args()
+    dlbench.envs.python_for = lambda framework: None  # simulated processes: no environment to look up
+    levels = sorted({float(x) for x in args.levels.split(",")})
+    print(header("The planner's promise, simulated: --target-ci 2 --max-time 60"))
+    print(f"{args.seeds} x {args.cells} simulated cells a row (seeds 1-{args.seeds}); the level in use is "
+          f"{100 * PLAN_LEVEL:g}%. Processes and seconds: a cell's mean, its 3-process pilot included (3 s to "
+          "start a process, 10 ms a call; simulated, not timed).\n")
+    print("| process spread | upper bound's level | met, of the plans that fitted | plans that fitted | "
+          "coverage of the 95% intervals | met, of all cells | processes a cell | seconds a cell |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, sd_range in POPULATIONS.items():
+        for level in levels:
+            processes.PLAN_LEVEL = level
+            sims = [simulate_cells(seed, args.cells, sd_range) for seed in range(1, args.seeds + 1)]
+            cells, fitted = sum(s.cells for s in sims), sum(s.fitted for s in sims)
+            met, covered, n = sum(s.met for s in sims), sum(s.covered for s in sims), sum(s.processes for s in sims)
+            met_all, seconds = sum(s.met_all for s in sims), sum(s.seconds for s in sims)
+            note = " (in use)" if level == PLAN_LEVEL else " (≈ before)" if level == 0.5 else ""
+            print(f"| {name} | {100 * level:g}%{note} | {100 * met / max(fitted, 1):.1f}% | "
+                  f"{100 * fitted / cells:.1f}% | {100 * covered / cells:.1f}% | {100 * met_all / cells:.1f}% | "
+                  f"{n / cells:.1f} | {seconds / cells:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
