@@ -112,3 +112,13 @@ def test_torch_int8_with_the_planted_defect_is_not_equivalent_with_the_figure():
     assert bad.verdict == "fail" and not bad.checks["quality"], bad.reason
     assert "KL divergence" in bad.reason and "top-1 agreement" in bad.reason
     assert bad.quality["kl"] > quality.BOUNDS["int8"].kl
+
+
+def test_a_rows_quality_is_shown_beside_its_time():
+    from dlbench.report.summary import SummaryRow
+
+    row = SummaryRow("torch", "eager", 8, 2, "cpu", "synthetic", "int8", "pass")
+    assert row.quality_text == "–"
+    row.quality = {"kl": 4.7e-4, "top1": 0.9855, "perplexity": 9.4612, "reference_perplexity": 9.4496}
+    assert row.quality_text == "KL 4.7e-04, top-1 98.55%, ppl 9.461 (9.450)"
+    assert row.to_dict()["quality"] == row.quality
