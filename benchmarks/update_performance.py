@@ -29,7 +29,7 @@ ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "f
          "ci_time", "env_builds", "bisect_jax", "bisect_jax_faster", "adaptive_study", "adaptive_study_quick",
          "quick_suite_growth", "noise_remedies", "transformers_study",
          "transformers_study_t1", "serving_study_bert",
-         "generation_study", "generate_vs_transformers", "convergence_genesis"]
+         "generation_study", "generate_vs_transformers", "convergence_genesis", "quality_genesis"]
 
 INTRO = """# Performance of dlbench itself
 
