@@ -122,3 +122,28 @@ def test_a_rows_quality_is_shown_beside_its_time():
     row.quality = {"kl": 4.7e-4, "top1": 0.9855, "perplexity": 9.4612, "reference_perplexity": 9.4496}
     assert row.quality_text == "KL 4.7e-04, top-1 98.55%, ppl 9.461 (9.450)"
     assert row.to_dict()["quality"] == row.quality
+
+
+@requires("torch")
+def test_a_run_of_the_shipped_checkpoint_stores_and_shows_quality_beside_time(tmp_db, tmp_path, capsys):
+    import json
+
+    from dlbench import api
+    from dlbench.cli.main import main
+    from dlbench.report.build import write_report
+
+    res = api.run(models=[SHIPPED_REF], frameworks=["torch"], scenarios=["forward"], threads=[1], batches=[2],
+                  protocol={"repeats": 1, "warmup": 1, "min_iters": 3, "min_time_s": 0.1},
+                  precisions=["fp32", "bf16"], db=tmp_db)
+    assert {c.cell.precision: c.cell.status for c in res.cells} == {"fp32": "ok", "bf16": "ok"}
+    for c in res.cells:  # the gate's figures, in each cell's own metrics
+        assert c.cell.metrics["quality"]["kl"] <= quality.BOUNDS[c.cell.precision].kl
+    report = write_report(res, tmp_path / "rep", db=tmp_db)
+    md = report.markdown.read_text()
+    assert "KL divergence vs float64 (held-out text)" in md and "top-1 agreement" in md
+    assert any(p.name.startswith("quality-") for p in (tmp_path / "rep" / "plots").iterdir())  # the frontier
+    assert main(["show", res.run_id, "--db", str(tmp_db), "--json"]) == 0
+    rows = next(iter(json.loads(capsys.readouterr().out)["models"].values()))
+    assert all(r["quality"]["top1"] > 0.97 for r in rows)
+    assert main(["show", res.run_id, "--db", str(tmp_db)]) == 0
+    assert "quality vs float64" in capsys.readouterr().out
