@@ -90,8 +90,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:
         table = Table(title="equivalence gate")
+        quality = any(r.quality for r in results)  # a trained decoder's figures on held-out text (gate/quality.py)
         for col in ("model", "framework", "variant", "precision", "params (spec / framework)", "forward err",
-                    "gradient err", "update err", "verdict"):
+                    "gradient err", "update err", *(("KL / top-1 (held-out text)",) if quality else ()), "verdict"):
             table.add_column(col)
         for r in results:
             fw = "-" if r.framework_params is None else f"{r.framework_params:,}"
@@ -100,7 +101,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 r.verdict, Text("FAIL", "red"))
             table.add_row(*texts(r.model, r.framework, r.variant, r.precision, f"{r.spec_params:,} / {fw}{extra}",
                                  _fmt_err(r.forward_error), _fmt_err(r.gradient_error), _fmt_err(r.update_error),
-                                 verdict))
+                                 *((_fmt_quality(r.quality),) if quality else ()), verdict))
         console.print(table)
         for r in results:
             if r.reason:
@@ -112,6 +113,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def _fmt_err(value: float | None) -> str:
     return "-" if value is None else f"{value:.1e}"
+
+
+def _fmt_quality(figures: dict) -> str:
+    return f"{figures['kl']:.1e} / {figures['top1']:.2%}" if figures else "-"
 
 
 # --- main -------------------------------------------------------------------------------

@@ -402,7 +402,8 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
             table.add_column(registry.of_stored(s).column, justify="right")
             if s in rated:  # each scenario's rate beside it: a forward and a training rate never share a column
                 table.add_column(f"{s} samples/s", justify="right")
-        for col in ("peak MiB", "verified"):
+        quality = any(r.quality for r in rows)  # a trained decoder: its quality on held-out text beside its time
+        for col in ("peak MiB", *(("quality vs float64 (held-out text)",) if quality else ()), "verified"):
             table.add_column(col, justify="right")
         for r in rows:
             cols = []
@@ -414,6 +415,7 @@ def print_summary(res: RunResults, as_json: bool, db) -> int:
             if r.peak_rss_mib and r.peak_includes_profiler:  # stored before the peak was read ahead of --profile
                 mem += " (with profiler)"
             table.add_row(*texts(*(getattr(r, shown_as.get(a, a)) for a in shown), *cols, mem,
+                                 *((r.quality_text,) if quality else ()),
                                  {"pass": "yes", "fail": Text("NO", "red")}.get(r.verified, r.verified)))
         console.print(table)
     for x in extras:

@@ -41,6 +41,11 @@ of the framework's own forward, within the forward tolerance.
 
 The weights are drawn in ``verify`` mode (random biases and BN statistics) so a dropped bias or
 ignored running statistic cannot hide behind zeros and ones.
+
+(g) quality (:mod:`dlbench.gate.quality`): for a trained next-token model (an ``hf:DIR`` checkpoint), the
+    KL divergence, top-1 agreement and accuracy of the framework's next-token distributions against the
+    float64 reference's on the shipped text's held-out split, within the precision's bound
+    (``quality.BOUNDS``, each with its source).
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import expected_dtypes, get_precision
 from dlbench.data.synthetic import Batch, make_batch
 from dlbench.frameworks.base import OPTIMIZERS, Backend, UnsupportedError
-from dlbench.gate import reference
+from dlbench.gate import quality, reference
 from dlbench.gate.mask_checks import check_masks
 from dlbench.gate.verify_update import check_update, not_applied, update_tolerance
 from dlbench.models import ModelSpec, verify_spec
@@ -149,6 +154,9 @@ class VerifyResult(Verdict):
     build: dict = field(default_factory=dict)
     #: (f) the relative change of the outputs a mask must hold still, by check (dlbench.gate.mask_checks)
     mask_changes: dict = field(default_factory=dict)
+    #: (g) a trained next-token model's KL divergence, top-1 agreement and perplexity on the held-out text
+    #: against the float64 reference (dlbench.gate.quality; empty where it does not apply)
+    quality: dict = field(default_factory=dict)
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
@@ -232,6 +240,13 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
                                                               tol.forward)
         res.checks.update(passed)
         failures += mask_failures
+
+        # (g) quality on the held-out text: a trained next-token model's distribution against the reference's
+        if quality.applies(spec) and backend.output == "logits":
+            res.quality = quality.measure(spec, weights, forward_on, VERIFY_BATCH)
+            quality_failures = quality.failures(precision, res.quality)
+            res.checks["quality"] = not quality_failures
+            failures += quality_failures
 
         # (c) gradients and (d) loss, unless the backend is an inference engine or the precision is
         inference_only = get_precision(precision).inference_only

@@ -21,7 +21,9 @@ from dlbench.storage.cell_result import CellResult
 INTRO = ("Each framework at each precision (docs/precision.md): its median time, the speed-up over its own float32 "
          "cell of the same model, scenario, batch, threads and device (>1: faster), and the equivalence gate's "
          "errors at that precision against the float64 reference (forward: relative error of the outputs; "
-         "gradient: the directional-derivative check). The CPU line says what the machine computes natively.")
+         "gradient: the directional-derivative check); for a trained decoder (an hf: checkpoint), its next-token "
+         "distribution on held-out text against the float64 reference's (KL divergence, top-1 agreement, "
+         "perplexity; docs/checkpoints.md). The CPU line says what the machine computes natively.")
 
 
 def _reduced(res: RunResults) -> bool:
@@ -34,6 +36,15 @@ def _gate(res: RunResults, c: CellResult) -> dict:
 
 def _err(value: float | None) -> Value:
     return Value(DASH) if value is None else Value(f"{value:.1e}", value)
+
+
+def _quality(res: RunResults, c: CellResult) -> dict:
+    """A trained decoder's quality figures on held-out text (dlbench.gate.quality): the cell's, else its gate's."""
+    return c.cell.metrics.get("quality") or _gate(res, c).get("quality") or {}
+
+
+def _share(value: float | None) -> Value:
+    return Value(DASH) if value is None else Value(f"{value:.2%}", value)
 
 
 def _same_at_fp32(c: CellResult) -> tuple:
@@ -54,6 +65,10 @@ def precision_tables(res: RunResults) -> list[Table]:
                 Column("ms", "ms (median)", better="low"), Column("speedup", "speed-up over its fp32", better="high"),
                 Column("fwd", "forward error vs float64", better="low"),
                 Column("grad", "gradient error vs float64", better="low")]
+        quality = any(_quality(res, c) for c in cells)
+        if quality:  # a trained decoder: what the precision does to its next-token distribution on held-out text
+            cols += [Column("kl", "KL divergence vs float64 (held-out text)", better="low"),
+                     Column("top1", "top-1 agreement", better="high"), Column("ppl", "perplexity", better="low")]
         rows, groups = [], []
         order = list(PRECISIONS)
         for c in sorted(cells, key=lambda c: (c.cell.scenario, c.cell.threads, c.cell.batch, c.cell.framework,
@@ -70,6 +85,11 @@ def precision_tables(res: RunResults) -> list[Table]:
             rows.append([Value(f"{c.cell.framework}/{c.cell.variant}"), Value(c.cell.precision), Value(c.cell.scenario),
                          Value(str(c.cell.threads)), Value(str(c.cell.batch)), time, speedup,
                          _err(gate.get("forward_error")), _err(gate.get("gradient_error"))])
+            if quality:
+                q = _quality(res, c)
+                ppl = q.get("perplexity")
+                rows[-1] += [_err(q.get("kl")), _share(q.get("top1")),
+                             Value(DASH) if ppl is None else Value(f"{ppl:.3f}", ppl)]
             groups.append((c.cell.scenario, c.cell.threads, c.cell.batch))
         tables.append(Table(f"{model}: speed and error by precision", cols, rows, groups))
     return tables
@@ -111,4 +131,30 @@ def speed_error(res: RunResults) -> tuple[list[Plot], list[Skipped]]:
         plots.append(Plot(f"precision-{_safe(model)}-t{threads}", f"{model}, {threads} thread(s): speed against error",
                           "One point per framework and precision; lower left is faster and closer to the exact "
                           "function.", _svg(fig)))
-    return plots, []
+    return plots + _frontier(res), []
+
+
+def _frontier(res: RunResults) -> list[Plot]:
+    """Per trained decoder and thread count: forward time against the KL divergence of its next-token
+    distribution from float64's on held-out text, per framework (the frontier of speed against quality)."""
+    forward = registry.batch_closures()[0]
+    cells = [c for c in res.cells if c.cell.scenario == forward and c.ok and c.time_ms is not None
+             and "kl" in _quality(res, c)]
+    plots = []
+    for (model, threads), mcells in _by(cells, lambda c: (c.cell.model, c.cell.threads)).items():
+        fig, (ax,) = _figure(1)
+        for (fw,), fcells in _by(mcells, lambda c: (f"{c.cell.framework}/{c.cell.variant}",)).items():
+            fcells = sorted(fcells, key=lambda c: _quality(res, c)["kl"])
+            xs = [max(_quality(res, c)["kl"], 1e-18) for c in fcells]  # float32's can round to 0
+            ys = [c.time_ms.median for c in fcells]
+            ax.plot(xs, ys, marker="o", label=fw)
+            for c, x, y in zip(fcells, xs, ys, strict=True):
+                ax.annotate(c.cell.precision, (x, y), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _finish(ax, "KL divergence from float64 on held-out text (nats/token, log scale)",
+                "forward time (ms, median, log scale)", f"{model}, {threads} thread(s): speed against quality")
+        plots.append(Plot(f"quality-{_safe(model)}-t{threads}", f"{model}, {threads} thread(s): speed against quality",
+                          "One line per framework through its precisions; lower left is faster and closer to the "
+                          "float64 model's next-token distribution.", _svg(fig)))
+    return plots

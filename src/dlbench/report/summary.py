@@ -41,6 +41,16 @@ class SummaryRow:
         return f"{self.precision} (error {self.forward_error:.1e})"
     #: how the framework is shown (``jax 0.4.38`` when the run has several versions of it: dlbench.envs.versions)
     label: str = ""
+    #: a trained next-token model's quality on held-out text against float64 (dlbench.gate.quality; None: not measured)
+    quality: dict | None = None
+
+    @property
+    def quality_text(self) -> str:
+        """KL divergence, top-1 agreement and perplexity against the float64 reference ("–": not measured)."""
+        q = self.quality
+        if not q:
+            return "–"
+        return f"KL {q['kl']:.1e}, top-1 {q['top1']:.2%}, ppl {q['perplexity']:.3f} ({q['reference_perplexity']:.3f})"
 
     @property
     def shown_name(self) -> str:
@@ -78,7 +88,7 @@ class SummaryRow:
         per_batch = registry.per_batch()
         return {"framework": self.framework, "variant": self.variant, "batch": self.batch, "threads": self.threads,
                 "device": self.device, "data": self.data, "precision": self.precision,
-                "forward_error": self.forward_error, "verified": self.verified,
+                "forward_error": self.forward_error, "quality": self.quality, "verified": self.verified,
                 **{f"{s}_ms": (c.time_ms.to_dict() if c.time_ms else None) for s, c in self.cells.items()
                    if s in per_batch},
                 **{f"{s}_samples_per_s": self.throughput(s) for s in self.cells},
@@ -107,6 +117,7 @@ def summary_rows(results: RunResults) -> dict[str, list[SummaryRow]]:
             rows[k] = SummaryRow(*k, verified=c.verified, forward_error=gate.get("forward_error"),
                                  label=shown[c.cell.framework])
         rows[k].cells[c.cell.scenario] = c
+        rows[k].quality = rows[k].quality or c.cell.metrics.get("quality") or gate.get("quality") or None
     return {m: list(rows.values()) for m, rows in tables.items()}
 
 

@@ -341,8 +341,8 @@ def _in_turn(todo: list[Cell], ctx: Context, verdict: Callable[[Cell], dict[str,
 
 
 def stored_metrics(outcome: CellOutcome, verdict: dict[str, Any]) -> dict[str, Any]:
-    """The cell's metrics with where its wall time went (dlbench.measure.cost) and what it reused
-    (dlbench.measure.reuse), for the store."""
+    """The cell's metrics with where its wall time went (dlbench.measure.cost), what it reused
+    (dlbench.measure.reuse) and its precision's quality on real text (dlbench.gate.quality), for the store."""
     metrics = {**outcome.metrics, "cost": cell_cost(outcome.processes) if outcome.processes
                else {**dict.fromkeys(PARTS, 0.0), "rest_s": outcome.seconds, "processes": 0}}
     reused = dict(outcome.reused)
@@ -350,6 +350,8 @@ def stored_metrics(outcome: CellOutcome, verdict: dict[str, Any]) -> dict[str, A
         reused["gate"] = f"the gate's pass of run {verdict['cached_from']} (same environment fingerprint)"
     if reused:
         metrics["reused"] = reused
+    if verdict.get("quality"):  # the gate's quality figures (dlbench.gate.quality), beside the cell's time
+        metrics["quality"] = verdict["quality"]
     return metrics
 
 

@@ -89,6 +89,12 @@ def train(backend: Backend, spec: ModelSpec, train_set: Dataset, test_set: Datas
           config: ConvergenceConfig, device: str = DEFAULT_DEVICE, variant: str | None = None) -> dict[str, Any]:
     """Train and evaluate; returns the per-epoch curves and the first steps' losses."""
     model = backend.build(spec, init_weights(spec, seed), device, variant)
+    return train_built(backend, model, spec, train_set, test_set, batch_size, seed, config)
+
+
+def train_built(backend: Backend, model: Any, spec: ModelSpec, train_set: Dataset, test_set: Dataset, batch_size: int,
+                seed: int, config: ConvergenceConfig) -> dict[str, Any]:
+    """:func:`train` on a model already built (the trained checkpoint's recipe keeps it to write its weights)."""
     opt = (OptimizerSpec(lr=config.lr or spec.learning_rate, momentum=config.momentum) if config.optimizer is None
            else OptimizerSpec.from_settings(config.optimizer, spec.learning_rate, config.lr))
     step = backend.trainer(model, opt)
