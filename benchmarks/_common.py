@@ -31,6 +31,10 @@ def machine() -> str:
     except Exception:
         cpu, flags = platform.processor(), set()
     isa = next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2")) if flag in flags), None)
+    # the bf16 and int8 units a reduced-precision figure depends on (AMD EPYC: AVX512-BF16; Intel Xeon: AMX)
+    extra = [name for flag, name in (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16"), ("amx_int8", "AMX-INT8"))
+             if flag in flags]
+    isa = ", ".join([isa, *extra]) if isa else None
     return (f"{cpu}{f' ({isa})' if isa else ''}, {len(os.sched_getaffinity(0))} usable cores, "
             f"{platform.system()} {platform.release()}")
 

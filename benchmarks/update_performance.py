@@ -30,7 +30,7 @@ ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "f
          "planner_simulation",
          "quick_suite_growth", "noise_remedies", "transformers_study",
          "transformers_study_t1", "serving_study_bert",
-         "generation_study", "generate_vs_transformers", "convergence_genesis", "quality_genesis"]
+         "generation_study", "generate_vs_transformers", "convergence_genesis", "quality_genesis", "quality_speed_genesis"]
 
 INTRO = """# Performance of dlbench itself
 

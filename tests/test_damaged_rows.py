@@ -128,6 +128,16 @@ def test_check_on_a_sound_database_finds_nothing(capsys, tmp_path):
     assert code == 0 and "nothing damaged" in out and _digest(db) == before
 
 
+def test_checks_lines_are_not_wrapped_whatever_the_paths_length(capsys, tmp_path):
+    """A script reads ``check``'s closing line: a long database path wrapped it ("nothing \\ndamaged")."""
+    db = tmp_path / ("a-long-folder-name-" * 6) / "r.db"
+    db.parent.mkdir()
+    compare_pair(db)
+    code, out, _ = _read(capsys, ["check"], db)
+    last = out.splitlines()[-1]
+    assert code == 0 and last.startswith("2 run(s) and tables ") and last.endswith(": nothing damaged"), out
+
+
 # --- a cell's optional figures: the cell is shown without the one that is damaged -----------------------------------
 FIGURE_DAMAGE = {
     "cost as text": ("json_set(metrics, '$.cost', 'x')", "its metric cost is 'x'"),

@@ -67,7 +67,10 @@ def test_a_capped_call_counts_the_samples_it_processed(standin, tmp_path):
               "truncated": False}
     result = {"timing": timing, "build_ns": 1.0, "threads_readback": {}, "rss_before_build_bytes": 0,
               "peak_rss_bytes": 1, "device_memory": {}, "python": "py", "versions": {}, "framework_metrics": {},
-              "call_samples": 64, "cores": [0]}
+              "call_samples": 64, "cores": [0],
+              # what a measuring process reports of its energy counters where it found none (dlbench.measure.energy)
+              "energy": {"window_ns": 3_000_000_000, "calls": 3, "per_call": 64, "unit": "sample", "counters": [],
+                         "looked_for": ["RAPL: no powercap directory"]}}
     suite = suite_from_dict({"models": ["fcn-r"], "threads": [1], "protocol": {"repeats": 1}})
     cell = Cell("standin", "default", "fcn-r", "epoch", 1024, 1)
     out = registry.get("epoch").measure(cell, Context(suite, lambda *a, **k: JobOutcome("ok", result, "", 1.0, 0)))

@@ -41,7 +41,7 @@ def test_plain_lines_per_cell_with_median_ci_and_time_left(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("dlbench: 2 cell(s) to measure; about ") and "from the protocol" in lines[0]
     assert lines[1] == "  verify torch/eager: 1 model(s)"
-    assert re.fullmatch(r"\[1/2\] torch/eager/lenet/forward/b64/t1/cpu: ok 2\.00 ms \[[\d.]+, [\d.]+\] "
+    assert re.fullmatch(r"\[1/2\] torch/eager/lenet/forward/b64/t1/cpu: ok 2\.00 \[[\d.]+, [\d.]+\] ms "
                         r"\(\d+ s; about \d+ s left\)", lines[2]), lines[2]
     assert lines[3].startswith("[2/2] torch/eager/lenet/forward/b64/t2/cpu: failed: process exited with SIGABRT (")
     assert "left" not in lines[3]  # the last cell: nothing left to estimate
@@ -88,7 +88,7 @@ def test_run_piped_prints_a_line_per_cell(tmp_path):
     assert any(line.startswith("dlbench: 2 cell(s) to measure; about ") for line in lines)
     assert "  verify fakefw/ok: 1 model(s)" in lines
     ok = next(line for line in lines if line.startswith("[1/2] "))
-    assert re.match(r"\[1/2\] fakefw/ok/lenet/forward/b4/t1/cpu: ok [\d.]+ ms \[[\d.]+, [\d.]+\] \(\d+ s; about .* left\)",
+    assert re.match(r"\[1/2\] fakefw/ok/lenet/forward/b4/t1/cpu: ok [\d.]+ \[[\d.]+, [\d.]+\] ms \(\d+ s; about .* left\)",
                     ok), ok
     crash = next(line for line in lines if line.startswith("[2/2] "))
     assert crash.startswith("[2/2] fakefw/crash/lenet/forward/b4/t1/cpu: failed: ")

@@ -305,14 +305,15 @@ def test_the_harness_floor_is_measured_once_per_run_and_setting(fake_framework, 
     """#45: the floor ran inside every LoadGen cell, doubling its time, though it depends on the run's setting
     alone. Two models at one thread count share one floor, measured by the first (a resumed run's later cell
     reuses the stored one); two threads is another setting with its own. Each cell shows the floor and is
-    warned against it."""
+    warned against it. The two settings differ by batch, not threads: a test process pinned to one core
+    (pytest-xdist) plans no 2-thread cell."""
     from dlbench.running import runner
     from dlbench.storage.store import Store
 
     floors: list[str] = []
     monkeypatch.setattr(runner, "run_job", _floor_counting_run_job(floors))
     suite = runner.suite_from_dict({"models": ["lenet", "fcn-r"], "frameworks": ["fakefw"],
-                                    "scenarios": ["loadgen-single-stream"], "threads": [1, 2]}, "test")
+                                    "scenarios": ["loadgen-single-stream"], "threads": [1], "batch_sizes": [1, 2]}, "test")
     _, cells = runner.plan_cells(suite)
     assert len(cells) == 4
     store = Store(tmp_db)
@@ -320,11 +321,11 @@ def test_the_harness_floor_is_measured_once_per_run_and_setting(fake_framework, 
     runner.execute(store, run_id, suite, cells[:1])  # a run cut short after one cell, then resumed
     runner.execute(store, run_id, suite, cells)
     stored = {c.key: c for c in store.cells(run_id)}
-    by_threads = {t: [c for c in cells if c.threads == t] for t in (1, 2)}
-    assert sorted(floors) == sorted(by_threads[t][0].key for t in (1, 2)), floors
-    for t, mine in by_threads.items():
+    by_batch = {b: [c for c in cells if c.batch == b] for b in (1, 2)}
+    assert sorted(floors) == sorted(by_batch[b][0].key for b in (1, 2)), floors
+    for b, mine in by_batch.items():
         first, other = (stored[c.key].metrics["loadgen"]["floor"] for c in mine)
-        assert first == other and first["measured_in"] == mine[0].key and f"threads {t}" in first["setting"]
+        assert first == other and first["measured_in"] == mine[0].key and f"batch {b}" in first["setting"]
         assert first["percentiles_ms"]["50"] == 0.30
         for c in mine:
             assert [w for w in stored[c.key].warnings if "within 2x of the harness floor's 0.3 ms" in w]

@@ -45,13 +45,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 1 if damaged else 0
     for r in found:
         status = "ok" if not r["damage"] else f"{len(r['damage'])} damaged row(s) or field(s) set aside"
-        console.print(f"run {r['run']}: {r['cells_read']} cell(s) read, {status}", highlight=False, markup=False)
+        console.print(f"run {r['run']}: {r['cells_read']} cell(s) read, {status}", highlight=False, markup=False,
+                      soft_wrap=True)
         for note in r["damage"]:
-            console.print(f"  {note}", highlight=False, markup=False)
+            console.print(f"  {note}", highlight=False, markup=False, soft_wrap=True)
     for note in elsewhere:
-        console.print(note, highlight=False, markup=False)
+        console.print(note, highlight=False, markup=False, soft_wrap=True)
     console.print(f"{len(found)} run(s) and tables {', '.join(TABLES)} checked in {args.db}: "
-                  + (f"{damaged} damaged row(s)" if damaged else "nothing damaged"), highlight=False, markup=False)
+                  + (f"{damaged} damaged row(s)" if damaged else "nothing damaged"), highlight=False, markup=False,
+                  soft_wrap=True)  # one line each, whatever the path's length: scripts read them
     return 1 if damaged else 0
 
 
