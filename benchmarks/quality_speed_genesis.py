@@ -58,7 +58,8 @@ def main() -> None:
     if failed:
         print("\nCells without a time, with the reason stored:\n")
         for f in failed:
-            print(f"- `{f['key']}`: {f['status']}: {str(f['reason'])[:200]}")
+            key = f["key"].replace(str(SHIPPED), "src/dlbench/data/checkpoints/genesis-llama")  # no machine's path
+            print(f"- `{key}`: {f['status']}: {str(f['reason'])[:200]}")
 
 
 if __name__ == "__main__":
