@@ -102,6 +102,18 @@ def test_torch_passes_the_gate_on_a_folder(folders, family):
     assert result.verdict == "pass", result.reason
 
 
+@pytest.mark.parametrize("framework", ["jax", "tensorflow"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_jax_and_tensorflow_pass_the_gate_on_a_folder(folders, family, framework):
+    """#44: a folder saved by transformers passes the gate in torch, JAX and TensorFlow (torch: above)."""
+    from dlbench.frameworks import get_backend
+    from dlbench.gate.verify import verify_model
+
+    pytest.importorskip(framework)
+    result = verify_model(get_backend(framework), canonical_ref(f"hf:{folders[family]}"), optimizers=("sgd",))
+    assert result.verdict == "pass", result.reason
+
+
 def test_a_family_becomes_its_zoo_layers(folders):
     llama = get_model(f"hf:{folders['llama-untied']}")
     assert llama.layers[-1].name == "lm_head" and hf_checkpoint.family_of(llama) == "llama"
