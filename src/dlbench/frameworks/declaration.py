@@ -1,0 +1,66 @@
+"""What a framework folder declares about itself, as plain data.
+
+Each framework is one package, ``dlbench/frameworks/<name>/`` (or a plug-in's own package, registered
+through the ``dlbench.frameworks`` entry-point group). Its ``__init__.py`` holds one
+:class:`Declaration` named ``DECLARATION`` and imports nothing but this module, so the registry can
+answer "which variants, devices, closures, precisions and parts does this framework have" in a process
+that cannot import the framework (it is not installed here, lives in its own environment, or must not
+be imported before the thread count is pinned).
+
+The parts are modules inside the folder, named relative to it; a part that is ``None`` does not exist
+and the scenarios that need it are unsupported for the framework, with the reason the registry gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+#: the closures a backend can hand out (dlbench.frameworks.base.Backend); scenarios name the ones they need
+CLOSURES = ("forward", "gradient", "train_step", "epoch", "predict")
+#: where a framework runs: dlbench's own Python, or an environment of its own (dlbench envs create NAME)
+RUNS_IN = ("main", "env")
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One framework: what it is and what its folder offers. Literal data only."""
+
+    #: the name users type (``--framework torch``)
+    name: str
+    #: the pip distribution whose presence and version are reported; a tuple lists alternatives
+    #: (``onnxruntime`` or ``onnxruntime-gpu``), the first one installed wins
+    distribution: str | tuple[str, ...]
+    #: the module the framework is imported as
+    import_name: str
+    description: str
+    variants: tuple[str, ...] = ("default",)
+    #: devices the backend builds on; ``cuda`` also admits ``cuda:N``
+    devices: tuple[str, ...] = ("cpu",)
+    #: the closures its backend offers (:data:`CLOSURES`); an inference engine offers ``("forward",)``
+    closures: tuple[str, ...] = ("forward", "gradient", "train_step")
+    #: precisions (dlbench.core.precision) its backend builds at
+    precisions: tuple[str, ...] = ("fp32",)
+    #: ``main``: dlbench's own Python; ``env``: usually an environment of its own, built from ``recipes``
+    runs_in: str = "main"
+    #: other import names the backend needs (onnxruntime's models are exported from torch)
+    requires: tuple[str, ...] = ()
+    #: environment a variant needs before the framework is imported (e.g. KERAS_BACKEND)
+    variant_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: per-batch closure -> the whole-data-set closure measured in its place (H2O: train_step -> epoch)
+    stands_in: Mapping[str, str] = field(default_factory=dict)
+    #: the parts, as ``module`` or ``module:Class`` relative to the folder; None: the folder has no such part
+    backend: str = "backend:Backend_"
+    decoder: str | None = None
+    #: why there is no decoder, when that is worth saying (None: the registry's default reason)
+    no_decoder: str | None = None
+    dp_worker: str | None = None
+    probe: str | None = None
+    #: requirement files in the folder (``requirements.txt``, its ``.lock``; ``*.build.txt`` constrains an sdist's build)
+    recipes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        bad = [c for c in self.closures if c not in CLOSURES]
+        if bad or self.runs_in not in RUNS_IN or not self.name or not self.variants:
+            raise ValueError(f"framework declaration {self.name!r}: closures must be among {CLOSURES} "
+                             f"(got {bad}), runs_in one of {RUNS_IN} (got {self.runs_in!r}), name and variants set")
