@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,6 +138,16 @@ class Decoder(ABC):
         """How the decoder was built (recorded with the cell)."""
         return {}
 
+    def stream(self, prompt: np.ndarray, new_tokens: int) -> Iterator[np.ndarray]:
+        """The generation loop :func:`greedy` times: each new token (batch,) on the host as it is made.
+        Here, :meth:`prefill` then :meth:`step`; a runtime with a generation loop of its own (its
+        ``generate()`` with a streamer, its token iterator) yields from that instead, its fast path."""
+        _, token = self.prefill(prompt)
+        yield self.host(token)
+        for _ in range(new_tokens - 1):
+            _, token = self.step(token)
+            yield self.host(token)
+
 
 @dataclass
 class Generation:
@@ -153,17 +164,16 @@ class Generation:
 
 def greedy(decoder: Decoder, prompt: np.ndarray, new_tokens: int) -> Generation:
     """Greedy decoding of ``new_tokens`` tokens after ``prompt``, each brought to the host as it is made."""
+    out, times = [], []
     t0 = time.perf_counter_ns()
-    _, token = decoder.prefill(prompt)
-    out = [decoder.host(token)]
-    ttft = time.perf_counter_ns() - t0
-    steps = []
-    for _ in range(new_tokens - 1):
-        t0 = time.perf_counter_ns()
-        _, token = decoder.step(token)
-        out.append(decoder.host(token))
-        steps.append(float(time.perf_counter_ns() - t0))
-    return Generation(np.stack(out, axis=1).astype(np.int64), float(ttft), steps)
+    for token in decoder.stream(prompt, new_tokens):
+        t1 = time.perf_counter_ns()
+        out.append(np.asarray(token))
+        times.append(float(t1 - t0))
+        t0 = t1
+    if len(out) != new_tokens:
+        raise RuntimeError(f"{decoder.framework}'s generation loop gave {len(out)} tokens, not {new_tokens}")
+    return Generation(np.stack(out, axis=1).astype(np.int64), times[0], times[1:])
 
 
 def make_decoder(framework: str, spec: ModelSpec, weights: Weights, batch: int, max_len: int,
