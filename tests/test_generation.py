@@ -128,7 +128,7 @@ def test_openvinos_decoder_runs_bf16_by_its_hint_and_passes_the_gate():
     decoder = make_decoder("openvino", spec, init_weights(spec, seed=0), 1, 8, "bf16")
     assert decoder.info()["runtime"] == {"param_dtype": "bfloat16", "compute_dtype": "bfloat16"}
     if importlib.util.find_spec("onnxruntime") is not None:
-        with pytest.raises(UnsupportedError, match="fp32 only, not bf16"):
+        with pytest.raises(UnsupportedError, match="builds at fp32, not bf16"):
             make_decoder("onnxruntime", spec, init_weights(spec, seed=0), 1, 8, "bf16")
 
 
@@ -191,6 +191,27 @@ def test_greedy_decoding_reports_ttft_and_a_time_per_later_token(framework, vari
     assert decoder.cache_bytes == cache_bytes(spec, 3, 12, 4)
     again = greedy(decoder, prompts(spec.input.vocab, 3, 6, 0, 0), 6)  # the cache is reused from position 0
     assert (again.tokens == gen.tokens).all()
+
+
+def test_a_decoder_builds_at_the_precisions_its_class_declares(monkeypatch):
+    """make_decoder holds a precision to the decoder class's own ``precisions`` (a runtime decoding
+    llama.cpp's q4_0 declares it), not to one list for every decoder."""
+    from dlbench.frameworks.base import UnsupportedError
+    from dlbench.generation import decoder as dec
+    from dlbench.generation.torch_decoder import TorchDecoder
+
+    class Q4Decoder(TorchDecoder):
+        precisions = ("fp32", "q4_0")
+
+        def __init__(self, spec, weights, batch, max_len, precision="fp32", variant="", device="cpu"):
+            super().__init__(spec, weights, batch, max_len, "fp32", variant, device)
+            self.asked = precision
+
+    monkeypatch.setattr(dec, "decoder_class", lambda framework: Q4Decoder)
+    spec = get_model("gpt2", small=True, seq_len=8)
+    assert make_decoder("q4fw", spec, init_weights(spec, 0), 1, 8, "q4_0").asked == "q4_0"
+    with pytest.raises(UnsupportedError, match="q4fw's decoder builds at fp32, q4_0, not bf16"):
+        make_decoder("q4fw", spec, init_weights(spec, 0), 1, 8, "bf16")
 
 
 def test_contexts_and_what_a_decoder_refuses():
