@@ -91,6 +91,10 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {i.name: i for i in (
              "PaddlePaddle 3 (dynamic graph; paddle.jit.to_static)"),
     _builtin("h2o", "h2o", "h2o", "H2O-3 deep learning (JVM cluster; multilayer perceptrons, whole epochs)",
              stands_in={"train_step": "epoch", "forward": "predict"}),
+    # TEMP wiring until the framework folders land: frameworks/llamacpp/__init__.py's DECLARATION says the same
+    FrameworkInfo("llamacpp", "dlbench.frameworks.llamacpp.backend", "llama-cpp-python", "llama_cpp", ("default",),
+                  "llama.cpp (llama-cpp-python; GGUF written from dlbench's weights: f32, f16, bf16, Q8_0, Q4_0)",
+                  scenarios=("forward",), requires=("gguf",)),
 )}
 
 
