@@ -72,6 +72,23 @@ def test_a_cache_written_one_position_off_fails_the_gate(framework, variant):
     assert res.cache_error > 1e-2 and "recomputed sequence" in res.reason
 
 
+@requires("torch")
+def test_a_timed_loop_that_decodes_other_tokens_fails_the_gate_though_prefill_and_step_pass():
+    """A runtime's own generation loop (the one greedy() times) is checked apart from prefill/step: here
+    the loop yields the next token id, the teacher-forced steps are right."""
+    from dlbench.generation.torch_decoder import TorchDecoder
+
+    class OwnLoop(TorchDecoder):
+        def stream(self, prompt, new_tokens):
+            for token in super().stream(prompt, new_tokens):
+                yield (token + 1) % self.spec.input.vocab
+
+    res = verify_generation("torch", "gpt2", "eager", decoder_cls=OwnLoop)
+    assert res.verdict == "fail" and res.cache_error < 1e-5 and not res.mismatches
+    assert "timed generation loop's token differs" in res.reason and res.loop_mismatches[0]["step"] == 0
+    assert verify_generation("torch", "gpt2", "eager").loop_mismatches == []
+
+
 @pytest.mark.parametrize("framework", WITH_PAST)
 def test_the_decoders_with_past_pass_the_gate_and_a_past_one_position_short_fails(framework):
     from dlbench.generation.decoder import decoder_class

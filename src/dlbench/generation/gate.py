@@ -19,7 +19,11 @@ On the model's small form (as the equivalence gate, :mod:`dlbench.gate.verify`),
 5. **tokens**: the decoder's token equals the reference's at every step where the reference's top-1
    margin (its best logit minus its second) exceeds what the tolerance lets a logit row move,
    ``2 * tol * ||z_ref row||``; a different token inside that margin is a **tie**, reported with its
-   margin and not a failure.
+   margin and not a failure;
+6. **the timed loop's tokens**: the generation loop :func:`~dlbench.generation.decoder.greedy` times
+   (:meth:`Decoder.stream`: a runtime's own, such as llama.cpp's ``generate``, where it has one) decodes
+   the same prompt freely; each row's tokens must be the reference's up to its first difference, and that
+   difference a tie by the rule of 5 (after it the two decode different sequences).
 """
 
 from __future__ import annotations
@@ -62,6 +66,10 @@ class GenerationVerdict(Verdict):
     ties: list[dict] = field(default_factory=list)
     #: steps where it differs outside that margin (failures)
     mismatches: list[dict] = field(default_factory=list)
+    #: check 6: the timed loop's first difference per row from the reference's tokens, inside the margin
+    #: (ties) or outside it (failures)
+    loop_ties: list[dict] = field(default_factory=list)
+    loop_mismatches: list[dict] = field(default_factory=list)
     tokens_checked: int = 0
     tolerance: float = 0.0
     shape: dict = field(default_factory=dict)
@@ -128,6 +136,13 @@ def verify_generation(framework: str, model_ref: str, variant: str = "", precisi
             steps.append(decoder.host(logits))
             tokens.append(decoder.host(token))
         got, got_tokens = np.stack(steps), np.stack(tokens, axis=1)
+        # the timed loop, free-running: each row compared up to its first difference from the reference
+        loop = greedy(decoder, prompt, NEW_TOKENS).tokens
+        for b in range(BATCH):
+            first = np.nonzero(loop[b] != ref_tokens[b])[0]
+            if first.size:
+                loop[b, first[0] + 1:] = ref_tokens[b, first[0] + 1:]
+        res.loop_ties, res.loop_mismatches = compare_tokens(ref_logits, ref_tokens, loop, tol)
 
         # the framework's own model recomputes the whole sequence
         model = backend.build(spec, weights, device, backend.variants[0])
@@ -154,8 +169,14 @@ def verify_generation(framework: str, model_ref: str, variant: str = "", precisi
             failures.append(f"{len(res.mismatches)} token(s) differ from the reference's outside its margin (first: "
                             f"step {m['step']} row {m['row']}: {m['token']} vs {m['reference']}, margin "
                             f"{m['margin']:.3g} > {m['allowed']:.3g})")
+        if res.loop_mismatches:
+            m = res.loop_mismatches[0]
+            failures.append(f"the timed generation loop's token differs from the reference's outside its margin "
+                            f"(step {m['step']} row {m['row']}: {m['token']} vs {m['reference']}, margin "
+                            f"{m['margin']:.3g} > {m['allowed']:.3g})")
         res.verdict = "fail" if failures else "pass"
         notes = [f"{len(res.ties)} tie(s) inside the reference's margin"] if res.ties else []
+        notes += [f"the timed loop left the reference at a tie in {len(res.loop_ties)} row(s)"] if res.loop_ties else []
         res.reason = "; ".join(failures + notes)
     except (UnsupportedError, NotDecodable) as exc:
         res.verdict, res.reason = "unsupported", str(exc)
