@@ -122,3 +122,11 @@ def test_conversions_are_cached_by_weights_format_and_metadata(tmp_path, monkeyp
               convert.converted(spec, weights, "fp16", {**meta, "context_length": 8}, "0.0"),
               convert.converted(spec, weights, "fp16", meta, "0.1")]
     assert all(o.cache == "miss" for o in others) and len({o.path for o in [first, *others]}) == 5
+
+
+def test_a_conversion_that_fails_leaves_nothing_in_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLBENCH_CACHE_DIR", str(tmp_path))
+    spec = get_model("smollm2-135m", small=True)  # width 48: no Q8_0 block divides it
+    with pytest.raises(UnsupportedError):
+        convert.converted(spec, init_weights(spec, 0), "q8_0", convert.hparams(spec), "0.0")
+    assert list((tmp_path / "gguf").iterdir()) == []

@@ -265,12 +265,15 @@ def converted(spec: ModelSpec, weights: Weights, precision: str, meta: Mapping[s
     if tmp is None and path.is_file() and types_path.is_file():
         return Converted(path, json.loads(types_path.read_text()), time.perf_counter() - started, "hit")
     partial = path.with_name(f"{key}.{os.getpid()}.partial")
+    partial_types = path.with_name(f"{key}.{os.getpid()}.partial.json")
     try:
         types = write(spec, weights.params, precision, partial, meta)
-        types_path.write_text(json.dumps(types))
-        os.replace(partial, path)  # atomic: a concurrent process reads a whole file or none
+        partial_types.write_text(json.dumps(types))
+        os.replace(partial_types, types_path)  # atomic: a concurrent process reads whole files or none;
+        os.replace(partial, path)  # the file last, so a hit always finds its types
     finally:
         partial.unlink(missing_ok=True)
+        partial_types.unlink(missing_ok=True)
     return Converted(path, types, time.perf_counter() - started, "off" if tmp else "miss", tmp)
 
 
