@@ -18,7 +18,7 @@ import sys
 import traceback
 from typing import Any
 
-from dlbench.core.job import CellJob, PeakJob, SurveyJob, VerifyJob, decode
+from dlbench.core.job import CellJob, JobError, PeakJob, SurveyJob, VerifyJob, decode
 
 
 def pin_threads(threads: int | None) -> list[int]:
@@ -83,6 +83,8 @@ def main(argv: list[str]) -> int:
     try:
         job = decode(data)
         cores = pin_threads(job.threads)
+        if job.kind not in JOBS:
+            raise JobError(f"a {job.kind} job is run by its own module, not by dlbench.worker")
         result = JOBS[job.kind](job)
         result["cores"] = cores
         code = 0

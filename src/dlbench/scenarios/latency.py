@@ -17,7 +17,7 @@ Every framework with a ``forward`` closure runs it; nothing per framework.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dlbench.core.job import CellJob
@@ -126,7 +126,7 @@ class Latency(Scenario):
 
         def job(calls: int | None) -> CellJob:
             j = self.job(cell, suite)
-            j.calls = calls
+            j = replace(j, calls=calls)
             return j
 
         # with --target-ci the target is on the p99 of a process's calls (each needs 1,000 for one)
