@@ -168,3 +168,39 @@ def test_a_malformed_parameter_server_job_is_refused_in_one_line(tmp_path):
     assert proc.stderr == "dlbench: the parameter-server job lacks ps_shards\n"
     assert json.loads((tmp_path / "error.0.json").read_text())["error"] == (
         "JobError: the parameter-server job lacks ps_shards")
+
+
+# --- a scenario's settings in its measuring process -----------------------------------------------
+def test_every_scenario_gets_its_settings_dataclass_rebuilt_from_its_job():
+    """What a scenario's ``work`` is given is its settings model's instance, equal to the suite's, rebuilt
+    in one place (``Scenario.settings_from``); a scenario without settings gets None."""
+    suite = suite_from_dict({"models": ["lenet"], "scenarios": ["forward"], "serving": {"latency_calls": 9},
+                             "generation": {"new_tokens": 3}, "convergence": {"epochs": 2}})
+    seen = set()
+    for scenario in (registry.get(name) for name in registry.names()):
+        job = scenario.job(Cell("torch", "eager", "lenet", scenario.name, 8, 1), suite)
+        rebuilt = scenario.settings_from(job)
+        if scenario.settings_model is None:
+            assert rebuilt is None, scenario.name
+            continue
+        assert type(rebuilt) is scenario.settings_model, scenario.name
+        assert rebuilt == scenario.settings_of(suite), scenario.name
+        seen.add(scenario.section)
+    assert {"serving", "generation", "convergence", "distributed"} <= seen
+
+
+def test_the_measuring_process_hands_work_the_dataclass_not_the_jobs_dict(monkeypatch):
+    """The worker's dispatch: ``work`` gets ``ServingSettings``; a dict planted in its place (the job's
+    own data, as scenarios once read it) fails here."""
+    from dlbench import worker
+    from dlbench.scenarios.latency import Latency, ServingSettings
+
+    given = []
+    monkeypatch.setattr(Latency, "work", lambda self, job, settings: given.append(settings) or {})
+    job = CellJob(threads=None, cell=Cell("torch", "eager", "lenet", "latency", 1, 1), seed=0, data_dir=None,
+                  protocol={}, settings={"latency_calls": 7})
+    worker.run_scenario(job)
+    assert type(given[0]) is ServingSettings and given[0].latency_calls == 7
+    monkeypatch.setattr(Latency, "settings_from", lambda self, job: job.settings)  # a dict planted in its place
+    worker.run_scenario(job)
+    assert type(given[1]) is dict  # which the check above refuses

@@ -64,8 +64,9 @@ def run_scenario(job: CellJob) -> dict[str, Any]:
     from dlbench.frameworks.base import UnsupportedError
     from dlbench.scenarios import registry
 
+    scenario = registry.get(job.cell.scenario)
     try:
-        return registry.get(job.cell.scenario).work(job)
+        return scenario.work(job, scenario.settings_from(job))
     except UnsupportedError as exc:  # e.g. a precision the backend cannot build at (set in prepare)
         return {"unsupported": str(exc)}
 

@@ -162,7 +162,7 @@ class Latency(Scenario):
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: CellJob) -> dict[str, Any]:
+    def work(self, job: CellJob, settings: ServingSettings) -> dict[str, Any]:
         clock = WorkClock()
         p = prepare(job)
         backend = p.backend
@@ -176,7 +176,7 @@ class Latency(Scenario):
         del p.weights
         clock.mark("build_s")
         protocol = job.protocol
-        calls_wanted = ServingSettings(**job.settings).latency_calls if job.calls is None else job.calls
+        calls_wanted = settings.latency_calls if job.calls is None else job.calls
         warmup = [_call(fn, backend.sync) for _ in range(max(protocol["warmup"], 1))]
         clock.mark("warmup_s")
         calls: list[float] = []

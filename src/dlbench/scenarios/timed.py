@@ -179,7 +179,7 @@ class Timed(Scenario):
         return metrics
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: CellJob) -> dict[str, Any]:
+    def work(self, job: CellJob, settings: None) -> dict[str, Any]:
         """Time the closure under the protocol; report memory, thread read-back and first call."""
         clock = WorkClock()
         p = prepare(job)
