@@ -14,13 +14,13 @@ all in canonical layout.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from dlbench.core.job import DataParallelJob
 from dlbench.distributed import common
 from dlbench.frameworks.base import OptimizerSpec
 
@@ -43,7 +43,7 @@ def probe_torch(job, rank, world, addrs):
     backend = TorchBackend()
     backend.set_threads(1)
     spec, model = common.build_model(backend, job)
-    placed = backend.place(common.shard(spec, job["global_batch"], rank, world, job["seed"]), model)
+    placed = backend.place(common.shard(spec, job.cell.global_batch, rank, world, job.seed), model)
     params, out = _before(backend, model, placed)
     _, _, loss_fn = torch_ddp.wrap(model, dist, world, 0)
     loss_fn(placed["x"], placed["y"], placed["mask"]).backward()
@@ -64,7 +64,7 @@ def probe_jax(job, rank, world, addrs):
 
     backend = JaxBackend()
     spec, model = common.build_model(backend, job)
-    placed = backend.place(common.shard(spec, job["global_batch"], rank, world, job["seed"]), model)
+    placed = backend.place(common.shard(spec, job.cell.global_batch, rank, world, job.seed), model)
     params, out = _before(backend, model, placed)
     trainer = jax_dp.Trainer(model, RECORD, jax_dp.mesh_for(model), placed)
     jax.block_until_ready(trainer.step())
@@ -84,7 +84,7 @@ def probe_tensorflow(job, rank, world, addrs):
     backend = TensorFlowBackend()
     with strategy.scope():
         spec, model = common.build_model(backend, job)
-    placed = backend.place(common.shard(spec, job["global_batch"], rank, world, job["seed"]), model)
+    placed = backend.place(common.shard(spec, job.cell.global_batch, rank, world, job.seed), model)
     params, out = _before(backend, model, placed)
     trainer = tf_dp.Trainer(backend, strategy, model, RECORD, placed)
     trainer.step().numpy()
@@ -94,7 +94,7 @@ def probe_tensorflow(job, rank, world, addrs):
 def main(argv: list[str]) -> None:
     framework, rank, world, addrs, job_path, out_dir = argv[1:]
     rank, world = int(rank), int(world)
-    job = json.loads(Path(job_path).read_text())
+    job = common.load_job(job_path, DataParallelJob)
     common.pin_cores(rank, 1)
     params, out, grads = globals()[f"probe_{framework}"](job, rank, world, addrs.split(","))
     np.savez(Path(out_dir) / f"rank{rank}.npz", forward=out, **{f"param/{k}": v for k, v in params.items()},

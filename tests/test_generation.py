@@ -237,7 +237,7 @@ def test_figures_have_process_intervals_percentiles_and_total_rates():
                               "tokens": [[1] * 8] * 4 if i == 0 else None} for i in range(5)],
                     "cache_bytes": 1024, "peak_rss_bytes": 10 + r, "rss_before_build_bytes": 1, "build_ns": 1e6,
                     "decoder": {}, "threads_readback": {}, "versions": {}} for r in range(3)]
-    m = figures(cell, per_process, {"prompt": 16, "new_tokens": 8, "runs": 5}, seed=0)
+    m = figures(cell, per_process, GenerationSettings(prompt=16, new_tokens=8, runs=5), seed=0)
     g = m["generation"]
     assert g["ttft_ms"]["ci_low"] <= g["ttft_ms"]["median"] <= g["ttft_ms"]["ci_high"]
     assert 2.0 <= g["ttft_ms"]["median"] <= 2.1 and 1.0 <= g["tpot_ms"]["median"] <= 1.01
@@ -254,7 +254,8 @@ def test_a_measuring_process_times_generations_in_process():
     job = CellJob(threads=None, cell=Cell("torch", "eager", "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
                                           "generate", 2, 1), seed=0, data_dir=None, protocol={"max_time_s": 60},
                   settings=settings, extra={"phase": "measure"})
-    out = Generate().work(job)
+    generate = Generate()
+    out = generate.work(job, generate.settings_from(job))
     assert len(out["runs"]) == 2 and len(out["runs"][0]["tpot_ns"]) == 4
     assert np.array(out["runs"][0]["tokens"]).shape == (2, 5) and out["cache_bytes"] > 0
     # where the process's time went (show --cost): a generate cell had all of it in "rest" before
@@ -334,7 +335,7 @@ def test_generate_server_runs_loadgen_in_token_latency_mode(tmp_path):
     job = CellJob(threads=None, cell=Cell("torch", "eager", "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
                                           "generate-server", 2, 1), seed=0, data_dir=None,
                   protocol={"max_time_s": 60}, settings=settings, extra={"phase": "measure", "outdir": str(tmp_path)})
-    out = server.work(job)
+    out = server.work(job, server.settings_from(job))
     f = parse_token_summary(out["summary"])
     assert f["scenario"] == "Server" and f["result"] in ("VALID", "INVALID")
     assert f["ttft_percentiles_ms"] and f["tpot_percentiles_ms"] and f["tokens_per_s"] > 0

@@ -42,14 +42,14 @@ class Toy(Scenario):
         return CellOutcome("ok", samples=[Sample(0, i, "measure", ns) for i, ns in enumerate(o.result["ns"])],
                            metrics={"worker_pid": o.result["pid"], "calls": len(o.result["ns"])}, seconds=o.seconds)
 
-    def work(self, job):
+    def work(self, job, settings: ToySettings):
         import os
 
         import numpy as np
 
         a = np.ones((job.cell.batch, job.cell.batch))
         ns = []
-        for _ in range(ToySettings(**job.settings).calls):
+        for _ in range(settings.calls):
             t0 = time.perf_counter_ns()
             a @ a
             ns.append(time.perf_counter_ns() - t0)

@@ -1,4 +1,5 @@
-"""What every data-parallel worker shares, whatever its framework: reading the job, pinning cores,
+"""What every data-parallel worker shares, whatever its framework: reading its typed job
+(:class:`~dlbench.core.job.DataParallelJob`, refused in one line when malformed), pinning cores,
 its shard of the data, how many steps to time, interval arithmetic, interface byte counters, and
 writing its result or its error where the launcher looks for them.
 
@@ -15,14 +16,27 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from dlbench.core.job import DataParallelJob, JobError, ScalingJob, decode
 
-def load_job(path: str) -> dict[str, Any]:
-    with open(path) as f:
-        return json.load(f)
+J = TypeVar("J", bound=ScalingJob)
+
+
+def load_job(path: str, kind: type[J]) -> J:
+    """The job in ``path``, read once as ``kind``; :class:`~dlbench.core.job.JobError` saying what is
+    wrong with a file that is not one."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise JobError(f"cannot read the job {path}: {exc}") from None
+    job = decode(data)
+    if not isinstance(job, kind):
+        raise JobError(f"{path} is a {job.kind} job, not the {kind.kind} job this worker runs")
+    return job
 
 
 def pin_cores(local_index: int, threads: int | None) -> list[int]:
@@ -56,21 +70,21 @@ def shard(spec, global_batch: int, rank: int, world: int, seed: int):
     return Batch(full.x[cut], None if full.y is None else full.y[cut], None if full.mask is None else full.mask[cut])
 
 
-def variant(job: dict[str, Any]) -> str | None:
+def variant(job: ScalingJob) -> str | None:
     """The job's framework variant for the backend's ``build`` (None, the backend's first, for "default")."""
-    v = job.get("variant")
-    return None if v in (None, "", "default") else v
+    v = job.cell.variant
+    return None if v in ("", "default") else v
 
 
-def build_model(backend, job: dict[str, Any], device: str | None = None) -> tuple[Any, Any]:
+def build_model(backend, job: ScalingJob, device: str | None = None) -> tuple[Any, Any]:
     """``(spec, model)``: the job's model built by the framework's dlbench backend (the one the
     equivalence gate verifies) from the canonical weights of the run's seed. Every worker's model."""
     from dlbench.models import get_model
     from dlbench.models.weights import init_weights
 
-    spec = get_model(job["model"], small=bool(job.get("small")))
-    weights = init_weights(spec, int(job.get("seed", 0)))
-    return spec, backend.build(spec, weights, device or job.get("device", "cpu"), variant(job))
+    spec = get_model(job.cell.model, small=job.small)
+    weights = init_weights(spec, job.seed)
+    return spec, backend.build(spec, weights, device or job.cell.device, variant(job))
 
 
 def steps_to_time(warmup_ns: list[float], protocol: dict[str, Any]) -> int:
@@ -152,10 +166,9 @@ def digest(params: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def fault_due(job: dict[str, Any], rank: int, step: int) -> bool:
-    """Fault injection for tests: ``job["fault"] = {"rank": r, "step": k}`` kills rank r at step k."""
-    fault = job.get("fault") or {}
-    return fault.get("rank") == rank and fault.get("step") == step
+def fault_due(job: DataParallelJob, rank: int, step: int) -> bool:
+    """Fault injection for tests: ``job.fault`` (rank r, step k) kills rank r at step k."""
+    return job.fault is not None and (job.fault.rank, job.fault.step) == (rank, step)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -219,13 +232,26 @@ def leave(code: int) -> None:
     os._exit(code)
 
 
-def worker_main(argv: list[str], run: Callable[[dict[str, Any], Path], Any], rank_env: str = "DLBENCH_RANK") -> int:
-    """The entry point every worker module shares: ``argv`` is ``[prog, job.json, out_dir]``; an
-    exception becomes ``error.<rank>.json`` (the launcher reads it) and exit status 1."""
-    job, out_dir = load_job(argv[1]), Path(argv[2])
+def refuse(out_dir: Path, rank: int, exc: JobError) -> int:
+    """A job the process cannot read: one line on stderr, the same in ``error.<rank>.json`` (the
+    launcher reads it), exit status 2; nothing is run."""
+    print(f"dlbench: {exc}", file=sys.stderr)
+    write_json(out_dir / f"error.{rank}.json", {"rank": rank, "error": f"{type(exc).__name__}: {exc}"})
+    return 2
+
+
+def worker_main(argv: list[str], run: Callable[[DataParallelJob, Path], Any], rank_env: str = "DLBENCH_RANK") -> int:
+    """The entry point every data-parallel worker module shares: ``argv`` is ``[prog, job.json,
+    out_dir]``; the job is read once, as a :class:`~dlbench.core.job.DataParallelJob` (a malformed one is
+    refused: :func:`refuse`); an exception of the run becomes ``error.<rank>.json`` and exit status 1."""
+    out_dir, rank = Path(argv[2]), int(os.environ.get(rank_env, "-1"))
+    try:
+        job = load_job(argv[1], DataParallelJob)
+    except JobError as exc:
+        return refuse(out_dir, rank, exc)
     try:
         run(job, out_dir)
         return 0
     except BaseException as exc:
-        write_error(out_dir, int(os.environ.get(rank_env, "-1")), exc)
+        write_error(out_dir, rank, exc)
         return 1

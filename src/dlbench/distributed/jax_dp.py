@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from dlbench.core.job import DataParallelJob
 from dlbench.distributed import common
 
 #: the mesh axis the processes span
@@ -50,12 +51,12 @@ def exchange(tree: Any) -> Any:
     return jax.lax.pmean(tree, AXIS)
 
 
-def connect(job: dict[str, Any], rank: int, world: int, coordinator: str) -> None:
+def connect(job: DataParallelJob, rank: int, world: int, coordinator: str) -> None:
     """Join this process to the others (before anything else touches a JAX device)."""
     import jax
 
     jax.distributed.initialize(coordinator_address=coordinator, num_processes=world, process_id=rank,
-                               initialization_timeout=int(job.get("collective_timeout_s", 120)))
+                               initialization_timeout=int(job.collective_timeout_s))
 
 
 def mesh_for(model) -> Any:
@@ -136,11 +137,11 @@ class Trainer:
                                                                      self.step_count))
 
 
-def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
+def run(job: DataParallelJob, out_dir: Path) -> dict[str, Any] | None:
     rank, world = int(os.environ["DLBENCH_RANK"]), int(os.environ["DLBENCH_WORLD"])
     coordinator = os.environ["DLBENCH_ADDRS"].split(",")[0]
     (out_dir / f"pid.{rank}").write_text(str(os.getpid()))
-    cores = common.pin_cores(int(os.environ.get("DLBENCH_CORE_OFFSET", rank)), job.get("threads"))
+    cores = common.pin_cores(int(os.environ.get("DLBENCH_CORE_OFFSET", rank)), job.threads)
 
     import jax
     from jax.experimental import multihost_utils
@@ -151,15 +152,14 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
     connect(job, rank, world, coordinator)
     try:
         backend = JaxBackend()
-        readback = backend.set_threads(job["threads"]) if job.get("threads") else {}
+        readback = backend.set_threads(job.threads) if job.threads else {}
         try:
             spec, model = common.build_model(backend, job)
         except UnsupportedError as exc:
             if rank == 0:
                 common.write_json(out_dir / "result.json", {"unsupported": str(exc)})
             return None
-        placed = backend.place(common.shard(spec, int(job["global_batch"]), rank, world, int(job.get("seed", 0))),
-                               model)
+        placed = backend.place(common.shard(spec, job.cell.global_batch, rank, world, job.seed), model)
         opt = OptimizerSpec(spec.learning_rate, 0.9)
         mesh = mesh_for(model)
         trainer = Trainer(model, opt, mesh, placed)
@@ -173,7 +173,7 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
             jax.block_until_ready(fn())
             return float(time.perf_counter_ns() - t0)
 
-        protocol = job.get("protocol", {})
+        protocol = job.protocol
         warmup_ns = [timed(trainer.step) for _ in range(max(1, int(protocol.get("warmup", 3))))]
         steps = int(multihost_utils.broadcast_one_to_all(np.int64(common.steps_to_time(warmup_ns, protocol))))
         timed(alone)  # compile

@@ -28,6 +28,7 @@ import numpy as np
 
 from dlbench.core.cell import Cell
 from dlbench.core.errors import UsageError
+from dlbench.core.job import DataParallelJob, FaultAt, ParameterServerJob
 from dlbench.distributed import cluster as netns
 from dlbench.distributed import linkprobe
 from dlbench.distributed.common import combine_ranks, oversubscribed
@@ -40,6 +41,8 @@ from dlbench.storage.store import Sample
 if TYPE_CHECKING:
     from dlbench.scenarios.base import SuiteView  # the suite model (pydantic) is the parent's; annotations only
 
+#: the exchanges a parameter server runs (its driver's job: :class:`~dlbench.core.job.ParameterServerJob`)
+PS_EXCHANGES = ("ps-sync", "ps-async")
 #: framework -> the module run by each data-parallel worker
 WORKERS = {"torch": "dlbench.distributed.torch_ddp", "jax": "dlbench.distributed.jax_dp",
            "tensorflow": "dlbench.distributed.tf_dp", "tf": "dlbench.distributed.tf_dp"}
@@ -126,14 +129,18 @@ class Session:
 
 
 # --- one cell ---------------------------------------------------------------------------------------
-def _job(cell: Cell, suite: SuiteView) -> dict[str, Any]:
+def _job(cell: Cell, suite: SuiteView) -> DataParallelJob | ParameterServerJob:
+    """The typed job every process of one repeat of the cell reads: the parameter server's driver's, or
+    each data-parallel worker's."""
     protocol = suite.protocol.timer_fields()
-    job = {**cell.to_dict(), "seed": suite.seed, "protocol": protocol, "global_batch": cell.global_batch,
-           "per_worker_batch": cell.per_worker_batch, "ps_shards": suite.settings("distributed").ps_shards,
-           "collective_timeout_s": max(10.0, min(suite.protocol.timeout_s / 2, 300.0))}
+    if cell.exchange in PS_EXCHANGES:
+        return ParameterServerJob(threads=cell.threads, cell=cell, seed=suite.seed, protocol=protocol,
+                                  ps_shards=suite.settings("distributed").ps_shards)
+    fault = None
     if os.environ.get("DLBENCH_FAULT"):  # tests: {"rank": r, "step": k} kills rank r at step k
-        job["fault"] = json.loads(os.environ["DLBENCH_FAULT"])
-    return job
+        fault = FaultAt(**json.loads(os.environ["DLBENCH_FAULT"]))
+    return DataParallelJob(threads=cell.threads, cell=cell, seed=suite.seed, protocol=protocol,
+                           collective_timeout_s=max(10.0, min(suite.protocol.timeout_s / 2, 300.0)), fault=fault)
 
 
 def _rdzv_id(cell: Cell, repeat: int) -> str:
@@ -144,7 +151,7 @@ def launch(cell: Cell, suite: SuiteView, network: Network, job_dir: Path, repeat
     """One repeat of a cell: the processes it needs, on the network the run uses."""
     job = _job(cell, suite)
     timeout = suite.protocol.timeout_s
-    if cell.exchange in ("ps-sync", "ps-async"):
+    if cell.exchange in PS_EXCHANGES:
         if cell.framework not in ("torch", "fakefw"):
             raise _Unsupported(f"the parameter server computes gradients with the torch backend only, not {cell.framework}")
         argv = [sys.executable, "-m", "dlbench.distributed.ps", str(job_dir / "job.json"), str(job_dir)]
@@ -179,7 +186,7 @@ def launch(cell: Cell, suite: SuiteView, network: Network, job_dir: Path, repeat
                       _rdzv_id(cell, repeat), timeout, cell.threads)
 
 
-def _launch_plain(module: str, job: dict[str, Any], cell: Cell, network: Network, job_dir: Path,
+def _launch_plain(module: str, job: DataParallelJob, cell: Cell, network: Network, job_dir: Path,
                   timeout: float) -> GroupOutcome:
     """JAX and TensorFlow: W plain processes that find each other through a coordinator address
     (``jax.distributed.initialize``) or ``TF_CONFIG``; one per namespace with ``--cluster``."""

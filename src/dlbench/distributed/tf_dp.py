@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from dlbench.core.job import DataParallelJob
 from dlbench.distributed import common
 
 #: why the ``xla`` variant has no data-parallel cell (TensorFlow 2.21's errors when the step is jit-compiled)
@@ -48,17 +49,17 @@ def exchange(grads: list) -> list:
     return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, grads)
 
 
-def strategy_for(job: dict[str, Any], rank: int, addrs: list[str]) -> Any:
+def strategy_for(job: DataParallelJob, rank: int, addrs: list[str]) -> Any:
     """``TF_CONFIG`` for this worker, thread pools, and the strategy (before any other TensorFlow op)."""
     os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": addrs}, "task": {"type": "worker", "index": rank}})
     import tensorflow as tf
 
-    if job.get("threads"):
-        tf.config.threading.set_intra_op_parallelism_threads(int(job["threads"]))
-        tf.config.threading.set_inter_op_parallelism_threads(int(job["threads"]))
+    if job.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(job.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(job.threads)
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
-        timeout_seconds=float(job.get("collective_timeout_s", 120)))
+        timeout_seconds=job.collective_timeout_s)
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
@@ -80,13 +81,13 @@ class Trainer:
         return self.strategy.experimental_local_results(self.fn(self.inputs, self.y))[0]
 
 
-def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
+def run(job: DataParallelJob, out_dir: Path) -> dict[str, Any] | None:
     rank, world = int(os.environ["DLBENCH_RANK"]), int(os.environ["DLBENCH_WORLD"])
     addrs = os.environ["DLBENCH_ADDRS"].split(",")
     (out_dir / f"pid.{rank}").write_text(str(os.getpid()))
-    cores = common.pin_cores(int(os.environ.get("DLBENCH_CORE_OFFSET", rank)), job.get("threads"))
-    if job.get("threads"):
-        os.environ["TF_NUM_INTRAOP_THREADS"] = os.environ["TF_NUM_INTEROP_THREADS"] = str(job["threads"])
+    cores = common.pin_cores(int(os.environ.get("DLBENCH_CORE_OFFSET", rank)), job.threads)
+    if job.threads:
+        os.environ["TF_NUM_INTRAOP_THREADS"] = os.environ["TF_NUM_INTEROP_THREADS"] = str(job.threads)
 
     strategy = strategy_for(job, rank, addrs)
     import tensorflow as tf
@@ -105,7 +106,7 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
         if rank == 0:
             common.write_json(out_dir / "result.json", {"unsupported": str(exc)})
         return None
-    data = common.shard(spec, int(job["global_batch"]), rank, world, int(job.get("seed", 0)))
+    data = common.shard(spec, job.cell.global_batch, rank, world, job.seed)
     opt = OptimizerSpec(spec.learning_rate, 0.9)
     trainer = Trainer(backend, strategy, model, opt, backend.place(data, model))
     alone = backend.train_step(local, backend.place(data, local), opt)
@@ -128,7 +129,7 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
         np.asarray(tf.nest.flatten(out)[0] if not isinstance(out, tf.Tensor) else out)  # wait for the value
         return float(time.perf_counter_ns() - t0)
 
-    protocol = job.get("protocol", {})
+    protocol = job.protocol
     warmup_ns = [timed(trainer.step) for _ in range(max(1, int(protocol.get("warmup", 3))))]
     mine = np.float64(common.steps_to_time(warmup_ns, protocol))
     steps = int(local_value(gather(tf.constant([mine])))[:, 0].numpy().max())

@@ -30,6 +30,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from dlbench.core.job import DataParallelJob
 from dlbench.distributed import common
 
 
@@ -84,29 +85,29 @@ def wrap(model, dist, world: int, local_rank: int) -> tuple[Any, CommTimer, Any]
     return ddp, timer, loss_fn
 
 
-def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
+def run(job: DataParallelJob, out_dir: Path) -> dict[str, Any] | None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
     (out_dir / f"pid.{rank}").write_text(str(os.getpid()))
     offset = int(os.environ.get("DLBENCH_CORE_OFFSET", "0"))
-    cores = common.pin_cores(offset + local_rank, job.get("threads"))
+    cores = common.pin_cores(offset + local_rank, job.threads)
 
     import torch
     import torch.distributed as dist
 
     from dlbench.frameworks.torch import TorchBackend
 
-    device = job.get("device", "cpu")
+    device = job.cell.device
     if device.startswith("cuda"):
         device = f"cuda:{local_rank}"
         torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
-                            timeout=timedelta(seconds=float(job.get("collective_timeout_s", 120))))
+                            timeout=timedelta(seconds=job.collective_timeout_s))
     try:
         backend = TorchBackend()
-        readback = backend.set_threads(job["threads"]) if job.get("threads") else {}
+        readback = backend.set_threads(job.threads) if job.threads else {}
         spec, model = common.build_model(backend, job, device)
-        data = common.shard(spec, int(job["global_batch"]), rank, world, int(job.get("seed", 0)))
+        data = common.shard(spec, job.cell.global_batch, rank, world, job.seed)
         placed = backend.place(data, model)
         x, y, mask = placed["x"], placed["y"], placed["mask"]
 
@@ -130,7 +131,7 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
             sync()
             return float(time.perf_counter_ns() - t0)
 
-        protocol = job.get("protocol", {})
+        protocol = job.protocol
         warmup_ns = []
         for i in range(max(1, int(protocol.get("warmup", 3)))):
             warmup_ns.append(timed(step))
@@ -156,7 +157,7 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
         timer.take()
 
         step_ns, comm_ns, payload, buckets = [], [], [], []
-        with common.WireWindow(os.environ.get("DLBENCH_IFACE") or job.get("iface"), dist.barrier) as wire:
+        with common.WireWindow(os.environ.get("DLBENCH_IFACE"), dist.barrier) as wire:
             t_start = time.perf_counter_ns()
             for i in range(steps):
                 step_ns.append(timed(step))

@@ -10,7 +10,8 @@ in one place:
 * **the parent's side** (:meth:`Scenario.measure`): which jobs, in which processes, and how their
   results become a :class:`CellOutcome` (status, raw samples, metrics) for the store;
 * **the measuring process's side** (:meth:`Scenario.work`): what runs inside a fresh worker
-  interpreter for one job;
+  interpreter for one job, given the job and the scenario's settings rebuilt from it
+  (:meth:`Scenario.settings_from`);
 * **settings** (:attr:`Scenario.settings_model`, :attr:`Scenario.flags`): a dataclass (or pydantic
   model) of its own settings, held by a suite file under :attr:`Scenario.section` and validated through
   the registry, and the ``dlbench run`` flags that set its fields; only these travel in its jobs;
@@ -261,8 +262,19 @@ class Scenario(ABC):
         return p.repeats * (start_s + warmup + sampling)
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: CellJob) -> dict[str, Any]:
-        """What a fresh worker interpreter does for one job of this scenario."""
+    def settings_from(self, job: CellJob) -> Any:
+        """The scenario's settings as its :meth:`work` gets them: an instance of :attr:`settings_model`
+        rebuilt from the job's data (None: the scenario has none). The one place a measuring process
+        rebuilds them, so that no scenario reads its settings as the job's dict."""
+        if self.settings_model is None:
+            return None
+        if dataclasses.is_dataclass(self.settings_model):
+            return self.settings_model(**job.settings)
+        return self.settings_model.model_validate(job.settings)
+
+    def work(self, job: CellJob, settings: Any) -> dict[str, Any]:
+        """What a fresh worker interpreter does for one job of this scenario; ``settings``: its own,
+        :meth:`settings_from` the job (None where it has none)."""
         raise NotImplementedError(f"the {self.name} scenario starts no worker job of its own")
 
     # --- results --------------------------------------------------------------------------------

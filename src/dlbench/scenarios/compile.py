@@ -87,7 +87,7 @@ class Compile(Scenario):
         closures = len(set(framework_info(cell.framework).scenarios) & set(CLOSURES))
         return suite.protocol.repeats * closures * 2 * (start_s + step_s)
 
-    def work(self, job: CellJob) -> dict[str, Any]:
+    def work(self, job: CellJob, settings: None) -> dict[str, Any]:
         """First-call wall time of each of the job's ``closures`` in this process, and of compile work
         done in build when its ``build_compile``."""
         p = prepare(job)
