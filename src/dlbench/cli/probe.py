@@ -1,4 +1,4 @@
-"""``dlbench probe``: each framework's GEMM, convolution and per-call floor (see :mod:`dlbench.report.probe`)."""
+"""``dlbench probe``: each framework's GEMM, convolution and per-call floor (see :mod:`dlbench.engines.probe`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from dlbench.storage.store import DEFAULT_DB
 def cmd_probe(args: argparse.Namespace) -> int:
     from dlbench import api
     from dlbench.cli.run import RichProgress
+    from dlbench.engines import probe
     from dlbench.planning.estimate import Estimate
-    from dlbench.report import probe
     from dlbench.running.runner import plan_cells
 
     protocol = {k: v for k, v in (("repeats", args.repeats),) if v is not None}
