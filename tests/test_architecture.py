@@ -85,3 +85,19 @@ def test_how_to_add_a_precision(monkeypatch):
     assert precision.unsupported("fp8x", trains=True, device="cpu") is None
     with pytest.raises(UnsupportedError, match="fp8x"):
         TorchBackend().set_precision("fp8x")
+
+
+def test_the_layers_table_is_the_contract():
+    """docs/architecture.md's table names the layers of pyproject.toml's contract in its order, with its
+    separators (``|``: may not import each other; ``:``: may), so the map cannot drift from the contract."""
+    import re
+    import tomllib
+
+    contract = [c for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+                if c["type"] == "layers"][0]["layers"]
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("## The layers, top to bottom")[1].split("\n\n")[1]
+    rows = [line.split(" | ")[0].lstrip("| ") for line in table.splitlines()[2:]]
+    documented = [" | ".join(re.findall(r"`([\w.]+?)(?:/|\.py)?`", row)) if "\\|" in row or ":" not in row
+                  else " : ".join(re.findall(r"`([\w.]+?)(?:/|\.py)?`", row)) for row in rows]
+    assert documented == contract

@@ -167,6 +167,59 @@ def test_dlbench_has_no_import_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph folded onto dlbench's packages (``dlbench.report.html`` -> ``report``; a module at
+    the root is its own node): two packages that import each other are a cycle even when no two of their
+    modules are."""
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else parts[0]
+
+    out: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        out.setdefault(package(module), set()).update(package(m) for m in imported)
+    return {p: deps - {p} for p, deps in out.items()}
+
+
+#: a cycle between packages the layers contract still admits as siblings (``a : b`` in pyproject.toml)
+#: while #42's framework folders land; delete it with the ``:``.
+ADMITTED = {("envs", "frameworks")}
+
+
+def test_the_package_cycle_finder_sees_a_cycle_no_two_modules_make():
+    graph = {"dlbench.a.x": {"dlbench.b.y"}, "dlbench.b.y": set(), "dlbench.b.z": {"dlbench.a.w"}, "dlbench.a.w": set()}
+    assert find_cycle(graph) is None
+    assert find_cycle(package_graph(graph)) == ["a", "b", "a"]
+
+
+def test_dlbench_has_no_import_cycle_between_packages():
+    graph = package_graph(import_graph())
+    for a, b in ADMITTED:
+        assert b in graph[a] and a in graph[b], f"{a} and {b} no longer import each other: remove them from ADMITTED"
+        graph[a].discard(b)
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle between packages: " + " -> ".join(cycle)
+
+
+def _layers() -> list[set[str]]:
+    """The layers contract in pyproject.toml, top first: the packages (and root modules) of each layer."""
+    import tomllib
+
+    config = tomllib.loads((HERE.parent / "pyproject.toml").read_text())
+    (contract,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    return [{name.strip(" ()") for name in layer.replace(":", "|").split("|")} for layer in contract["layers"]]
+
+
+def test_the_plugin_scenario_imports_only_what_a_scenario_may():
+    """The how-to's scenario is what a contributor copies: it imports nothing above ``scenarios`` in the
+    layers (its report section is built from ``core/document.py``, not ``report/``)."""
+    layers = _layers()
+    (at,) = [i for i, layer in enumerate(layers) if "scenarios" in layer]
+    allowed = set().union(*layers[at:])
+    imported = {m.split(".")[1] for m in _imports(HERE / "toyscenario.py", "tests.toyscenario") if m.count(".")}
+    assert imported and imported <= allowed, f"toyscenario imports {sorted(imported - allowed)}"
+
+
 def test_each_scenario_has_its_own_throughput_column(tmp_path, capsys):
     """The summary's one samples/s column showed torch's train_step rate beside ONNX Runtime's forward
     rate: each scenario's rate now sits in its own column, named after it."""
@@ -212,7 +265,7 @@ OTHER_MEANINGS = {
     "distributed/torch_ddp.py": "torch's 'compile' variant",
     "measure/reuse.py": "torch's 'compile' variant (the one with a compilation cache)",
     "gate/verify.py": "the backend closures the gate checks (Backend.scenarios)",
-    "report/probe.py": "the backend closures a probe times (Backend.scenarios)",
+    "engines/probe.py": "the backend closures a probe times (Backend.scenarios)",
     "generation/torch_decoder.py": "torch's 'compile' variant (it compiles the decode step)",
     "survey": "a backend's closures",
 }

@@ -56,7 +56,7 @@ class Toy(Scenario):
         return {"ns": ns, "pid": os.getpid()}
 
     def report_sections(self, res):
-        from dlbench.report.tables import Column, Section, Table, Value, fmt_num
+        from dlbench.core.document import Column, Section, Table, Value, fmt_num
 
         rows = [[Value(c.cell.key), Value(str(c.cell.metrics.get("calls", 0))),
                  Value(fmt_num(c.time_ms.median) if c.time_ms else "–")] for c in self.cells_of(res)]

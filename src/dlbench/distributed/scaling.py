@@ -35,11 +35,11 @@ from dlbench.distributed.common import combine_ranks, oversubscribed
 from dlbench.launch.group import GroupOutcome, Proc, run_group
 from dlbench.launch.subprocess import thread_env
 from dlbench.launch.torchrun import Node, free_port, run_agents
-from dlbench.scenarios.base import CellOutcome
+from dlbench.storage.cell_result import CellOutcome
 from dlbench.storage.store import Sample
 
 if TYPE_CHECKING:
-    from dlbench.scenarios.base import SuiteView  # the suite model (pydantic) is the parent's; annotations only
+    from dlbench.core.suite_view import SuiteView  # the suite model (pydantic) is the parent's; annotations only
 
 #: the exchanges a parameter server runs (its driver's job: :class:`~dlbench.core.job.ParameterServerJob`)
 PS_EXCHANGES = ("ps-sync", "ps-async")

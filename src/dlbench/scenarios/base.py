@@ -43,6 +43,7 @@ from dlbench.core.cell import Cell
 from dlbench.core.errors import UsageError
 from dlbench.core.job import CellJob, Job
 from dlbench.core.outputs import OutputDir
+from dlbench.core.suite_view import SuiteView  # noqa: F401  (scenarios import it from here)
 from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.launch.subprocess import JobOutcome
 from dlbench.measure.adaptive import prior_seconds
@@ -51,6 +52,7 @@ from dlbench.measure.stats import interval_text, summarize
 from dlbench.models import UnknownModelError, get_model
 from dlbench.models.flops import closure_flops_per_sample
 from dlbench.models.spec import ModelSpec
+from dlbench.storage.cell_result import CellOutcome  # noqa: F401  (scenarios import it from here)
 from dlbench.storage.store import Sample
 
 if TYPE_CHECKING:  # annotations only: a measuring process in a framework's own environment has no
@@ -59,22 +61,6 @@ if TYPE_CHECKING:  # annotations only: a measuring process in a framework's own 
     from dlbench.storage.cell_result import CellResult, RunResults
 
 Progress = Callable[..., None]
-
-
-class SuiteView(Protocol):
-    """What a scenario reads of a suite (:class:`dlbench.planning.suite.Suite`). A protocol, so that the
-    scenarios import no suite model: the suite model asks their registry to validate their settings."""
-
-    protocol: Any  # dlbench.planning.suite.ProtocolModel
-    optimizer: Any  # dlbench.planning.suite.OptimizerModel
-    seed: int
-    #: the batch sizes named ("default": each scenario's default batch; a dict: per model)
-    batch_sizes: Any
-    data_dir: str | None
-
-    def settings(self, section: str) -> Any:
-        """A scenario's settings, by its section (:attr:`Scenario.section`)."""
-        ...
 
 
 class JobRunner(Protocol):
@@ -114,22 +100,6 @@ class Shown:
     table: Any
     rows: list[dict[str, Any]] = field(default_factory=list)
     key: str | None = None
-
-
-@dataclass
-class CellOutcome:
-    """What measuring one cell produced, as the store keeps it."""
-
-    status: str  # ok, failed, timeout, unsupported, not_equivalent
-    reason: str = ""
-    samples: list[Sample] = field(default_factory=list)
-    metrics: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    #: each process started: its wall time and the parts it reported (dlbench.measure.cost), or None
-    processes: list[tuple[float, dict[str, float] | None]] = field(default_factory=list)
-    #: what the cell reused (dlbench.measure.reuse): ``compilation_cache``, ``gate``
-    reused: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

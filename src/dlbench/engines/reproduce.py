@@ -1,11 +1,11 @@
 """``dlbench reproduce``: re-run a published table on today's frameworks and print both.
 
-A target (``bahrampour2016-table3``...) is a table of ``data/papers.yaml``: its rows and columns name
+A target (``bahrampour2016-table3``...) is a table of ``report/data/papers.yaml``: its rows and columns name
 the paper's framework, model, scenario, batch size, thread count and device, and the value the paper
 printed. Each paper framework maps to itself where dlbench can run it here (its own environment
 included), else to its successor (:func:`map_framework`, from the ``frameworks`` of the data file); thread counts are
 clipped to the cores present (the paper's 12 threads are all cores of a 2-core machine; on a larger
-machine they stay 12). The distinct cells are run as one suite through the ordinary runner (so they
+machine they stay 12). The distinct cells are run as one suite through the API, as `dlbench run` runs one (so they
 are stored, reportable and comparable), then each published value is printed beside ours, with
 both machines. A setting that cannot run here says why, and a value the paper never printed says so.
 """
@@ -424,9 +424,8 @@ def check_selection(name: str, only: tuple[str, ...]) -> None:
 def reproduce(name: str, env: Environment | None = None, protocol: dict[str, Any] | None = None,
               db: str | Path | None = None, progress=None, dry_run: bool = False) -> Reproduction:
     """Plan the table's settings, run the runnable ones as one suite, and line them up with the paper."""
+    from dlbench import api
     from dlbench.measure.environment import capture
-    from dlbench.report.results import read_run
-    from dlbench.running import runner
     from dlbench.storage.store import DEFAULT_DB
 
     get_target(name)
@@ -437,9 +436,7 @@ def reproduce(name: str, env: Environment | None = None, protocol: dict[str, Any
     suite = None if dry_run else suite_for(name, settings, protocol)
     res = None
     if suite is not None:
-        # the runner itself, not the API: the report sits below the API in the layers (docs/architecture.md)
-        handle = runner.start(suite, db or DEFAULT_DB, ["reproduce", name], **({"progress": progress} if progress else {}))
-        res = read_run(handle.run_id, db or DEFAULT_DB)
+        res = api.run(suite, db=db or DEFAULT_DB, progress=progress, argv=["reproduce", name])
     machine = machine_summary(res.environment if res else capture())
     return Reproduction(name, targets()[name], paper_of(name), mapping_of(name, env.backends), compare_lines(settings, res),
                         res.run_id if res else None, machine, protocol)
