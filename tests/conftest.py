@@ -112,11 +112,13 @@ def whole_machine():
 
 
 @pytest.fixture(autouse=True, scope="session")
-def shared_peak_cache(tmp_path_factory):
-    """One machine-peak measurement per thread count for the whole session (see runner._peak_cache):
-    each run would otherwise spend about 5 s per thread count measuring the same matmul peak."""
+def shared_peak_cache(shared_dir):
+    """One machine-peak measurement per thread count for the whole session, whichever test process
+    asks first (see runner._peak_cache; a file read while the other writes it reads as absent, and that
+    peak is measured again): each run would otherwise spend seconds per thread count measuring the same
+    GEMM peaks, one process per engine, and each test process measured its own."""
     old = os.environ.get("DLBENCH_PEAK_CACHE")
-    os.environ["DLBENCH_PEAK_CACHE"] = str(tmp_path_factory.mktemp("peaks") / "peaks.json")
+    os.environ["DLBENCH_PEAK_CACHE"] = str(shared_dir / "peaks.json")
     yield
     if old is None:
         os.environ.pop("DLBENCH_PEAK_CACHE", None)
