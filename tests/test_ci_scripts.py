@@ -176,3 +176,33 @@ def test_the_xdist_groups_run_whole_in_one_test_process(tmp_path):
         assert len({ran[f"{group}{k}"] for k in range(3)}) == 1, ran
     text = (ROOT / "scripts" / "test.sh").read_text()
     assert '-n "$workers" --dist loadgroup' in text
+
+
+def test_the_main_environment_is_installed_once_until_what_it_reads_changes(tmp_path):
+    """scripts/install.sh (run by .ci/run beside the environments' builds, then by scripts/test.sh) installs
+    into .venv and stamps it; a second run with the same pyproject.toml and constraints.txt installs nothing
+    (test.sh made the venv and ran both pip installs again after .ci/run had), a changed one installs again.
+    Here .venv's pip is a stand-in that records its calls: nothing is installed."""
+    for name in ("pyproject.toml", "constraints.txt", "scripts/install.sh"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    calls = tmp_path / "pip-calls"
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    for exe, body in (("python", "exit 0"), ("pip", f'echo "$*" >> {calls}')):
+        (tmp_path / ".venv" / "bin" / exe).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / ".venv" / "bin" / exe).chmod(0o755)
+
+    def install() -> list[str]:
+        calls.unlink(missing_ok=True)
+        out = subprocess.run(["bash", str(tmp_path / "scripts" / "install.sh")], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        return calls.read_text().splitlines() if calls.exists() else []
+
+    first = install()
+    assert any("-e .[all,test]" in c for c in first) and any("keras-hub" in c for c in first), first
+    assert install() == []  # installed from these files already: nothing to do
+    (tmp_path / "constraints.txt").write_text((ROOT / "constraints.txt").read_text() + "# changed\n")
+    assert any("-e .[all,test]" in c for c in install())
+    assert "bash scripts/install.sh" in (ROOT / "scripts" / "test.sh").read_text()
+    assert "bash scripts/install.sh" in (ROOT / ".ci" / "run").read_text()
