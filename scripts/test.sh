@@ -16,4 +16,6 @@ fi
 # a module-scoped fixture; one framework's gate) each run whole in one test process, so nothing is made
 # twice and no process waits on the other's lock; every other test is balanced one at a time.
 workers=${DLBENCH_TEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(2, len(os.sched_getaffinity(0))))')}
-exec .venv/bin/python -m pytest -q -n "$workers" --dist loadgroup
+# DLBENCH_TEST_ARGS: more pytest options (benchmarks/ci_time.py --durations passes --durations=N)
+# shellcheck disable=SC2086
+exec .venv/bin/python -m pytest -q -n "$workers" --dist loadgroup ${DLBENCH_TEST_ARGS:-}
