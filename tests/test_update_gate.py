@@ -188,18 +188,20 @@ def _training_frameworks():
     from dlbench.frameworks import FRAMEWORKS
     from tests.conftest import requires_framework
 
-    return [pytest.param(fw, marks=requires_framework(fw)) for fw, info in FRAMEWORKS.items()
-            if "gradient" in info.scenarios]
+    return [pytest.param(fw, marks=[requires_framework(fw), pytest.mark.xdist_group(f"gate-{fw}")])
+            for fw, info in FRAMEWORKS.items() if "gradient" in info.scenarios]
 
 
 @pytest.mark.parametrize("framework", _training_frameworks())
-def test_the_update_check_passes_in_every_training_framework(framework):
+def test_the_update_check_passes_in_every_training_framework(framework, shared_dir):
     """Both optimisers, two steps each, on the stacked autoencoder's last phase (a small MLP whose first
-    layers are frozen: they must not move), in the framework's first variant; Keras's other back ends and
-    TensorFlow's XLA variant run it on LeNet in tests/frameworks/closure_checks.py."""
-    from dlbench.api import verify
+    layers are frozen: they must not move), in the framework's first variant, through ``dlbench verify``
+    (the framework's session gate of tests/frameworks/test_equivalence.py, which runs this model: one
+    gate process per framework, not two); Keras's other back ends and TensorFlow's XLA variant run it on
+    LeNet in tests/frameworks/closure_checks.py."""
+    from tests.frameworks.test_equivalence import gate_result
 
-    [result] = verify(models=["sae:phase=pretrain3"], frameworks=[framework], timeout_s=900)
+    result = gate_result(framework, "sae:phase=pretrain3", shared_dir)
     assert result.verdict == "pass", result.reason
     assert set(result.update) == {"sgd", "adamw"}, result.update
     assert all(len(r["errors"]) == 2 and max(r["errors"]) <= 1e-3 for r in result.update.values()), result.update
