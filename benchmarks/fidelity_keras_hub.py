@@ -41,7 +41,7 @@ def main() -> None:
 
     from dlbench.data.synthetic import make_batch
     from dlbench.frameworks import get_backend
-    from dlbench.frameworks.keras import JIT_COMPILE
+    from dlbench.frameworks.keras.backend import JIT_COMPILE
     from dlbench.gate.keras_hub_models import keras_hub_causal_lm, keras_hub_inputs
     from dlbench.models import get_model
     from dlbench.models.weights import init_weights

@@ -74,7 +74,7 @@ def test_how_to_add_a_precision(monkeypatch):
     from dlbench.core import precision
     from dlbench.core.cell import Cell
     from dlbench.frameworks.base import UnsupportedError
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.planning.plan import suite_from_dict
 
     monkeypatch.setitem(precision.PRECISIONS, "fp8x", precision.Precision("fp8x", "float8", "float8",

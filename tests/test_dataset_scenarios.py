@@ -38,7 +38,7 @@ def test_a_framework_measures_its_stand_ins(standin):
 
 @requires("torch")
 def test_gate_compares_probabilities_with_the_reference_softmax():
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.gate.verify import verify_model
 
     class Probabilities(TorchBackend):

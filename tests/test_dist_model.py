@@ -5,9 +5,9 @@ how a worker counts its wire bytes and leaves, and how a launcher explains a fai
 import numpy as np
 import pytest
 
-from dlbench.distributed import common
 from dlbench.distributed import model as sm
 from dlbench.distributed.ps import ShardCore, assign_shards, staleness
+from dlbench.frameworks import data_parallel as common
 from dlbench.planning.plan import Cell, expand, suite_from_dict
 from dlbench.scenarios import registry
 
@@ -193,14 +193,15 @@ def test_workers_leave_without_interpreter_teardown():
     import sys
     from pathlib import Path
 
-    code = ("import atexit, sys; from dlbench.distributed import common; atexit.register(print, 'teardown'); "
+    code = ("import atexit, sys; from dlbench.frameworks import data_parallel as common; "
+            "atexit.register(print, 'teardown'); "
             "print('result written', end=''); sys.stderr.write('note'); common.leave(3)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (out.returncode, out.stdout, out.stderr) == (3, "result written", "note")
     src = Path(common.__file__).parent
-    assert 'if __name__ == "__main__":\n    common.leave(main(sys.argv))' in (src / "torch_ddp.py").read_text()
-    for module in ("jax_dp", "tf_dp"):  # their runtimes' shutdown barriers run at exit: a skipped one failed a peer
-        assert 'if __name__ == "__main__":\n    sys.exit(main(sys.argv))' in (src / f"{module}.py").read_text()
+    assert 'if __name__ == "__main__":\n    common.leave(main(sys.argv))' in (src / "torch" / "dp_worker.py").read_text()
+    for fw in ("jax", "tensorflow"):  # their runtimes' shutdown barriers run at exit: a skipped one failed a peer
+        assert 'if __name__ == "__main__":\n    sys.exit(main(sys.argv))' in (src / fw / "dp_worker.py").read_text()
 
 
 def test_a_rank_killed_by_a_signal_is_explained_with_its_last_words(tmp_path):

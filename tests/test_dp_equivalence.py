@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from dlbench.data.synthetic import make_batch
-from dlbench.distributed import common
+from dlbench.frameworks import data_parallel as common
 from tests.conftest import requires
 
 JOB = {"model": "lenet", "small": True, "seed": 0, "global_batch": 8, "threads": 1, "collective_timeout_s": 60}

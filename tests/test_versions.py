@@ -37,7 +37,8 @@ def envs_dir(tmp_path, monkeypatch):
 
 def test_a_pinned_name_is_its_base_framework_at_that_version():
     info = framework_info("jax==0.4.38")
-    assert (info.name, info.base, info.version, info.module) == ("jax==0.4.38", "jax", "0.4.38", "dlbench.frameworks.jax")
+    assert (info.name, info.base, info.version, info.module) == ("jax==0.4.38", "jax", "0.4.38",
+                                                                 "dlbench.frameworks.jax.backend")
     assert framework_info("jax").version is None and framework_info("jax").base == "jax"
     assert versions.split("tensorflow==2.18.1") == ("tensorflow", "2.18.1")
     assert versions.split("onnxruntime") == ("onnxruntime", None)

@@ -28,7 +28,7 @@ def test_transformers_pass_the_gate_on_both_variants():
 def test_to_static_train_step_computes_gradients_and_updates_every_parameter():
     out = run_in_framework("paddle", """
         import json, numpy as np
-        from dlbench.frameworks.paddle import PaddleBackend
+        from dlbench.frameworks.paddle.backend import PaddleBackend
         from dlbench.frameworks.base import OptimizerSpec
         from dlbench.models import get_model
         from dlbench.models.weights import init_weights

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.distributed import common
+from dlbench.frameworks import data_parallel as common
 
 
 def assign_shards(sizes: dict[str, int], shards: int) -> list[list[str]]:
@@ -93,7 +93,7 @@ class WorkerCore:
 
     def __init__(self, job: dict[str, Any], rank: int):
         common.pin_cores(rank, job.get("threads"))
-        from dlbench.frameworks.torch import TorchBackend
+        from dlbench.frameworks.torch.backend import TorchBackend
         from dlbench.models import get_model
         from dlbench.models.weights import init_weights
 

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dlbench import frameworks
 from dlbench.core.cell import Cell
 from dlbench.core.errors import UsageError
 from dlbench.distributed import cluster as netns
 from dlbench.distributed import linkprobe
-from dlbench.distributed.common import combine_ranks, oversubscribed
+from dlbench.frameworks.data_parallel import combine_ranks, oversubscribed
 from dlbench.launch.group import GroupOutcome, Proc, run_group
 from dlbench.launch.subprocess import thread_env
 from dlbench.launch.torchrun import Node, free_port, run_agents
@@ -39,11 +40,6 @@ from dlbench.storage.store import Sample
 
 if TYPE_CHECKING:
     from dlbench.scenarios.base import SuiteView  # the suite model (pydantic) is the parent's; annotations only
-
-#: framework -> the module run by each data-parallel worker
-WORKERS = {"torch": "dlbench.distributed.torch_ddp", "jax": "dlbench.distributed.jax_dp",
-           "tensorflow": "dlbench.distributed.tf_dp", "tf": "dlbench.distributed.tf_dp"}
-
 
 class Network:
     """Where the workers of a cell talk: loopback, the namespaces of a cluster, or real machines."""
@@ -149,9 +145,10 @@ def launch(cell: Cell, suite: SuiteView, network: Network, job_dir: Path, repeat
             raise _Unsupported(f"the parameter server computes gradients with the torch backend only, not {cell.framework}")
         argv = [sys.executable, "-m", "dlbench.distributed.ps", str(job_dir / "job.json"), str(job_dir)]
         return run_group([Proc("ps-driver", argv)], job, job_dir, timeout, thread_env(cell.threads))
-    module = WORKERS.get(cell.framework)
+    module = frameworks.part_module(cell.framework, "dp_worker")
     if module is None:
-        raise _Unsupported(f"no data-parallel worker for {cell.framework} (written: {', '.join(sorted(WORKERS))})")
+        raise _Unsupported(f"no data-parallel worker for {cell.framework} "
+                           f"(written: {', '.join(sorted(frameworks.with_part('dp_worker')))})")
     d = suite.settings("distributed")
     if cell.framework != "torch":
         return _launch_plain(module, job, cell, network, job_dir, timeout)

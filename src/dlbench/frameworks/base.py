@@ -27,13 +27,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.data.synthetic import Batch
+from dlbench.frameworks.declaration import Declaration
 from dlbench.measure.profile import ProfileTrace
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
@@ -86,6 +87,9 @@ class OptimizerSpec:
 
 
 class Backend(ABC):
+    #: the framework folder's declaration (``dlbench/frameworks/NAME/__init__.py``); a subclass that sets it
+    #: takes its name, variants, devices, closures and precisions from it: the declaration is their one source
+    declaration: ClassVar[Declaration | None] = None
     name: str = ""
     variants: tuple[str, ...] = ("default",)
     devices: tuple[str, ...] = ("cpu",)
@@ -106,6 +110,13 @@ class Backend(ABC):
     #: ``lr_t * m / (sqrt(v) + eps)`` with the bias corrections folded into ``lr_t`` (Keras, TensorFlow's
     #: fused op, MXNet, Chainer); the gate's update check holds it to the one it declares
     adamw_eps: str = "corrected"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        d = cls.__dict__.get("declaration")
+        if d is not None:
+            cls.name, cls.variants, cls.devices, cls.precisions = d.name, d.variants, d.devices, d.precisions
+            cls.scenarios = d.closures
 
     # --- set-up -----------------------------------------------------------------
     @abstractmethod
