@@ -2,7 +2,7 @@
 ``python tests/dp_probe.py FRAMEWORK RANK WORLD ADDRS JOB.json OUT_DIR`` (ADDRS: every rank's
 host:port, comma-separated; the first is the coordinator / master).
 
-It runs the worker's own code (``dlbench/distributed/torch_ddp.py``, ``jax_dp.py``, ``tf_dp.py``):
+It runs the worker's own code (``dlbench/frameworks/{torch,jax,tensorflow}/dp_worker.py``):
 joining the other processes, building the model with the framework's backend
 (``common.build_model``), and the data-parallel step, for one step with learning rate 0 and
 momentum 0, so the parameters stay as they are and the momentum buffer holds exactly the gradient

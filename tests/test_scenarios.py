@@ -209,11 +209,9 @@ def test_run_s_scenario_help_lists_every_registered_scenario(capsys, monkeypatch
 #: closures and variants (``forward``, torch's ``compile`` variant), probe closures
 OTHER_MEANINGS = {
     "frameworks": "a backend's closures (Backend.scenarios) and variants (torch's 'compile')",
-    "distributed/torch_ddp.py": "torch's 'compile' variant",
     "measure/reuse.py": "torch's 'compile' variant (the one with a compilation cache)",
     "gate/verify.py": "the backend closures the gate checks (Backend.scenarios)",
     "report/probe.py": "the backend closures a probe times (Backend.scenarios)",
-    "generation/torch_decoder.py": "torch's 'compile' variant (it compiles the decode step)",
     "survey": "a backend's closures",
 }
 

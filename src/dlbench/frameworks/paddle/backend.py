@@ -28,7 +28,7 @@ Fast path and fairness settings:
 * Batch norm: Paddle's ``momentum`` weights the old running value, so it is 1 - the spec's; its
   running statistics (``_mean``, ``_variance``) are parameters with ``trainable=False`` in Paddle and
   are not counted as the spec's parameters.
-* transformers: ``frameworks/paddle_layers.py`` (Paddle 3's ``scaled_dot_product_attention`` in its
+* transformers: ``frameworks/paddle/layers.py`` (Paddle 3's ``scaled_dot_product_attention`` in its
   (N, T, heads, head_dim) layout, ``nn.LayerNorm``, ``nn.GELU``; RMSNorm composed, as PaddleNLP's
   Llama does on the CPU). Paddle's ``nn.Linear`` weight is (in, out), the spec's layout, so no
   projection is transposed.
@@ -272,7 +272,7 @@ class Builder(LayerBuilder):
         return Residual(self.sequence(layer.body, shape)[0], self.sequence(layer.shortcut, shape)[0],
                         layer.post == "relu")
 
-    # --- transformer layers (frameworks/paddle_layers.py) ---
+    # --- transformer layers (frameworks/paddle/layers.py) ---
     def make_positionembedding(self, layer: L.PositionEmbedding, shape) -> nn.Layer:
         m = PL.PositionEmbedding(layer.max_len, layer.dim)
         self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)

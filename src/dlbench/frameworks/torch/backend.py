@@ -254,7 +254,7 @@ class Builder(LayerBuilder):
         short, _ = self.sequence(layer.shortcut, shape)
         return ResidualBlock(nn.Sequential(*body), nn.Sequential(*short), layer.post == "relu")
 
-    # --- transformer layers (frameworks/torch_layers.py) ---
+    # --- transformer layers (frameworks/torch/layers.py) ---
     def make_positionembedding(self, layer: L.PositionEmbedding, shape) -> nn.Module:
         m = TL.PositionEmbedding(layer.max_len, layer.dim)
         self.params[f"{layer.name}.weight"] = (m.weight, _same, _same)
