@@ -112,7 +112,7 @@ def test_the_registry_reads_what_the_backend_class_declares(name, module):
     from dlbench.frameworks import framework_info, get_backend
 
     backend, info = get_backend(name), framework_info(name)
-    assert (info.variants, info.devices, info.scenarios) == (backend.variants, backend.devices, backend.scenarios)
+    assert (info.variants, info.devices, info.closures) == (backend.variants, backend.devices, backend.closures)
 
 
 def test_a_backend_class_takes_what_it_offers_from_its_declaration():
@@ -131,7 +131,7 @@ def test_a_backend_class_takes_what_it_offers_from_its_declaration():
         pass
 
     for cls in (Planted, Sub):
-        assert (cls.name, cls.variants, cls.devices, cls.scenarios, cls.precisions) == (
+        assert (cls.name, cls.variants, cls.devices, cls.closures, cls.precisions) == (
             "planted", ("a", "b"), ("cpu", "cuda"), ("forward",), ("fp32", "bf16"))
     with pytest.raises(ValueError, match="closures must be among"):
         Declaration(name="bad", distribution="x", import_name="x", description="", closures=("fly",))

@@ -15,7 +15,7 @@ from tests.conftest import requires
 @pytest.fixture
 def standin(monkeypatch):
     info = FrameworkInfo("standin", "dlbench.frameworks.standin", "x", "x", ("default",), "epoch-only",
-                         scenarios=("epoch", "predict"), stands_in={"train_step": "epoch", "forward": "predict"})
+                         closures=("epoch", "predict"), stands_in={"train_step": "epoch", "forward": "predict"})
     monkeypatch.setitem(FRAMEWORKS, "standin", info)
     return info
 

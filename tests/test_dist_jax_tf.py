@@ -52,7 +52,8 @@ def test_jax_worker_step_runs_an_lstm_and_averages_its_gradient(monkeypatch):
         import jax, numpy as np, optax
         from jax.sharding import Mesh
         from dlbench.data.synthetic import make_batch
-        from dlbench.frameworks import data_parallel as common, jax_dp
+        from dlbench.frameworks import data_parallel as common
+        from dlbench.frameworks.jax import dp_worker as jax_dp
         from dlbench.frameworks.base import OptimizerSpec
         from dlbench.frameworks.jax.backend import JaxBackend
 

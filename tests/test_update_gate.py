@@ -189,7 +189,7 @@ def _training_frameworks():
     from tests.conftest import requires_framework
 
     return [pytest.param(fw, marks=requires_framework(fw)) for fw, info in FRAMEWORKS.items()
-            if "gradient" in info.scenarios]
+            if "gradient" in info.closures]
 
 
 @pytest.mark.parametrize("framework", _training_frameworks())

@@ -12,8 +12,8 @@ import pytest
 
 from dlbench import api, envs
 from dlbench.cli.main import main
-from dlbench.envs import companions, ondemand, versions
-from dlbench.frameworks import UnknownFrameworkError, check_frameworks, framework_info, installed_version
+from dlbench.envs import companions, versions
+from dlbench.frameworks import UnknownFrameworkError, check_frameworks, framework_info, installed_version, ondemand
 from dlbench.report.compare import compare_versions
 from dlbench.report.summary import summary_rows
 from dlbench.report.versions import history, run_series

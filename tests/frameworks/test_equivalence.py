@@ -124,7 +124,7 @@ def test_gate_passes(framework, variant, model, shared_dir):
     assert expected is None, f"{framework} now expresses {model} ({result.verdict}): unpin it from EXPECTED_UNSUPPORTED"
     assert result.verdict == "pass", result.reason
     assert result.forward_error <= 1e-4
-    if "gradient" in FRAMEWORKS[framework].scenarios:
+    if "gradient" in FRAMEWORKS[framework].closures:
         assert result.gradient_error <= 1e-3
     else:
         assert result.gradient_error is None and "forward only" in result.reason

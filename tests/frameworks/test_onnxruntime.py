@@ -55,7 +55,7 @@ def test_registry_matches_backend(backend):
     from dlbench.frameworks import FRAMEWORKS
 
     info = FRAMEWORKS["onnxruntime"]
-    assert info.scenarios == backend.scenarios == ("forward",)
+    assert info.closures == backend.closures == ("forward",)
     assert info.variants == backend.variants
 
 

@@ -32,8 +32,8 @@ def test_missing_required_import_means_not_installed(monkeypatch):
     assert fw.installed_version("fake") is None
 
 
-def test_backends_default_to_every_scenario():
-    assert fw.FRAMEWORKS["torch"].scenarios == fw.Backend.scenarios == ("forward", "gradient", "train_step")
+def test_backends_default_to_the_three_per_batch_closures():
+    assert fw.FRAMEWORKS["torch"].closures == fw.Backend.closures == ("forward", "gradient", "train_step")
 
 
 @pytest.mark.parametrize("name", ["torch", "jax", "onnxruntime", "openvino", "tensorflow", "keras"])
@@ -63,7 +63,7 @@ def test_every_framework_folder_is_registered_once_from_its_declaration():
     for name in fw.BUILTIN:
         d = importlib.import_module(f"dlbench.frameworks.{name}").DECLARATION
         info = fw.FRAMEWORKS[name]
-        assert d.name == name and (info.variants, info.devices, info.scenarios, info.precisions) == (
+        assert d.name == name and (info.variants, info.devices, info.closures, info.precisions) == (
             d.variants, d.devices, d.closures, d.precisions)
 
 
@@ -101,7 +101,7 @@ def test_a_plugin_declaration_is_registered_with_its_parts(tmp_path, monkeypatch
     try:
         fw.load_plugins()
         info = fw.framework_info("plantedfw")
-        assert (info.module, info.scenarios, info.probe) == ("planted_fw_pkg.backend", ("forward",),
+        assert (info.module, info.closures, info.probe) == ("planted_fw_pkg.backend", ("forward",),
                                                               "planted_fw_pkg.probe")
         assert fw.load_part("plantedfw", "decoder").__name__ == "D" and fw.load_part("plantedfw", "dp_worker") is None
         assert "plantedfw" in fw.with_part("decoder") and fw.part_module("nosuchfw", "decoder") is None

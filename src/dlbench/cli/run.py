@@ -331,7 +331,7 @@ def _epoch_samples(suite: Suite, cells: list[Cell]) -> dict[str, int]:
 
 def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate, left_out: str, as_json: bool) -> int:
     """``--dry-run``: the cells and the estimate; nothing measured, nothing stored, no run created."""
-    from dlbench.envs.ondemand import estimate_builds
+    from dlbench.frameworks.ondemand import estimate_builds
     from dlbench.planning.estimate import runs_a_process
 
     setup = estimate.setup()

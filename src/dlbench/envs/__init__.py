@@ -13,11 +13,12 @@ A pinned version (``jax==0.4.38``, see :mod:`dlbench.envs.versions`) gets its ow
 (``jax-0.4.38``), whose requirements are the framework at that version and the companion pins of its
 release line (:mod:`dlbench.envs.companions`); the rest is as for any environment.
 
-What goes in: a recipe's lock, kept in the framework's folder (``dlbench/frameworks/FRAMEWORK/requirements.lock``:
-every package and version with its hashes, compiled by ``uv pip compile`` from the folder's
-``requirements.txt``, the recipe, by ``dlbench envs lock FRAMEWORK``), installed by ``uv pip sync
---require-hashes`` into a venv made by ``uv venv``; if the folder has ``requirements.build.txt``, its lock constrains the build environment
-of an sdist (``--build-constraints``: Chainer's ``setup.py`` needs an old setuptools). An environment is
+What goes in: a recipe's lock, kept in the framework's folder
+(``dlbench/frameworks/FRAMEWORK/requirements.lock``: every package and version with its hashes,
+compiled by ``uv pip compile`` from the folder's ``requirements.txt``, the recipe, by ``dlbench envs
+lock FRAMEWORK``), installed by ``uv pip sync --require-hashes`` into a venv made by ``uv venv``; if
+the folder has ``requirements.build.txt``, its lock constrains the build environment of an sdist
+(``--build-constraints``: Chainer's ``setup.py`` needs an old setuptools). An environment is
 keyed by its lock: the record stores the lock's hash, and a changed lock rebuilds it. A pinned version's
 environment (no lock) is installed by pip. Then dlbench itself with ``--no-deps``; from a checkout, its
 ``src`` is put on the environment's path by a ``.pth`` file instead (an editable install without the

@@ -51,11 +51,12 @@ class FrameworkInfo:
     description: str
     #: environment a variant needs before the framework is imported (e.g. KERAS_BACKEND)
     variant_env: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: scenarios the backend can run (a built-in's: its ``Backend.scenarios``, read without the import)
-    scenarios: tuple[str, ...] = ("forward", "gradient", "train_step")
+    #: the closures the backend hands out (a built-in's: its declaration's, read without the import);
+    #: a scenario runs where the closure it requires is among them (``Scenario.requires``)
+    closures: tuple[str, ...] = ("forward", "gradient", "train_step")
     #: other import names the backend needs (onnxruntime's models are exported from torch)
     requires: tuple[str, ...] = ()
-    #: per-batch scenario -> the whole-data-set scenario measured in its place (H2O: train_step -> epoch)
+    #: per-batch closure -> the whole-data-set closure measured in its place (H2O: train_step -> epoch)
     stands_in: dict[str, str] = field(default_factory=dict)
     #: devices the backend can build on (a built-in's: its ``Backend.devices``, read without the import);
     #: ``cuda`` also admits ``cuda:N``
@@ -84,7 +85,7 @@ class FrameworkInfo:
 
         backend_module, _, backend_class = absolute(d.backend).partition(":")
         return cls(d.name, backend_module, d.distribution, d.import_name, d.variants, d.description,
-                   variant_env={k: dict(v) for k, v in d.variant_env.items()}, scenarios=d.closures,
+                   variant_env={k: dict(v) for k, v in d.variant_env.items()}, closures=d.closures,
                    requires=d.requires, stands_in=dict(d.stands_in), devices=d.devices,
                    backend_class=backend_class or "Backend_", decoder=absolute(d.decoder), no_decoder=d.no_decoder,
                    dp_worker=absolute(d.dp_worker), probe=absolute(d.probe), precisions=d.precisions,
@@ -207,7 +208,7 @@ def list_frameworks() -> list[dict]:
 
 def check_frameworks(names: list[str]) -> None:
     """Raise :class:`UnknownFrameworkError` for an unknown or uninstalled framework. A pinned version
-    passes uninstalled: its environment is built when a run needs it (:func:`dlbench.envs.ondemand.ensure_envs`)."""
+    passes uninstalled: its environment is built when a run needs it (:func:`dlbench.frameworks.ondemand.ensure_envs`)."""
     for name in names:
         if framework_info(name).version is None and installed_version(name) is None:
             framework_info(name)  # unknown -> its own message

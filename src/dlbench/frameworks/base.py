@@ -93,9 +93,10 @@ class Backend(ABC):
     name: str = ""
     variants: tuple[str, ...] = ("default",)
     devices: tuple[str, ...] = ("cpu",)
-    #: what the backend can measure; an inference engine declares ("forward",) and the gate then
-    #: checks parameters and forward only
-    scenarios: tuple[str, ...] = ("forward", "gradient", "train_step")
+    #: the closures the backend hands out (dlbench.frameworks.declaration.CLOSURES; scenarios name the ones
+    #: they need, ``Scenario.requires``); an inference engine has ("forward",) and the gate then checks
+    #: parameters and forward only
+    closures: tuple[str, ...] = ("forward", "gradient", "train_step")
     #: import names whose versions are recorded with every result
     packages: tuple[str, ...] = ()
     #: what ``forward`` returns: ``logits`` (the spec's output), or ``probabilities`` for an API that
@@ -116,7 +117,7 @@ class Backend(ABC):
         d = cls.__dict__.get("declaration")
         if d is not None:
             cls.name, cls.variants, cls.devices, cls.precisions = d.name, d.variants, d.devices, d.precisions
-            cls.scenarios = d.closures
+            cls.closures = d.closures
 
     # --- set-up -----------------------------------------------------------------
     @abstractmethod
@@ -155,7 +156,7 @@ class Backend(ABC):
         """One step of ``opt`` per call; making a closure starts a fresh optimiser state (zero momentum
         or moments, step count 0). A backend without ``opt.name`` raises :class:`UnsupportedError`."""
 
-    # --- whole-data-set scenarios (frameworks that cannot time one batch; see dlbench.scenarios) ---
+    # --- whole-data-set closures (frameworks that cannot time one batch; see dlbench.scenarios) ---
     def epoch(self, model: Any, batch: Any, opt: OptimizerSpec) -> Callable[[], Any]:
         """One training epoch over every sample of ``batch`` (a data set of ``batch.size`` samples)."""
         raise UnsupportedError(f"{self.name} times single batches; it has no whole-epoch scenario")

@@ -31,8 +31,7 @@ from dlbench.core.job import PeakJob, VerifyJob
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import unsupported as precision_unsupported
 from dlbench.data import DataError, adapt, list_datasets, load_dataset
-from dlbench.envs import ondemand
-from dlbench.frameworks import framework_info, installed_version
+from dlbench.frameworks import framework_info, installed_version, ondemand
 from dlbench.launch.subprocess import run_job, thread_env
 from dlbench.measure import environment, peak, reuse
 from dlbench.measure.cost import PARTS, cell_cost

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dlbench.envs.ondemand import du
+from dlbench.frameworks.ondemand import du
 from dlbench.survey.catalog import Target, features_data, installed_distribution
 
 SRC = Path(__file__).resolve().parents[1]  # src/dlbench

@@ -50,7 +50,7 @@ Gate rules:
 * ``get_params``: read back from those initializers (the values the session was created from),
   converted to canonical layout; inference never changes them.
 * ``gradient``, ``train_step`` and ``loss_and_grads`` raise :class:`UnsupportedError`: the backend
-  declares ``scenarios = ("forward",)`` and the gate checks parameters and forward only.
+  declares the ``forward`` closure only and the gate checks parameters and forward only.
 
 Precision ``int8``: ONNX Runtime's own post-training dynamic quantization
 (``onnxruntime.quantization.quantize_dynamic``, its defaults: int8 weights per tensor, uint8

@@ -220,7 +220,7 @@ class ExportEngine(Backend):
     """What every engine running the export shares: inference only, and the gate reads its parameters
     from the export's initializers (its model holds ``params``, ``bindings`` and ``build_info``)."""
 
-    scenarios: tuple[str, ...] = ("forward",)
+    closures: tuple[str, ...] = ("forward",)
     #: why training is not measured, with ``{what}`` for the closure refused
     not_trainable: str = "{what} is not measured: the exported ONNX graph is the eval-mode forward only"
     #: exporters tried in order (tests force the fallback by overriding this)

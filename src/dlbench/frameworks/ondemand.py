@@ -1,6 +1,6 @@
 """Environments built when a run needs them: a pinned framework (``jax==0.4.38``) without its
 environment gets one before anything is measured (:mod:`dlbench.envs.versions` says what a pin means;
-:mod:`dlbench.envs` builds it). Apart from :mod:`dlbench.envs` because it reads the framework registry,
+:mod:`dlbench.envs` builds it). Here, above :mod:`dlbench.envs`, because it reads the framework registry,
 which itself imports :mod:`dlbench.envs`."""
 
 from __future__ import annotations
