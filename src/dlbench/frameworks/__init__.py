@@ -116,15 +116,17 @@ def register(info: FrameworkInfo) -> None:
 
 
 def import_plugin(module: str):
-    """A module by dotted name, or a ``.py`` file by path (plugins outside any package)."""
-    if module.endswith(".py"):
+    """A module by dotted name, a ``.py`` file by path (plugins outside any package), or a framework
+    folder by path (its ``__init__.py``; its parts are imported as the package's modules)."""
+    folder = Path(module) if not module.endswith(".py") and os.sep in module else None
+    if module.endswith(".py") or folder is not None:
         import importlib.util as iu
-        import sys
 
         name = "dlbench_plugin_" + Path(module).stem
         if name in sys.modules:
             return sys.modules[name]
-        spec = iu.spec_from_file_location(name, module)
+        spec = (iu.spec_from_file_location(name, module) if folder is None else
+                iu.spec_from_file_location(name, folder / "__init__.py", submodule_search_locations=[str(folder)]))
         if spec is None or spec.loader is None:
             raise ImportError(f"cannot load plugin {module}")
         mod = iu.module_from_spec(spec)
