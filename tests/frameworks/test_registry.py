@@ -107,3 +107,15 @@ def test_a_plugin_declaration_is_registered_with_its_parts(tmp_path, monkeypatch
         assert "plantedfw" in fw.with_part("decoder") and fw.part_module("nosuchfw", "decoder") is None
     finally:
         fw.FRAMEWORKS.pop("plantedfw", None)
+
+
+def test_declared_precisions_are_the_tables_the_backends_build_from():
+    """JAX's, Keras's and TensorFlow's precisions are declared as data and built from a table in their
+    backend (Flax dtypes, Keras policies): the two must name the same precisions, in the same order."""
+    pytest.importorskip("jax")
+    pytest.importorskip("keras")
+    from dlbench.frameworks.jax.backend import _FLAX_DTYPES
+    from dlbench.frameworks.keras.keras_model import POLICIES
+
+    assert fw.FRAMEWORKS["jax"].precisions == tuple(_FLAX_DTYPES)
+    assert fw.FRAMEWORKS["keras"].precisions == fw.FRAMEWORKS["tensorflow"].precisions == tuple(POLICIES)
