@@ -58,7 +58,7 @@ class FrameworkInfo:
     requires: tuple[str, ...] = ()
     #: per-batch closure -> the whole-data-set closure measured in its place (H2O: train_step -> epoch)
     stands_in: dict[str, str] = field(default_factory=dict)
-    #: devices the backend can build on (a built-in's: its ``Backend.devices``, read without the import);
+    #: devices the backend can build on (a built-in's: its declaration's, read without the import);
     #: ``cuda`` also admits ``cuda:N``
     devices: tuple[str, ...] = ("cpu",)
     #: the pinned version of a name like ``jax==0.4.38`` (dlbench.envs.versions); None: the main Python's
