@@ -5,9 +5,9 @@ coordinator) in its environment.
 JAX's own multi-process engine: ``jax.distributed.initialize`` joins the processes (on the CPU
 their collectives run over gloo); one mesh axis spans one device per process.
 
-The model is the JAX backend's (:class:`dlbench.frameworks.jax.JaxBackend`, the one the
+The model is the JAX backend's (:class:`dlbench.frameworks.jax.backend.JaxBackend`, the one the
 equivalence gate checks): every process builds it with ``build`` from the canonical weights, and
-the step is the backend's own training function (:func:`dlbench.frameworks.jax.train_update`:
+the step is the backend's own training function (:func:`dlbench.frameworks.jax.backend.train_update`:
 its loss, ``value_and_grad`` and optax SGD with momentum), jitted under ``jax.shard_map``, with
 one addition: its loss hook set to :func:`exchange`, ``jax.lax.pmean`` over the mesh axis, the
 data-parallel loss of JAX's shard_map guide. Parameters, optimiser state and step counter are

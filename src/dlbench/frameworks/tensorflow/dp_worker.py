@@ -5,10 +5,10 @@ environment, from which it writes ``TF_CONFIG``.
 TensorFlow's own engine: ``tf.distribute.MultiWorkerMirroredStrategy`` (ring collectives, a
 collective timeout) with a custom training step (Keras ``fit`` is not used).
 
-The model is the TensorFlow backend's (:class:`dlbench.frameworks.tensorflow.TensorFlowBackend`,
+The model is the TensorFlow backend's (:class:`dlbench.frameworks.tensorflow.backend.TensorFlowBackend`,
 the one the equivalence gate checks): every process builds it with ``build`` under the strategy's
 scope (so its variables are mirrored) from the canonical weights, and the step is the backend's
-own training body (:meth:`~dlbench.frameworks.tensorflow.TensorFlowBackend.step_body`: its loss,
+own training body (:meth:`~dlbench.frameworks.tensorflow.backend.TensorFlowBackend.step_body`: its loss,
 ``GradientTape`` gradient and fused SGD-momentum update) with one addition, its gradient hook set
 to :func:`exchange` (the replica context's ``all_reduce(MEAN)``), run by ``strategy.run`` inside
 one ``tf.function``. Every worker applies the same averaged gradient to its own copy of each
