@@ -245,3 +245,16 @@ def test_the_killed_rank_leads_the_reason_even_when_torchrun_saw_its_peer_fail_f
            + entry.format(i=0, r=0, c=1, tb="To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"))
     assert torchrun.explain(tmp_path, {"agent-local": log}) == \
         "worker rank 1 killed by SIGKILL; worker rank 0 exited with code 1"
+
+
+def test_a_frameworks_data_parallel_worker_is_its_folders_and_a_pinned_release_has_none():
+    """The worker module is read from the framework's declaration (WORKERS, a table keyed by name, went);
+    a pinned release's workers would start in this Python, not its environment, so it has none, and a
+    framework without a dp_worker part says which have one."""
+    from dlbench.distributed import scaling
+
+    assert scaling.worker_module("torch") == "dlbench.frameworks.torch.dp_worker"
+    assert scaling.worker_module("tensorflow") == "dlbench.frameworks.tensorflow.dp_worker"
+    for name in ("jax==0.4.38", "mxnet", "nosuchfw"):
+        with pytest.raises(scaling._Unsupported, match=r"no data-parallel worker .*\(written: jax, tensorflow, torch\)"):
+            scaling.worker_module(name)

@@ -414,3 +414,16 @@ def test_the_tensorflow_device_of_a_gpu_turns_tf32_off(monkeypatch):
         assert not tf.config.experimental.tensor_float_32_execution_enabled()
     finally:
         tf.config.experimental.enable_tensor_float_32_execution(before)
+
+
+def test_the_generate_scenarios_read_a_decoder_from_the_framework_declaration():
+    """Which frameworks decode is their folders' declaration (DECODERS, a table keyed by name, went): a
+    framework without one is unsupported with its folder's reason or the list of those that have one; a
+    pinned release stays unsupported, as before the folders."""
+    from dlbench.frameworks import framework_info
+
+    gen = Generate()
+    assert gen.unsupported(framework_info("torch")) is None and gen.unsupported(framework_info("openvino")) is None
+    assert "no Keras 3 decoder" in gen.unsupported(framework_info("keras"))
+    assert "(generate scenarios: torch, jax, onnxruntime, openvino, tensorflow)" in gen.unsupported(framework_info("mxnet"))
+    assert "has no key/value-cache decoder" in gen.unsupported(framework_info("jax==0.4.38"))

@@ -136,6 +136,16 @@ def _rdzv_id(cell: Cell, repeat: int) -> str:
     return "dlbench-" + hashlib.sha1(cell.key.encode()).hexdigest()[:12] + f"-r{repeat}"
 
 
+def worker_module(framework: str) -> str:
+    """The module each data-parallel worker of ``framework`` runs: its folder's ``dp_worker``. A pinned
+    release (``jax==0.4.38``) has none: its workers would start in this Python, not its environment."""
+    module = frameworks.part_module(framework, "dp_worker")
+    if module is None or frameworks.framework_info(framework).version is not None:
+        raise _Unsupported(f"no data-parallel worker for {framework} "
+                           f"(written: {', '.join(sorted(frameworks.with_part('dp_worker')))})")
+    return module
+
+
 def launch(cell: Cell, suite: SuiteView, network: Network, job_dir: Path, repeat: int) -> GroupOutcome:
     """One repeat of a cell: the processes it needs, on the network the run uses."""
     job = _job(cell, suite)
@@ -145,10 +155,7 @@ def launch(cell: Cell, suite: SuiteView, network: Network, job_dir: Path, repeat
             raise _Unsupported(f"the parameter server computes gradients with the torch backend only, not {cell.framework}")
         argv = [sys.executable, "-m", "dlbench.distributed.ps", str(job_dir / "job.json"), str(job_dir)]
         return run_group([Proc("ps-driver", argv)], job, job_dir, timeout, thread_env(cell.threads))
-    module = frameworks.part_module(cell.framework, "dp_worker")
-    if module is None:
-        raise _Unsupported(f"no data-parallel worker for {cell.framework} "
-                           f"(written: {', '.join(sorted(frameworks.with_part('dp_worker')))})")
+    module = worker_module(cell.framework)
     d = suite.settings("distributed")
     if cell.framework != "torch":
         return _launch_plain(module, job, cell, network, job_dir, timeout)
