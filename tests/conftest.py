@@ -217,7 +217,7 @@ def _lenet_in(name: str, backend: str) -> str:
         import inspect, json, tempfile
         from pathlib import Path
         import numpy as np
-        from dlbench.frameworks.{name} import {backend}
+        from dlbench.frameworks.{name}.backend import {backend}
         from dlbench.models import get_model
         from dlbench.models.weights import init_weights
         from dlbench.data.synthetic import make_batch

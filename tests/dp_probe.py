@@ -2,7 +2,7 @@
 ``python tests/dp_probe.py FRAMEWORK RANK WORLD ADDRS JOB.json OUT_DIR`` (ADDRS: every rank's
 host:port, comma-separated; the first is the coordinator / master).
 
-It runs the worker's own code (``dlbench/distributed/torch_ddp.py``, ``jax_dp.py``, ``tf_dp.py``):
+It runs the worker's own code (``dlbench/frameworks/{torch,jax,tensorflow}/dp_worker.py``):
 joining the other processes, building the model with the framework's backend
 (``common.build_model``), and the data-parallel step, for one step with learning rate 0 and
 momentum 0, so the parameters stay as they are and the momentum buffer holds exactly the gradient
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from dlbench.core.job import DataParallelJob
-from dlbench.distributed import common
+from dlbench.frameworks import data_parallel as common
 from dlbench.frameworks.base import OptimizerSpec
 
 RECORD = OptimizerSpec(0.0, 0.0)  # accum = 0 * accum + grad; param -= 0 * accum
@@ -36,8 +36,8 @@ def probe_torch(job, rank, world, addrs):
     os.environ.update(MASTER_ADDR=host, MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0")
     import torch.distributed as dist
 
-    from dlbench.distributed import torch_ddp
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch import dp_worker as torch_ddp
+    from dlbench.frameworks.torch.backend import TorchBackend
 
     dist.init_process_group("gloo")
     backend = TorchBackend()
@@ -54,13 +54,13 @@ def probe_torch(job, rank, world, addrs):
 
 
 def probe_jax(job, rank, world, addrs):
-    from dlbench.distributed import jax_dp
+    from dlbench.frameworks.jax import dp_worker as jax_dp
 
     jax_dp.connect(job, rank, world, addrs[0])
     import jax
     import optax
 
-    from dlbench.frameworks.jax import JaxBackend
+    from dlbench.frameworks.jax.backend import JaxBackend
 
     backend = JaxBackend()
     spec, model = common.build_model(backend, job)
@@ -75,11 +75,11 @@ def probe_jax(job, rank, world, addrs):
 
 
 def probe_tensorflow(job, rank, world, addrs):
-    from dlbench.distributed import tf_dp
+    from dlbench.frameworks.tensorflow import dp_worker as tf_dp
 
     strategy = tf_dp.strategy_for(job, rank, addrs)
-    from dlbench.frameworks import keras_model as km
-    from dlbench.frameworks.tensorflow import TensorFlowBackend
+    from dlbench.frameworks.keras import keras_model as km
+    from dlbench.frameworks.tensorflow.backend import TensorFlowBackend
 
     backend = TensorFlowBackend()
     with strategy.scope():

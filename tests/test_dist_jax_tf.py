@@ -54,9 +54,10 @@ def test_jax_worker_step_runs_an_lstm_and_averages_its_gradient(monkeypatch):
         from dlbench.data.synthetic import make_batch
         from dlbench.core.cell import Cell
         from dlbench.core.job import DataParallelJob
-        from dlbench.distributed import common, jax_dp
+        from dlbench.frameworks import data_parallel as common
+        from dlbench.frameworks.jax import dp_worker as jax_dp
         from dlbench.frameworks.base import OptimizerSpec
-        from dlbench.frameworks.jax import JaxBackend
+        from dlbench.frameworks.jax.backend import JaxBackend
 
         backend = JaxBackend()
         job = DataParallelJob(threads=None, cell=Cell("jax", "default", "lstm-ptb", "scaling", 4, 1, workers=2),

@@ -21,7 +21,7 @@ import pytest
 from dlbench.core.cell import Cell
 from dlbench.core.job import DataParallelJob, encode
 from dlbench.data.synthetic import make_batch
-from dlbench.distributed import common
+from dlbench.frameworks import data_parallel as common
 from tests.conftest import requires
 
 WORLD = 2

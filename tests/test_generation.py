@@ -13,7 +13,8 @@ import pytest
 from dlbench.cli.main import main
 from dlbench.core.cell import Cell
 from dlbench.core.job import CellJob
-from dlbench.generation.decoder import cache_bytes, check_decodable, context_length, greedy, make_decoder
+from dlbench.frameworks.decoding import cache_bytes, check_decodable, context_length
+from dlbench.generation.decoder import greedy, make_decoder
 from dlbench.generation.gate import compare_tokens, reference_greedy, verify_generation
 from dlbench.models import get_model
 from dlbench.models.weights import init_weights
@@ -32,16 +33,16 @@ MODELS = ["gpt2", "smollm2-135m"]
 def _off_by_one(framework: str) -> type:
     """The framework's decoder with its cache written one position late."""
     if framework == "torch":
-        from dlbench.generation.torch_decoder import TorchDecoder
+        from dlbench.frameworks.torch.decoder import TorchDecoder
 
         class Planted(TorchDecoder):
             def cache_positions(self, positions):
                 return positions + 1
         return Planted
     if framework == "jax":
-        from dlbench.generation.jax_decoder import JaxDecoder as base
+        from dlbench.frameworks.jax.decoder import JaxDecoder as base
     else:
-        from dlbench.generation.tf_decoder import TFDecoder as base
+        from dlbench.frameworks.tensorflow.decoder import TFDecoder as base
 
     class PlantedFunctional(base):
         def cache_start(self, start):
@@ -92,7 +93,7 @@ def test_openvinos_stateful_decoder_keeps_the_cache_inside_and_passes_the_gate()
     """The stateful variant (OpenVINO's make-stateful transformation: the past/present pairs become the
     model's state) takes only tokens, passes the gate, and a prompt after a first one starts from an
     empty cache (reset_state): a decoder that kept the last prompt's state fails."""
-    from dlbench.generation.onnx_decoder import OpenVINODecoder
+    from dlbench.frameworks.onnxruntime.decoder import OpenVINODecoder
 
     res = verify_generation("openvino", "gpt2", "stateful")
     assert res.passed and res.cache_error < 1e-5, res.reason
@@ -147,7 +148,7 @@ def test_a_tie_is_reported_and_the_gate_passes_and_decoding_continues_from_the_r
     """A decoder that takes the runner-up at one step: where the reference's margin is within the
     tolerance that is a tie (the verdict passes), and every later step is still compared, from the
     reference's token (one disagreement does not derail the rest)."""
-    from dlbench.generation.torch_decoder import TorchDecoder
+    from dlbench.frameworks.torch.decoder import TorchDecoder
 
     spec = get_model("gpt2", small=True, seq_len=13)
     weights = init_weights(spec, 0, mode="verify")
@@ -196,7 +197,7 @@ def test_greedy_decoding_reports_ttft_and_a_time_per_later_token(framework, vari
 def test_contexts_and_what_a_decoder_refuses():
     assert context_length(get_model("gpt2")) == 1024
     assert context_length(get_model("smollm2-135m")) == 8192
-    from dlbench.generation.decoder import NotDecodable
+    from dlbench.frameworks.decoding import NotDecodable
 
     for model in ("bert-base", "lenet", "vit-b16"):
         with pytest.raises(NotDecodable):
@@ -384,7 +385,7 @@ def test_the_jax_decoder_on_a_gpu_keeps_float32_matmuls_at_full_precision(monkey
     is faked by the CPU device, so this runs anywhere."""
     import jax
 
-    from dlbench.generation.jax_decoder import JaxDecoder
+    from dlbench.frameworks.jax.decoder import JaxDecoder
 
     cpu = jax.local_devices(backend="cpu")
     monkeypatch.setattr(jax, "local_devices", lambda backend=None: cpu)
@@ -404,7 +405,7 @@ def test_the_tensorflow_device_of_a_gpu_turns_tf32_off(monkeypatch):
     and the decoder take their device from tf_device, which tells it."""
     import tensorflow as tf
 
-    from dlbench.frameworks.tf_util import tf_device
+    from dlbench.frameworks.tensorflow.tf_util import tf_device
 
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: ["fake GPU"])
     before = tf.config.experimental.tensor_float_32_execution_enabled()
@@ -414,3 +415,16 @@ def test_the_tensorflow_device_of_a_gpu_turns_tf32_off(monkeypatch):
         assert not tf.config.experimental.tensor_float_32_execution_enabled()
     finally:
         tf.config.experimental.enable_tensor_float_32_execution(before)
+
+
+def test_the_generate_scenarios_read_a_decoder_from_the_framework_declaration():
+    """Which frameworks decode is their folders' declaration (DECODERS, a table keyed by name, went): a
+    framework without one is unsupported with its folder's reason or the list of those that have one; a
+    pinned release stays unsupported, as before the folders."""
+    from dlbench.frameworks import framework_info
+
+    gen = Generate()
+    assert gen.unsupported(framework_info("torch")) is None and gen.unsupported(framework_info("openvino")) is None
+    assert "no Keras 3 decoder" in gen.unsupported(framework_info("keras"))
+    assert "(generate scenarios: torch, jax, onnxruntime, openvino, tensorflow)" in gen.unsupported(framework_info("mxnet"))
+    assert "has no key/value-cache decoder" in gen.unsupported(framework_info("jax==0.4.38"))

@@ -135,7 +135,7 @@ def test_a_malformed_data_parallel_job_is_refused_before_the_worker_runs(tmp_pat
     """The entry point every data-parallel worker shares reads the job once: a malformed one is refused
     in one line (stderr and ``error.<rank>.json``, which the launcher reads), exit status 2, and the worker
     never runs; a job of the parameter server's kind is not a worker's."""
-    from dlbench.distributed import common
+    from dlbench.frameworks import data_parallel as common
 
     ran = []
     monkeypatch.setenv("DLBENCH_RANK", "1")

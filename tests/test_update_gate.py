@@ -81,7 +81,7 @@ torch_only = requires("torch")
 
 
 def _planted(make):
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
 
     class Planted(TorchBackend):
         @staticmethod
@@ -155,7 +155,7 @@ def test_gate_catches_a_planted_optimiser_bug(make, caught):
 @torch_only
 def test_gate_catches_a_wrong_epsilon_form():
     """torch's AdamW puts epsilon after the bias correction; declared as Kingma & Ba's form it fails."""
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.gate.verify import verify_model
 
     wrong = type("WrongForm", (TorchBackend,), {"adamw_eps": "hat"})()
@@ -165,7 +165,7 @@ def test_gate_catches_a_wrong_epsilon_form():
 
 @torch_only
 def test_gate_passes_the_unbroken_update_and_records_it():
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.gate.verify import verify_model
 
     result = verify_model(TorchBackend(), "sae:phase=pretrain1")  # frozen encoders must stay put
@@ -176,7 +176,7 @@ def test_gate_passes_the_unbroken_update_and_records_it():
 
 @torch_only
 def test_gate_skips_the_update_check_where_parameters_are_low_precision():
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.gate.verify import verify_model
 
     result = verify_model(TorchBackend(), "lenet", precision="bf16")
@@ -189,7 +189,7 @@ def _training_frameworks():
     from tests.conftest import requires_framework
 
     return [pytest.param(fw, marks=[requires_framework(fw), pytest.mark.xdist_group(f"gate-{fw}")])
-            for fw, info in FRAMEWORKS.items() if "gradient" in info.scenarios]
+            for fw, info in FRAMEWORKS.items() if "gradient" in info.closures]
 
 
 @pytest.mark.parametrize("framework", _training_frameworks())

@@ -10,8 +10,7 @@ from dlbench import envs
 from dlbench.core.cell import DEFAULT_DEVICE, DEFAULT_SEED
 from dlbench.core.errors import UsageError
 from dlbench.core.job import VerifyJob
-from dlbench.envs import ondemand
-from dlbench.frameworks import framework_info
+from dlbench.frameworks import framework_info, ondemand
 from dlbench.gate.verify import VerifyResult
 from dlbench.launch.subprocess import run_job
 from dlbench.planning import flags, resolve

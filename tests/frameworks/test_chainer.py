@@ -23,7 +23,7 @@ def test_gate_passes_on_its_special_rules(shared_dir):
 def test_frozen_layers_stay_frozen_and_a_train_step_learns():
     out = run_in_framework("chainer", """
         import json, numpy as np
-        from dlbench.frameworks.chainer import ChainerBackend
+        from dlbench.frameworks.chainer.backend import ChainerBackend
         from dlbench.frameworks.base import OptimizerSpec
         from dlbench.models import get_model
         from dlbench.models.weights import init_weights

@@ -45,11 +45,11 @@ SMALL = {"tensorflow", "keras", "jax", "onnxruntime", "openvino"}
 SMALL_MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain1", "sae:phase=pretrain3", "bert-base", "smollm2-135m"]
 _cache: dict = {}
 
-#: H2O builds multilayer perceptron classifiers only (frameworks/h2o.py ``plan_of``)
+#: H2O builds multilayer perceptron classifiers only (frameworks/h2o/backend.py ``plan_of``)
 _H2O_MLP_ONLY = "h2o deep learning builds multilayer perceptrons only (no convolution"
 _H2O_CLASSIFIERS = "h2o deep learning trains classifiers here (softmax output)"
 TRANSFORMERS = ("bert-base", "gpt2", "vit-b16", "smollm2-135m")
-#: MXNet, Chainer and PyTensor have no attention layer in dlbench (Paddle has: frameworks/paddle_layers.py)
+#: MXNet, Chainer and PyTensor have no attention layer in dlbench (Paddle has: frameworks/paddle/layers.py)
 _NO_TRANSFORMER_LAYERS = "backend has no rule for layer"
 #: (framework, model) -> words its ``unsupported`` reason holds: every pair the gate may call unsupported
 EXPECTED_UNSUPPORTED: dict[tuple[str, str], str] = {
@@ -128,7 +128,7 @@ def test_gate_passes(framework, variant, model, shared_dir):
     assert expected is None, f"{framework} now expresses {model} ({result.verdict}): unpin it from EXPECTED_UNSUPPORTED"
     assert result.verdict == "pass", result.reason
     assert result.forward_error <= 1e-4
-    if "gradient" in FRAMEWORKS[framework].scenarios:
+    if "gradient" in FRAMEWORKS[framework].closures:
         assert result.gradient_error <= 1e-3
     else:
         assert result.gradient_error is None and "forward only" in result.reason

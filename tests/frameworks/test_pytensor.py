@@ -29,7 +29,7 @@ def test_float32_and_the_compile_cache_follows_dlbench_cache_dir(tmp_path, monke
     monkeypatch.setenv("DLBENCH_CACHE_DIR", str(tmp_path))
     out = run_in_framework("pytensor", """
         import json, os
-        from dlbench.frameworks.pytensor import PyTensorBackend
+        from dlbench.frameworks.pytensor.backend import PyTensorBackend
         from dlbench.models import get_model
         from dlbench.models.weights import init_weights
         from dlbench.data.synthetic import make_batch
@@ -54,7 +54,7 @@ def test_batch_norm_running_statistics_stay_float32_in_training():
         import json
         from dataclasses import replace
         import numpy as np
-        from dlbench.frameworks.pytensor import PyTensorBackend
+        from dlbench.frameworks.pytensor.backend import PyTensorBackend
         from dlbench.models import get_model
         from dlbench.models.layers import Activation, BatchNorm, Dense
         from dlbench.scenarios.timed import make_closure

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dlbench.core.job import JobError, ParameterServerJob
-from dlbench.distributed import common
+from dlbench.frameworks import data_parallel as common
 
 
 def assign_shards(sizes: dict[str, int], shards: int) -> list[list[str]]:
@@ -94,7 +94,7 @@ class WorkerCore:
 
     def __init__(self, job: ParameterServerJob, rank: int):
         common.pin_cores(rank, job.threads)
-        from dlbench.frameworks.torch import TorchBackend
+        from dlbench.frameworks.torch.backend import TorchBackend
 
         self.backend = TorchBackend()
         if job.threads:

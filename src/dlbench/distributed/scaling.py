@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dlbench import frameworks
 from dlbench.core.cell import Cell
 from dlbench.core.errors import UsageError
 from dlbench.core.job import DataParallelJob, FaultAt, ParameterServerJob
 from dlbench.distributed import cluster as netns
 from dlbench.distributed import linkprobe
-from dlbench.distributed.common import combine_ranks, oversubscribed
+from dlbench.frameworks.data_parallel import combine_ranks, oversubscribed
 from dlbench.launch.group import GroupOutcome, Proc, run_group
 from dlbench.launch.subprocess import thread_env
 from dlbench.launch.torchrun import Node, free_port, run_agents
@@ -43,9 +44,6 @@ if TYPE_CHECKING:
 
 #: the exchanges a parameter server runs (its driver's job: :class:`~dlbench.core.job.ParameterServerJob`)
 PS_EXCHANGES = ("ps-sync", "ps-async")
-#: framework -> the module run by each data-parallel worker
-WORKERS = {"torch": "dlbench.distributed.torch_ddp", "jax": "dlbench.distributed.jax_dp",
-           "tensorflow": "dlbench.distributed.tf_dp", "tf": "dlbench.distributed.tf_dp"}
 
 
 class Network:
@@ -147,6 +145,16 @@ def _rdzv_id(cell: Cell, repeat: int) -> str:
     return "dlbench-" + hashlib.sha1(cell.key.encode()).hexdigest()[:12] + f"-r{repeat}"
 
 
+def worker_module(framework: str) -> str:
+    """The module each data-parallel worker of ``framework`` runs: its folder's ``dp_worker``. A pinned
+    release (``jax==0.4.38``) has none: its workers would start in this Python, not its environment."""
+    module = frameworks.part_module(framework, "dp_worker")
+    if module is None or frameworks.framework_info(framework).version is not None:
+        raise _Unsupported(f"no data-parallel worker for {framework} "
+                           f"(written: {', '.join(sorted(frameworks.with_part('dp_worker')))})")
+    return module
+
+
 def launch(cell: Cell, suite: SuiteView, network: Network, job_dir: Path, repeat: int) -> GroupOutcome:
     """One repeat of a cell: the processes it needs, on the network the run uses."""
     job = _job(cell, suite)
@@ -156,9 +164,7 @@ def launch(cell: Cell, suite: SuiteView, network: Network, job_dir: Path, repeat
             raise _Unsupported(f"the parameter server computes gradients with the torch backend only, not {cell.framework}")
         argv = [sys.executable, "-m", "dlbench.distributed.ps", str(job_dir / "job.json"), str(job_dir)]
         return run_group([Proc("ps-driver", argv)], job, job_dir, timeout, thread_env(cell.threads))
-    module = WORKERS.get(cell.framework)
-    if module is None:
-        raise _Unsupported(f"no data-parallel worker for {cell.framework} (written: {', '.join(sorted(WORKERS))})")
+    module = worker_module(cell.framework)
     d = suite.settings("distributed")
     if cell.framework != "torch":
         return _launch_plain(module, job, cell, network, job_dir, timeout)

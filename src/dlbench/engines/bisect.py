@@ -2,7 +2,7 @@
 
 Between a good and a bad release (``--good 0.4.38 --bad 0.10.2``) the releases are those the user's
 pip lists (:mod:`dlbench.envs.releases`). Each step measures one release in its own environment, built on
-demand with its companion pins (:func:`dlbench.envs.ondemand.ensure_envs`), *beside* the current last
+demand with its companion pins (:func:`dlbench.frameworks.ondemand.ensure_envs`), *beside* the current last
 good and first bad releases, in one run: the brief's rule that timings are compared as ratios
 measured together, so a machine that drifts between steps cannot move a verdict. The step's verdict
 comes from the test ``dlbench compare`` uses (:func:`dlbench.report.compare.compare_cells`: Welch's t
@@ -41,8 +41,8 @@ from typing import Any
 
 from dlbench import api, envs
 from dlbench.core.errors import UsageError
-from dlbench.envs import ondemand, releases
-from dlbench.frameworks import installed_version
+from dlbench.envs import releases
+from dlbench.frameworks import installed_version, ondemand
 from dlbench.planning import resolve
 from dlbench.report.bisection import Bisection, Settings, Step, read_stored
 from dlbench.report.compare import ALPHA, CellChange, compare_cells

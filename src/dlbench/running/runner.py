@@ -32,9 +32,8 @@ from dlbench.core.job import PeakJob, VerifyJob
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import unsupported as precision_unsupported
 from dlbench.data import DataError, adapt, list_datasets, load_dataset
-from dlbench.envs import ondemand
-from dlbench.envs.ondemand import BuildEstimate, estimate_builds
-from dlbench.frameworks import framework_info, installed_version
+from dlbench.frameworks import framework_info, installed_version, ondemand
+from dlbench.frameworks.ondemand import BuildEstimate, estimate_builds
 from dlbench.launch.subprocess import run_job, thread_env
 from dlbench.measure import environment, peak, reuse
 from dlbench.measure.cost import PARTS, cell_cost

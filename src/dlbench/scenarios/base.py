@@ -6,7 +6,7 @@ in one place:
 
 * **cells**: how a cell the suite names expands (``scaling``: one per worker count and exchange),
   its default batch, and what a suite using it must provide (``convergence``: a real data set);
-* **support**: which backend closure a framework must have to run it (``FrameworkInfo.scenarios``);
+* **support**: which backend closure a framework must have to run it (``FrameworkInfo.closures``);
 * **the parent's side** (:meth:`Scenario.measure`): which jobs, in which processes, and how their
   results become a :class:`CellOutcome` (status, raw samples, metrics) for the store;
 * **the measuring process's side** (:meth:`Scenario.work`): what runs inside a fresh worker
@@ -126,7 +126,7 @@ class Scenario(ABC):
     name: str = ""
     #: one line for ``--help`` and the docs
     description: str = ""
-    #: the backend closure a framework must declare (``FrameworkInfo.scenarios``) to run this scenario
+    #: the backend closure a framework must declare (``FrameworkInfo.closures``) to run this scenario
     #: (``convergence`` and ``scaling`` train: ``train_step``); None: see :meth:`unsupported`
     requires: str | None = None
     #: FLOPs of one call as a multiple of the forward pass: 1.0 a forward; above 1 the call runs a
@@ -186,8 +186,9 @@ class Scenario(ABC):
 
     def unsupported(self, info: FrameworkInfo) -> str | None:
         """Why the framework cannot run this scenario at all (None: it can)."""
-        if self.requires is not None and self.requires not in info.scenarios:
-            return (f"{info.name} supports only the {', '.join(info.scenarios)} scenario(s), not {self.name}")
+        if self.requires is not None and self.requires not in info.closures:
+            needs = "" if self.requires == self.name else f", which {self.name} needs"
+            return f"{info.name} supports only the {', '.join(info.closures)} closure(s), not {self.requires}{needs}"
         return None
 
     # --- the parent's side -------------------------------------------------------------------------

@@ -37,14 +37,8 @@ import numpy as np
 from dlbench.core.errors import UsageError
 from dlbench.core.job import CellJob
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.generation.decoder import (
-    NotDecodable,
-    check_decodable,
-    context_length,
-    greedy,
-    make_decoder,
-    unsupported_reason,
-)
+from dlbench.frameworks.decoding import NotDecodable, check_decodable, context_length
+from dlbench.generation.decoder import greedy, make_decoder, unsupported_reason
 from dlbench.measure.cost import WorkClock
 from dlbench.measure.energy import Meter
 from dlbench.measure.memory import current_rss_bytes, peak_rss_bytes
@@ -207,7 +201,7 @@ class Generate(Scenario):
                              "the suite has neither")
 
     def unsupported(self, info: FrameworkInfo) -> str | None:
-        if decoder_class_name(info.name) is None:
+        if info.decoder is None or info.version is not None:  # a pinned release: not run in its environment yet
             return unsupported_reason(info.name)
         return None
 
@@ -361,13 +355,6 @@ class Generate(Scenario):
 
         table = figures_table(res)
         return Shown(table) if table is not None else None
-
-
-def decoder_class_name(framework: str) -> str | None:
-    """The framework's decoder, named without importing it (the parent may not have the framework)."""
-    from dlbench.generation.decoder import DECODERS
-
-    return DECODERS.get(framework, (None, None))[1]
 
 
 def measure_generation(job: CellJob, g: GenerationSettings) -> dict[str, Any]:

@@ -31,7 +31,8 @@ import numpy as np
 
 from dlbench.core.job import CellJob
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.generation.decoder import Decoder, NotDecodable, greedy, make_decoder
+from dlbench.frameworks.decoding import Decoder, NotDecodable
+from dlbench.generation.decoder import greedy, make_decoder
 from dlbench.models.weights import init_weights
 from dlbench.scenarios.base import CellOutcome, Context, Shown, SuiteView, run_in_turn
 from dlbench.scenarios.generate import Generate, GenerationSettings, generation_spec, prompts

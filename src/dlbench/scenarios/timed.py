@@ -185,7 +185,7 @@ class Timed(Scenario):
         p = prepare(job)
         backend, device = p.backend, job.cell.device
         clock.mark("prepare_s")
-        if self.name not in backend.scenarios:
+        if self.requires not in backend.closures:
             return {"unsupported": f"{backend.name} does not support {self.name}"}
         rss_before = current_rss_bytes()
         t0 = time.perf_counter_ns()
