@@ -29,7 +29,7 @@ import numpy as np
 from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.llamacpp import convert
+from dlbench.frameworks.llamacpp import DECLARATION, convert
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
@@ -132,12 +132,8 @@ def extra_info(precision: str) -> dict[str, Any]:
 
 
 class Backend_(Backend):
-    name = "llamacpp"
-    variants = ("default",)
-    devices = ("cpu",)
-    scenarios = ("forward",)
+    declaration = DECLARATION  # name, variants, devices, closures (forward only) and precisions
     packages = ("llama_cpp", "gguf")
-    precisions = ("fp32", "fp16", "bf16", "q8_0", "q4_0")
     forward_only_reason = "forward only (llama.cpp is an inference engine): gradient and loss checks do not apply"
 
     def __init__(self) -> None:

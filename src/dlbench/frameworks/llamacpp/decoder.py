@@ -28,9 +28,9 @@ import llama_cpp
 import numpy as np
 
 from dlbench.frameworks.base import UnsupportedError
+from dlbench.frameworks.decoding import Decoder, cache_bytes
 from dlbench.frameworks.llamacpp import convert
 from dlbench.frameworks.llamacpp.backend import DEFAULT_KV, KV_TYPES, build_facts, extra_info, load, model_facts
-from dlbench.generation.decoder import Decoder, cache_bytes
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
