@@ -13,6 +13,7 @@ import pytest
 from dlbench.cli.main import main
 from dlbench.core.cell import Cell
 from dlbench.core.job import CellJob
+from dlbench.frameworks.base import UnsupportedError
 from dlbench.frameworks.decoding import cache_bytes, check_decodable, context_length
 from dlbench.generation.decoder import greedy, make_decoder
 from dlbench.generation.gate import compare_tokens, reference_greedy, verify_generation
@@ -119,7 +120,6 @@ def test_openvinos_decoder_runs_bf16_by_its_hint_and_passes_the_gate():
     runtime graph computes in bfloat16 and the generation gate passes at bf16's tolerance. ONNX
     Runtime, with no bfloat16 matmul on the CPU, says so."""
     from dlbench.core.precision import NATIVE, cpu_flags
-    from dlbench.frameworks.base import UnsupportedError
 
     if not any(f in cpu_flags() for f in NATIVE["bf16"]):
         pytest.skip("no native bf16 on this CPU: OpenVINO would run f32, which is refused")
@@ -344,11 +344,82 @@ def test_generate_server_runs_loadgen_in_token_latency_mode(tmp_path):
     assert not out["meets_rules"] and (tmp_path / "mlperf_log_summary.txt").exists()
 
 
+@requires("mlperf_loadgen")
+def test_every_slo_preset_is_loadgens_own_bounds():
+    """A preset's TTFT/TPOT bounds come from the installed LoadGen's mlperf.conf (MLPerf Inference's
+    published values for llama2-70b-interactive: 450 ms and 40 ms), and every named preset has them."""
+    import mlperf_loadgen as lg
+
+    from dlbench.scenarios.generate import SLO_PRESETS
+    from dlbench.scenarios.generate_loadgen import slo_bounds_ns
+
+    assert slo_bounds_ns(lg, "llama2-70b-interactive") == (450_000_000, 40_000_000)
+    assert slo_bounds_ns(lg, "llama3_1-8b-interactive") == (500_000_000, 30_000_000)
+    assert all(t > 0 and p > 0 for t, p in (slo_bounds_ns(lg, name) for name in SLO_PRESETS))
+    with pytest.raises(UnsupportedError, match="no token-latency bounds for resnet50"):
+        slo_bounds_ns(lg, "resnet50")
+
+
+@requires("mlperf_loadgen")
+@requires("torch")
+def test_a_server_cell_holds_the_stated_share_to_the_presets_bounds_through_the_decoders_own_loop(tmp_path,
+                                                                                                  monkeypatch):
+    """--slo and --slo-share become LoadGen's bounds and target percentile; the system under test decodes
+    through ``Decoder.stream`` (a runtime's own generation loop), not prefill/step of its own."""
+    from dlbench.frameworks.decoding import Decoder
+    from dlbench.scenarios.generate_loadgen import SCENARIOS
+
+    streams = []
+    original = Decoder.stream
+
+    def counted(self, prompt, new_tokens):
+        streams.append(prompt.shape[0])
+        yield from original(self, prompt, new_tokens)
+
+    monkeypatch.setattr(Decoder, "stream", counted)
+    server = next(s for s in SCENARIOS if s.name == "generate-server")
+    settings = dataclasses.asdict(GenerationSettings(prompt=4, new_tokens=4, runs=1, slo="llama2-70b-interactive",
+                                                     slo_share=90.0, qps=20.0, min_duration_s=0.5, min_queries=10))
+    job = CellJob(threads=None, cell=Cell("torch", "eager", "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
+                                          "generate-server", 1, 1), seed=0, data_dir=None,
+                  protocol={"max_time_s": 60}, settings=settings, extra={"phase": "measure", "outdir": str(tmp_path)})
+    out = server.work(job, server.settings_from(job))
+    assert out["settings"]["ttft_latency_ns"] == 450_000_000 and out["settings"]["tpot_latency_ns"] == 40_000_000
+    assert out["settings"]["target_latency_percentile"] == pytest.approx(0.9)
+    assert out["settings"]["slo"] == "llama2-70b-interactive"
+    assert len(streams) >= 10 + 2  # every query (at least the minimum count) and the two warm-ups
+
+
+def test_goodput_is_the_rate_a_valid_peak_search_found():
+    from dlbench.scenarios.generate_loadgen import goodput
+
+    settings = {"mode": "FindPeakPerformance", "target_latency_percentile": 0.99, "ttft_latency_ns": 450_000_000,
+                "tpot_latency_ns": 40_000_000, "slo": "llama2-70b-interactive"}
+    found = goodput({"valid": True, "scheduled_samples_per_s": 3.25}, settings)
+    assert found == {"requests_per_s": 3.25, "share_pct": 99.0, "ttft_bound_ms": 450.0, "tpot_bound_ms": 40.0,
+                     "slo": "llama2-70b-interactive"}
+    assert goodput({"valid": False, "scheduled_samples_per_s": 3.25}, settings) is None  # no rate met the bounds
+    assert goodput({"valid": True, "scheduled_samples_per_s": 3.25}, {**settings, "mode": "PerformanceOnly"}) is None
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--slo", "gpt-9"], "slo must be one of llama2-70b"),
+    (["--slo", "llama2-70b-interactive", "--ttft-ms", "5"], "give it or ttft_ms/tpot_ms, not both"),
+    (["--slo-share", "0"], "slo_share must be > 0"),
+    (["--slo-share", "100"], "slo_share must be > 0 and <= 99.99"),
+])
+def test_bad_slo_flags_are_one_line_and_exit_2(tmp_path, capsys, flags, said):
+    code = main(["run", "--model", "gpt2", "--framework", "torch", "--scenario", "generate-server", *flags,
+                 "--threads", "1", "--dry-run", "--db", str(tmp_path / "r.db")])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_token_bounds_without_generate_server_are_refused(tmp_path, capsys):
     code = main(["run", "--model", "gpt2", "--framework", "torch", "--scenario", "generate", "--ttft-ms", "100",
                  "--threads", "1", "--dry-run", "--db", str(tmp_path / "r.db")])
     err = capsys.readouterr().err
-    assert code == 2 and "--ttft-ms and --tpot-ms bound the generate-server scenario" in err, err
+    assert code == 2 and "--ttft-ms, --tpot-ms, --slo and --slo-share bound the generate-server scenario" in err, err
     code = main(["run", "--model", "gpt2", "--framework", "torch", "--scenario", "generate-server", "--find-peak",
                  "--threads", "1", "--dry-run", "--db", str(tmp_path / "r.db")])
     assert code == 0, capsys.readouterr().err
