@@ -1,0 +1,143 @@
+"""dlbench's weights as a CTranslate2 model folder, cached on disk.
+
+The way there is the one CTranslate2 documents for Hugging Face models: a Hugging Face folder
+(``save_pretrained``, written by :func:`dlbench.gate.hf_transformers.save_folder` from the canonical
+weights: no model hub) converted by ``ctranslate2.converters.TransformersConverter`` with the format as
+its ``quantization``. dlbench's models are token ids without a tokenizer, so the converter is given a
+vocabulary that names each id by its number (``"17"``); generation takes and returns those names, and
+its ``end_token=[]`` keeps a token that happens to be a special one from ending it.
+
+A converted folder is kept under ``$DLBENCH_CACHE_DIR/ctranslate2`` (default
+``~/.cache/dlbench/ctranslate2``), named by the digest of the spec and its weights, the format and the
+CTranslate2 version, so a second process (the gate, then each measuring process) loads rather than
+converts. ``dlbench.json`` beside CTranslate2's files records the conversion's time and the parameters
+the converted model holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ctranslate2
+import numpy as np
+
+from dlbench.frameworks.cache import cache_dir
+from dlbench.models.spec import ModelSpec
+from dlbench.models.weights import Weights
+
+#: dlbench precision -> the converter's ``quantization`` (the same name is the Generator's ``compute_type``)
+FORMATS = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
+#: the converted model's files that dlbench writes beside CTranslate2's
+RECORD = "dlbench.json"
+
+
+@dataclass(frozen=True)
+class Converted:
+    """A converted model folder: where it is, its format, what converting it cost (0 on a cache hit, the
+    recorded first conversion's time in ``first_convert_s``) and the parameters it holds."""
+
+    path: Path
+    format: str
+    convert_s: float
+    cache_hit: bool
+    first_convert_s: float
+    parameters: int
+
+    def info(self) -> dict[str, Any]:
+        return {"format": f"CTranslate2 {self.format}", "convert_s": self.convert_s, "convert_cache_hit": self.cache_hit,
+                "first_convert_s": self.first_convert_s, "converted": self.path.name}
+
+
+def cache_root() -> Path:
+    """Where converted models live: ``$DLBENCH_CACHE_DIR/ctranslate2``, else ``~/.cache/dlbench/ctranslate2``."""
+    path = cache_dir("ctranslate2")
+    return Path(path) if path else Path.home() / ".cache" / "dlbench" / "ctranslate2"
+
+
+def weights_digest(spec: ModelSpec, weights: Weights) -> str:
+    """The spec (its layers, sizes and options) and every parameter's name, type, shape and bytes."""
+    h = hashlib.sha256(repr(spec).encode())
+    for name in sorted(weights.params):
+        a = np.ascontiguousarray(weights.params[name])
+        h.update(f"{name}:{a.dtype}:{a.shape}".encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()[:16]
+
+
+def write_hf_folder(spec: ModelSpec, weights: Weights, folder: Path) -> None:
+    """The Hugging Face folder the converter reads (tests replace it to plant a defect in the conversion)."""
+    from dlbench.gate.hf_transformers import save_folder
+
+    save_folder(spec, weights, folder)
+
+
+class _Vocabulary:
+    """What the converter asks of a tokenizer: ids named by their number; special tokens outside them."""
+
+    bos_token, eos_token, unk_token = "<s>", "</s>", "<unk>"
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def get_vocab(self) -> dict[str, int]:
+        return {str(i): i for i in range(self.size)}
+
+
+class _Converter(ctranslate2.converters.TransformersConverter):
+    """CTranslate2's converter with dlbench's id vocabulary, counting the parameters it converts."""
+
+    def __init__(self, folder: Path, vocab: int):
+        super().__init__(str(folder))
+        self.vocab = vocab
+        self.parameters = 0
+
+    def load_tokenizer(self, tokenizer_class: Any, model_name_or_path: str, **kwargs: Any) -> _Vocabulary:
+        return _Vocabulary(self.vocab)
+
+    def _load(self) -> Any:
+        spec = super()._load()
+        seen, total = set(), 0
+        for _, value in spec.variables(ordered=True):  # identical tensors are stored once (CT2 aliases them)
+            if getattr(value, "ndim", 0) and value.dtype.is_floating_point:
+                key = (tuple(value.shape), hashlib.sha256(value.detach().contiguous().numpy().tobytes()).digest())
+                total += 0 if key in seen else value.numel()
+                seen.add(key)
+        self.parameters = total
+        return spec
+
+
+def convert(spec: ModelSpec, weights: Weights, precision: str) -> Converted:
+    """The model converted to the precision's format, from the cache when it is there."""
+    fmt = FORMATS[precision]
+    root = cache_root()
+    target = root / f"{spec.name.replace('/', '_')[:40]}-{weights_digest(spec, weights)}-{fmt}-ct2-{ctranslate2.__version__}"
+    record = target / RECORD
+    if record.is_file():
+        meta = json.loads(record.read_text())
+        return Converted(target, fmt, 0.0, True, meta["convert_s"], meta["parameters"])
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
+    try:
+        t0 = time.perf_counter()
+        write_hf_folder(spec, weights, work / "hf")
+        converter = _Converter(work / "hf", spec.input.vocab)
+        converter.convert(str(work / "model"), quantization=fmt)
+        seconds = time.perf_counter() - t0
+        (work / "model" / RECORD).write_text(json.dumps({"convert_s": seconds, "parameters": converter.parameters,
+                                                         "ctranslate2": ctranslate2.__version__, "format": fmt}))
+        try:
+            os.replace(work / "model", target)  # atomic: a process beside this one sees all of it or none
+        except OSError:
+            if not record.is_file():  # not another process's finished copy: a real failure
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return Converted(target, fmt, seconds, False, seconds, converter.parameters)
