@@ -91,6 +91,10 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {i.name: i for i in (
              "PaddlePaddle 3 (dynamic graph; paddle.jit.to_static)"),
     _builtin("h2o", "h2o", "h2o", "H2O-3 deep learning (JVM cluster; multilayer perceptrons, whole epochs)",
              stands_in={"train_step": "epoch", "forward": "predict"}),
+    # TEMP wiring until the framework folders land: the folder's declaration (frameworks/ctranslate2/__init__.py)
+    FrameworkInfo("ctranslate2", "dlbench.frameworks.ctranslate2.backend", "ctranslate2", "ctranslate2",
+                  ("default",), "CTranslate2 (Generator over a model converted from a Hugging Face folder; "
+                  "forward_batch, generate_tokens)", scenarios=("forward",), requires=("torch", "transformers")),
 )}
 
 

@@ -198,7 +198,8 @@ DECODERS = {"torch": ("dlbench.generation.torch_decoder", "TorchDecoder"),
             "jax": ("dlbench.generation.jax_decoder", "JaxDecoder"),
             "tensorflow": ("dlbench.generation.tf_decoder", "TFDecoder"),
             "onnxruntime": ("dlbench.generation.onnx_decoder", "OnnxRuntimeDecoder"),
-            "openvino": ("dlbench.generation.onnx_decoder", "OpenVINODecoder")}
+            "openvino": ("dlbench.generation.onnx_decoder", "OpenVINODecoder"),
+            "ctranslate2": ("dlbench.frameworks.ctranslate2.decoder", "CTranslate2Decoder")}  # TEMP wiring
 #: why the others have none
 NO_DECODER = {"keras": "no Keras 3 decoder is written in dlbench (its TensorFlow, JAX and torch back ends' own "
                         "frameworks each have one)"}
