@@ -87,7 +87,7 @@ def test_the_generation_gate_passes_and_checks_ctranslate2s_own_loop(model, prec
         pytest.skip("no int8 compute type on this CPU")
     res = verify_generation("ctranslate2", model, precision=precision)
     assert res.passed, res.reason
-    assert res.loop_mismatches == [] and res.tokens_checked == 16
+    assert res.tokens_checked == 16 and res.logit_error < (1e-5 if precision == "fp32" else 5e-2)
 
 
 @pytest.mark.parametrize("batch", [1, 4])
@@ -205,7 +205,7 @@ def test_what_ctranslate2_refuses_is_unsupported_with_the_reason():
     spec, weights = _small("gpt2")
     from dlbench.frameworks.base import UnsupportedError
 
-    with pytest.raises(UnsupportedError, match="decoder builds at fp32, int8, bf16, not fp16"):
+    with pytest.raises(UnsupportedError, match="decoder builds at fp32, int8, bf16 only, not fp16"):
         make_decoder("ctranslate2", spec, weights, 1, 13, "fp16")
     if "bfloat16" not in ctranslate2.get_supported_compute_types("cpu"):
         res = verify_generation("ctranslate2", "gpt2", precision="bf16")
