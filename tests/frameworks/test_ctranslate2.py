@@ -88,6 +88,25 @@ def test_the_generation_gate_passes_and_checks_ctranslate2s_own_loop(model, prec
     res = verify_generation("ctranslate2", model, precision=precision)
     assert res.passed, res.reason
     assert res.tokens_checked == 16 and res.logit_error < (1e-5 if precision == "fp32" else 5e-2)
+    assert 0 < res.cache_error < 1e-5  # CTranslate2's cached steps against forward_batch's recomputation
+
+
+def test_a_decoder_whose_cached_steps_lose_a_position_fails_the_cache_check():
+    """The cache check compares CTranslate2's incremental decoding (generate_batch over the sequence so far)
+    with forward_batch's recomputation: a decoder that fed its cache one position short fails it."""
+    from dlbench.frameworks.ctranslate2.decoder import CTranslate2Decoder
+    from dlbench.generation.gate import verify_generation
+
+    class Short(CTranslate2Decoder):
+        def _last(self):
+            whole, self.seq = self.seq, self.seq[:, 1:]
+            try:
+                return super()._last()
+            finally:
+                self.seq = whole
+
+    res = verify_generation("ctranslate2", "gpt2", decoder_cls=Short)
+    assert res.verdict == "fail" and res.cache_error > 1e-2, res.reason
 
 
 @pytest.mark.parametrize("batch", [1, 4])

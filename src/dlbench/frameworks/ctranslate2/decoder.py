@@ -1,5 +1,5 @@
-"""The CTranslate2 decoder: its ``Generator.generate_tokens`` streams the timed tokens; ``forward_batch``
-gives the gate its logits.
+"""The CTranslate2 decoder: its ``Generator.generate_tokens`` streams the timed tokens; ``generate_batch``
+with the vocabulary's logits gives the gate its cached steps.
 
 :meth:`CTranslate2Decoder.stream` is the token streaming CTranslate2 documents for generation ("Token
 streaming": ``generate_tokens`` yields each ``GenerationStepResult`` as the decoding loop makes it),
@@ -8,12 +8,17 @@ tokens and no end token (``end_token=[]``): the whole loop is CTranslate2's, so 
 token and each later token's time are what its users get. It takes a batch of prompts (one step result
 per sequence per step, gathered into one row of tokens a step).
 
-CTranslate2's Python API gives logits for a whole sequence (``forward_batch``) and no incremental logits
-from its cache, so :meth:`prefill` and :meth:`step` recompute the sequence so far and return its last
-position's logits: the generation gate's cache check then compares a recomputation with a recomputation
-and proves nothing of CTranslate2's cache. What proves the loop is the gate's check of the streamed
-tokens against the float64 reference's (:func:`dlbench.generation.gate.verify_generation`), with ties at
-the reference's margin, as for the teacher-forced tokens.
+CTranslate2's Python API has no call that feeds one more token into a kept cache and returns its
+logits, so :meth:`prefill` and :meth:`step` (the gate's teacher forcing) run the sequence so far through
+``generate_batch`` with ``include_prompt_in_result=True``, which its documentation says constrains the
+decoding loop to the start tokens (fed one at a time through its key/value cache), with
+``return_logits_vocab=True`` and ``max_length`` the sequence's length: the last of the returned rows is
+the next token's logits, computed by CTranslate2's incremental decoding. The gate's cache check then
+compares those with ``forward_batch``'s recomputation of the whole sequence (the backend's forward). The
+timed loop forwards the prompt at once instead (``include_prompt_in_result=False``, what
+``generate_tokens`` passes), so the gate also checks the streamed tokens against the float64 reference's
+(check 6 of :func:`dlbench.generation.gate.verify_generation`), and a test checks that they equal the
+teacher-forced ones at batch 1 and 4.
 """
 
 from __future__ import annotations
@@ -43,8 +48,11 @@ class CTranslate2Decoder(Decoder):
         self.seq = np.zeros((batch, 0), np.int64)
 
     def _last(self) -> tuple[np.ndarray, np.ndarray]:
-        out = self.generator.forward_batch(np.ascontiguousarray(self.seq, np.int32).tolist())
-        logits = logits_array(out)[:, -1]
+        """The next token's logits after :attr:`seq`, fed token by token through CTranslate2's cache."""
+        rows = [[str(int(t)) for t in row] for row in self.seq]
+        results = self.generator.generate_batch(rows, max_length=self.seq.shape[1], sampling_topk=1, end_token=[],
+                                                include_prompt_in_result=True, return_logits_vocab=True)
+        logits = np.stack([logits_array(r.logits[0][-1]) for r in results])
         return logits, logits.argmax(axis=-1)
 
     def prefill(self, prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -78,5 +86,5 @@ class CTranslate2Decoder(Decoder):
 
     def info(self) -> dict[str, Any]:
         return {**self.loaded.info(), "engine": "ctranslate2.Generator", "loop": "generate_tokens (greedy, "
-                "sampling_topk=1, end_token=[])", "gate_logits": "forward_batch over the whole sequence (no "
-                "incremental logits in CTranslate2's API)"}
+                "sampling_topk=1, end_token=[])", "gate_logits": "generate_batch(include_prompt_in_result=True, "
+                "return_logits_vocab=True): the sequence fed token by token through its cache"}
