@@ -128,7 +128,10 @@ def test_generate_tokens_streams_the_teacher_forced_greedy_tokens(batch):
         forced.append(token)
     assert (np.stack(forced, axis=1) == gen.tokens).all()
     info = decoder.info()
-    assert {"convert_s", "load_s", "format", "compute_type", "ctranslate2", "cpu_compute_types"} <= set(info)
+    assert {"convert_s", "convert_cache", "load_s", "format", "compute_type", "ctranslate2",
+            "cpu_compute_types"} <= set(info)
+    again = make_decoder("ctranslate2", spec, weights, batch, 13).info()  # a second process's build
+    assert again["convert_cache"] == "hit" and again["convert_s"] == 0.0 and again["load_s"] > 0
 
 
 def test_a_converted_model_is_cached_by_weights_format_and_version(monkeypatch, tmp_path):

@@ -52,7 +52,8 @@ class Converted:
     parameters: int
 
     def info(self) -> dict[str, Any]:
-        return {"format": f"CTranslate2 {self.format}", "convert_s": self.convert_s, "convert_cache_hit": self.cache_hit,
+        return {"format": f"CTranslate2 {self.format}", "convert_s": self.convert_s,
+                "convert_cache": "hit" if self.cache_hit else "miss",
                 "first_convert_s": self.first_convert_s, "converted": self.path.name}
 
 
