@@ -224,8 +224,15 @@ def test_what_ctranslate2_refuses_is_unsupported_with_the_reason():
     assert "decoder-only" in verify_model(_backend(), "lenet").reason
     bert = verify_model(_backend(), "bert-base")
     assert bert.verdict == "unsupported" and "bert" in bert.reason
-    spec, weights = _small("gpt2")
+    from dataclasses import replace
+
     from dlbench.frameworks.base import UnsupportedError
+    from dlbench.frameworks.ctranslate2.backend import check_model
+
+    spec, weights = _small("smollm2-135m")
+    with pytest.raises(UnsupportedError, match="writes and converts gpt2, llama language models; .* is qwen2"):
+        check_model(replace(spec, options={**spec.options, "family": "qwen2"}))
+    spec, weights = _small("gpt2")
 
     with pytest.raises(UnsupportedError, match="decoder builds at fp32, int8, bf16 only, not fp16"):
         make_decoder("ctranslate2", spec, weights, 1, 13, "fp16")

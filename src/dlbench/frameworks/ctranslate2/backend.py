@@ -36,8 +36,9 @@ from dlbench.models.hf_layout import family_of
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
-#: the Hugging Face families dlbench writes that CTranslate2's converter takes as decoders
-FAMILIES = ("gpt2", "llama", "qwen2")
+#: the decoder families dlbench writes Hugging Face folders of (gate/hf_transformers.py) and CTranslate2's
+#: converter takes (a Qwen2 folder is read by dlbench but not written back)
+FAMILIES = ("gpt2", "llama")
 #: a Generator's compute type -> (parameter storage, compute) as dlbench.core.precision names them
 COMPUTE_TYPES = {"float32": ("float32", "float32"), "int8_float32": ("int8", "int8"), "int8": ("int8", "int8"),
                  "bfloat16": ("bfloat16", "bfloat16"), "int8_bfloat16": ("int8", "int8"),
@@ -69,7 +70,8 @@ def check_model(spec: ModelSpec) -> None:
         raise UnsupportedError(f"ctranslate2's Generator runs decoder-only language models converted from a "
                                f"Hugging Face folder: {exc}") from None
     if fam not in FAMILIES or spec.input.kind != "tokens":
-        raise UnsupportedError(f"ctranslate2: dlbench converts {', '.join(FAMILIES)} folders; {spec.name} is {fam}")
+        raise UnsupportedError(f"ctranslate2: dlbench writes and converts {', '.join(FAMILIES)} language models; "
+                               f"{spec.name} is {fam}" + ("" if spec.input.kind == "tokens" else f" ({spec.input.kind} input)"))
 
 
 def load(spec: ModelSpec, weights: Weights, precision: str, device: str, threads: int) -> Loaded:
