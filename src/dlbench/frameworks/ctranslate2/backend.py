@@ -70,8 +70,9 @@ def check_model(spec: ModelSpec) -> None:
         raise UnsupportedError(f"ctranslate2's Generator runs decoder-only language models converted from a "
                                f"Hugging Face folder: {exc}") from None
     if fam not in FAMILIES or spec.input.kind != "tokens":
+        kind = "" if spec.input.kind == "tokens" else f" ({spec.input.kind} input)"
         raise UnsupportedError(f"ctranslate2: dlbench writes and converts {', '.join(FAMILIES)} language models; "
-                               f"{spec.name} is {fam}" + ("" if spec.input.kind == "tokens" else f" ({spec.input.kind} input)"))
+                               f"{spec.name} is {fam}{kind}")
 
 
 def load(spec: ModelSpec, weights: Weights, precision: str, device: str, threads: int) -> Loaded:
