@@ -213,6 +213,42 @@ def test_int8_on_the_shipped_checkpoint_carries_its_quality_within_the_bound():
     assert fig["kl"] <= bound.kl and fig["top1"] >= bound.top1 and 0 < fig["kl"]  # int8 moves it, within bound
 
 
+def test_int8_weights_with_their_neighbours_scales_planted_in_the_folder_fail_the_quality_bound(
+        monkeypatch, tmp_path):
+    """tests/test_quality.py's defect (int8 weights dequantized with the neighbour channel's scale) planted
+    in the folder CTranslate2 converts: on the shipped checkpoint the KL divergence passes int8's bound."""
+    from dlbench.gate import quality
+    from dlbench.gate.verify import verify_model
+    from dlbench.scenarios.checkpoint_recipe import SHIPPED
+    from tests.test_quality import _int8_wrong_scale
+
+    if not _int8_here():
+        pytest.skip("no int8 compute type on this CPU")
+    _planted(monkeypatch, tmp_path, edit_weights=_int8_wrong_scale)
+    res = verify_model(_backend("int8"), f"hf:{SHIPPED}", precision="int8")
+    assert res.verdict == "fail" and "KL divergence" in res.reason, res.reason
+    assert res.quality["kl"] > quality.BOUNDS["int8"].kl and not res.checks["quality"]
+
+
+def test_an_int8_generate_run_of_the_shipped_checkpoint_stores_quality_beside_its_speed(tmp_path):
+    """End to end: a generate cell's equivalence gate (the backend's forward) measures the quality, stored
+    with the cell beside its tokens/s, and the decoder's format and cold start with it."""
+    from dlbench import api
+    from dlbench.gate import quality
+    from dlbench.scenarios.checkpoint_recipe import SHIPPED
+
+    if not _int8_here():
+        pytest.skip("no int8 compute type on this CPU")
+    res = api.run(models=[f"hf:{SHIPPED}"], frameworks=["ctranslate2"], scenarios=["generate"], threads=[1],
+                  batches=[1], precisions=["int8"], protocol={"repeats": 1}, db=tmp_path / "r.db",
+                  generation={"prompt": 8, "new_tokens": 4, "runs": 1})
+    (cell,) = res.cells
+    assert cell.cell.status == "ok", cell.cell.reason
+    assert 0 < cell.cell.metrics["quality"]["kl"] <= quality.BOUNDS["int8"].kl
+    decoder = cell.cell.metrics["generation"]["decoder"]
+    assert decoder["format"] == "CTranslate2 int8" and decoder["load_s"] > 0 and decoder["convert_cache"]
+
+
 def test_what_ctranslate2_refuses_is_unsupported_with_the_reason():
     import ctranslate2
 
