@@ -151,6 +151,10 @@ def test_a_converted_model_is_cached_by_weights_format_and_version(monkeypatch, 
     assert other.path != first.path and not other.cache_hit
     assert first.path.parent == tmp_path / "ctranslate2" and first.path.name.endswith(f"ct2-{ctranslate2.__version__}")
     assert convert(spec, weights, "int8").path != first.path
+    import dlbench.frameworks.ctranslate2.convert as module
+
+    monkeypatch.setattr(module, "transformers_version", lambda: "0.0.0")  # another converter: no reuse
+    assert not convert(spec, weights, "fp32").cache_hit
 
 
 def _planted(monkeypatch, tmp_path, after_write=None, edit_weights=None):

@@ -8,15 +8,19 @@ vocabulary that names each id by its number (``"17"``); generation takes and ret
 its ``end_token=[]`` keeps a token that happens to be a special one from ending it.
 
 A converted folder is kept under ``$DLBENCH_CACHE_DIR/ctranslate2`` (default
-``~/.cache/dlbench/ctranslate2``), named by the digest of the spec and its weights, the format and the
-CTranslate2 version, so a second process (the gate, then each measuring process) loads rather than
-converts. ``dlbench.json`` beside CTranslate2's files records the conversion's time and the parameters
-the converted model holds.
+``~/.cache/dlbench/ctranslate2``, ``$XDG_CACHE_HOME`` honoured), named by the digest of the spec and its
+weights and of what converts them (this module, the Hugging Face writer and layout, the transformers
+version), the format and the CTranslate2 version, so a second process (the gate, then each measuring
+process) loads rather than converts, and a changed converter never reads an older conversion.
+``dlbench.json`` beside CTranslate2's files records the conversion's time and the parameters the
+converted model holds.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
@@ -30,6 +34,7 @@ import ctranslate2
 import numpy as np
 
 from dlbench.frameworks.cache import cache_dir
+from dlbench.measure.reuse import CACHE_ROOT
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
@@ -57,15 +62,24 @@ class Converted:
                 "first_convert_s": self.first_convert_s, "converted": self.path.name}
 
 
+#: the modules whose code decides what a conversion writes (their source is part of its cache key)
+CONVERTERS = ("dlbench.frameworks.ctranslate2.convert", "dlbench.gate.hf_transformers", "dlbench.models.hf_layout")
+
+
 def cache_root() -> Path:
-    """Where converted models live: ``$DLBENCH_CACHE_DIR/ctranslate2``, else ``~/.cache/dlbench/ctranslate2``."""
+    """Where converted models live: ``$DLBENCH_CACHE_DIR/ctranslate2``, else dlbench's per-host cache's."""
     path = cache_dir("ctranslate2")
-    return Path(path) if path else Path.home() / ".cache" / "dlbench" / "ctranslate2"
+    return Path(path) if path else CACHE_ROOT / "ctranslate2"
 
 
 def weights_digest(spec: ModelSpec, weights: Weights) -> str:
-    """The spec (its layers, sizes and options) and every parameter's name, type, shape and bytes."""
+    """The spec (its layers, sizes and options), every parameter's name, type, shape and bytes, and the
+    converting code (:data:`CONVERTERS`' source, the transformers version)."""
     h = hashlib.sha256(repr(spec).encode())
+    h.update(transformers_version().encode())
+    for module in CONVERTERS:
+        origin = importlib.util.find_spec(module).origin
+        h.update(Path(origin).read_bytes())
     for name in sorted(weights.params):
         a = np.ascontiguousarray(weights.params[name])
         h.update(f"{name}:{a.dtype}:{a.shape}".encode())
@@ -78,6 +92,10 @@ def write_hf_folder(spec: ModelSpec, weights: Weights, folder: Path) -> None:
     from dlbench.gate.hf_transformers import save_folder
 
     save_folder(spec, weights, folder)
+
+
+def transformers_version() -> str:
+    return importlib.metadata.version("transformers")
 
 
 class _Vocabulary:
