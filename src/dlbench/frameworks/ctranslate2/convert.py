@@ -32,6 +32,7 @@ from typing import Any
 
 import ctranslate2
 import numpy as np
+import torch
 
 from dlbench.frameworks.cache import cache_dir
 from dlbench.measure.reuse import CACHE_ROOT
@@ -125,9 +126,10 @@ class _Converter(ctranslate2.converters.TransformersConverter):
         spec = super()._load()
         seen, total = set(), 0
         for _, value in spec.variables(ordered=True):  # identical tensors are stored once (CT2 aliases them)
-            if getattr(value, "ndim", 0) and value.dtype.is_floating_point:
-                key = (tuple(value.shape), hashlib.sha256(value.detach().contiguous().numpy().tobytes()).digest())
-                total += 0 if key in seen else value.numel()
+            array = value.detach().float().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+            if array.ndim and np.issubdtype(array.dtype, np.floating):
+                key = (array.shape, hashlib.sha256(np.ascontiguousarray(array).tobytes()).digest())
+                total += 0 if key in seen else array.size
                 seen.add(key)
         self.parameters = total
         return spec
