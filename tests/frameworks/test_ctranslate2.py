@@ -157,6 +157,23 @@ def test_a_converted_model_is_cached_by_weights_format_and_version(monkeypatch, 
     assert not convert(spec, weights, "fp32").cache_hit
 
 
+def test_a_damaged_cached_conversion_is_converted_again_not_loaded(monkeypatch, tmp_path):
+    """A cached model.bin cut short, or a record that does not read back: the next build converts anew."""
+    from dlbench.frameworks.ctranslate2.backend import load
+    from dlbench.frameworks.ctranslate2.convert import RECORD, convert
+
+    monkeypatch.setenv("DLBENCH_CACHE_DIR", str(tmp_path))
+    spec, weights = _small("gpt2")
+    first = convert(spec, weights, "fp32")
+    with open(first.path / "model.bin", "r+b") as f:
+        f.truncate(100)
+    loaded = load(spec, weights, "fp32", "cpu", 1)
+    assert not loaded.converted.cache_hit and loaded.converted.path == first.path
+    assert loaded.generator.forward_batch([[1, 2, 3]]).shape == [1, 3, spec.input.vocab]
+    (first.path / RECORD).write_text("{not json")
+    assert not convert(spec, weights, "fp32").cache_hit and convert(spec, weights, "fp32").cache_hit
+
+
 def _planted(monkeypatch, tmp_path, after_write=None, edit_weights=None):
     """A defect in the Hugging Face folder the converter reads (in a fresh cache: no clean conversion reused)."""
     import dlbench.frameworks.ctranslate2.convert as convert

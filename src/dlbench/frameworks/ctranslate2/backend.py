@@ -88,9 +88,17 @@ def load(spec: ModelSpec, weights: Weights, precision: str, device: str, threads
         raise UnsupportedError(f"ctranslate2 {ctranslate2.__version__}: ctranslate2.get_supported_compute_types"
                                f"({device!r}) is {', '.join(sorted(supported))}: no {fmt} on this machine")
     converted = convert(spec, weights, precision)
-    t0 = time.perf_counter()
-    generator = ctranslate2.Generator(str(converted.path), device=device, compute_type=fmt, intra_threads=threads,
-                                      inter_threads=1)
+    try:
+        t0 = time.perf_counter()
+        generator = ctranslate2.Generator(str(converted.path), device=device, compute_type=fmt,
+                                          intra_threads=threads, inter_threads=1)
+    except RuntimeError:  # a damaged cached conversion ("model.bin is incomplete"): converted again, once
+        if not converted.cache_hit:
+            raise
+        converted = convert(spec, weights, precision, again=True)
+        t0 = time.perf_counter()
+        generator = ctranslate2.Generator(str(converted.path), device=device, compute_type=fmt,
+                                          intra_threads=threads, inter_threads=1)
     return Loaded(generator, spec, converted, time.perf_counter() - t0, threads)
 
 

@@ -13,7 +13,8 @@ weights and of what converts them (this module, the Hugging Face writer and layo
 version), the format and the CTranslate2 version, so a second process (the gate, then each measuring
 process) loads rather than converts, and a changed converter never reads an older conversion.
 ``dlbench.json`` beside CTranslate2's files records the conversion's time and the parameters the
-converted model holds.
+converted model holds; a folder whose record does not read back, or whose model CTranslate2 cannot
+load, is converted again rather than used.
 """
 
 from __future__ import annotations
@@ -95,6 +96,15 @@ def write_hf_folder(spec: ModelSpec, weights: Weights, folder: Path) -> None:
     save_folder(spec, weights, folder)
 
 
+def _record(path: Path) -> dict[str, Any] | None:
+    """The conversion's record, or None where there is none or it does not read back whole."""
+    try:
+        meta = json.loads(path.read_text())
+        return meta if isinstance(meta.get("convert_s"), float) and isinstance(meta.get("parameters"), int) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def transformers_version() -> str:
     return importlib.metadata.version("transformers")
 
@@ -135,15 +145,18 @@ class _Converter(ctranslate2.converters.TransformersConverter):
         return spec
 
 
-def convert(spec: ModelSpec, weights: Weights, precision: str) -> Converted:
-    """The model converted to the precision's format, from the cache when it is there."""
+def convert(spec: ModelSpec, weights: Weights, precision: str, again: bool = False) -> Converted:
+    """The model converted to the precision's format, from the cache when it is there. ``again``: the
+    cached folder failed to load (damaged): it is removed and the model converted anew."""
     fmt = FORMATS[precision]
     root = cache_root()
     target = root / f"{spec.name.replace('/', '_')[:40]}-{weights_digest(spec, weights)}-{fmt}-ct2-{ctranslate2.__version__}"
     record = target / RECORD
-    if record.is_file():
-        meta = json.loads(record.read_text())
+    meta = None if again else _record(record)
+    if meta is not None:
         return Converted(target, fmt, 0.0, True, meta["convert_s"], meta["parameters"])
+    if target.exists():  # damaged (unreadable record, or a model that failed to load): ours to replace
+        shutil.rmtree(target)
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
     try:
