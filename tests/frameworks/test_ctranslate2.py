@@ -57,7 +57,7 @@ def test_the_declaration_matches_the_backend_and_the_decoder():
     from dlbench.frameworks.ctranslate2.backend import Backend_
     from dlbench.frameworks.ctranslate2.decoder import CTranslate2Decoder
 
-    assert DECLARATION.closures == Backend_.scenarios == FRAMEWORKS["ctranslate2"].scenarios == ("forward",)
+    assert DECLARATION.closures == Backend_.closures == FRAMEWORKS["ctranslate2"].closures == ("forward",)
     assert DECLARATION.precisions == Backend_.precisions == CTranslate2Decoder.precisions
     assert DECLARATION.variants == CTranslate2Decoder.variants == FRAMEWORKS["ctranslate2"].variants
 

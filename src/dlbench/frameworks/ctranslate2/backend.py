@@ -31,6 +31,7 @@ import numpy as np
 from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.ctranslate2 import DECLARATION
 from dlbench.frameworks.ctranslate2.convert import FORMATS, Converted, convert
 from dlbench.models.hf_layout import family_of
 from dlbench.models.spec import ModelSpec
@@ -120,10 +121,8 @@ def affinity() -> int:
 
 
 class Backend_(Backend):
-    name = "ctranslate2"
-    scenarios = ("forward",)
+    declaration = DECLARATION
     packages = ("ctranslate2",)
-    precisions = ("fp32", "int8", "bf16")
     forward_only_reason = FORWARD_ONLY
 
     def __init__(self) -> None:

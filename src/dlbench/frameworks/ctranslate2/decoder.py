@@ -28,17 +28,17 @@ from typing import Any
 
 import numpy as np
 
+from dlbench.frameworks.ctranslate2 import DECLARATION
 from dlbench.frameworks.ctranslate2.backend import affinity, load, logits_array
-from dlbench.generation.decoder import Decoder, cache_bytes
+from dlbench.frameworks.decoding import Decoder, cache_bytes
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
 
 class CTranslate2Decoder(Decoder):
-    framework = "ctranslate2"
-    variants = ("default",)
-    #: the precisions the generate scenarios may ask this decoder for
-    precisions = ("fp32", "int8", "bf16")
+    framework = DECLARATION.name
+    variants = DECLARATION.variants
+    precisions = DECLARATION.precisions
 
     def __init__(self, spec: ModelSpec, weights: Weights, batch: int, max_len: int, precision: str = "fp32",
                  variant: str = "", device: str = "cpu"):
