@@ -16,7 +16,7 @@ from dlbench.core.job import CellJob
 from dlbench.frameworks.base import UnsupportedError
 from dlbench.frameworks.decoding import cache_bytes, check_decodable, context_length
 from dlbench.generation.decoder import greedy, make_decoder
-from dlbench.generation.gate import compare_tokens, reference_greedy, verify_generation
+from dlbench.generation.gate import compare_tokens, loop_checked, reference_greedy, verify_generation
 from dlbench.models import get_model
 from dlbench.models.weights import init_weights
 from dlbench.scenarios.generate import Generate, GenerationSettings, figures, prompts
@@ -181,6 +181,29 @@ def test_a_tie_is_reported_and_the_gate_passes_and_decoding_continues_from_the_r
     assert tied.passed, tied.reason
     assert {t["step"] for t in tied.ties} == {flip_step} and len(tied.ties) == 2 and not tied.mismatches
     assert "tie(s)" in tied.reason
+
+
+@requires("torch")
+def test_a_generation_loop_that_differs_from_its_prefill_and_step_fails_the_gate():
+    """A runtime's own loop (stream()) is what is timed: one whose tokens leave the reference's fails the
+    gate even when its prefill and step (the teacher-forced checks) are right."""
+    from dlbench.frameworks.torch.decoder import TorchDecoder
+
+    class LoopOffByOne(TorchDecoder):
+        def stream(self, prompt, new_tokens):
+            for token in super().stream(prompt, new_tokens):
+                yield (token + 1) % self.spec.input.vocab
+
+    res = verify_generation("torch", "gpt2", decoder_cls=LoopOffByOne)
+    assert res.verdict == "fail" and not res.mismatches and res.cache_error < 1e-5, res.reason
+    assert "generation loop" in res.reason and {m["step"] for m in res.loop_mismatches} == {0}
+    assert verify_generation("torch", "gpt2").loop_mismatches == []
+
+
+def test_a_free_running_loop_is_checked_up_to_each_rows_first_difference():
+    ref = np.array([[1, 2, 3, 4], [5, 6, 7, 8]])
+    got = np.array([[1, 9, 9, 9], [5, 6, 7, 8]])
+    assert loop_checked(ref, got).tolist() == [[1, 9, 3, 4], [5, 6, 7, 8]]
 
 
 @pytest.mark.parametrize("framework, variant", DECODERS)
@@ -497,5 +520,7 @@ def test_the_generate_scenarios_read_a_decoder_from_the_framework_declaration():
     gen = Generate()
     assert gen.unsupported(framework_info("torch")) is None and gen.unsupported(framework_info("openvino")) is None
     assert "no Keras 3 decoder" in gen.unsupported(framework_info("keras"))
-    assert "(generate scenarios: torch, jax, onnxruntime, openvino, tensorflow)" in gen.unsupported(framework_info("mxnet"))
+    # the built-in decoders in the registry's order (the runtimes' folders follow, e.g. ctranslate2)
+    assert "(generate scenarios: torch, jax, onnxruntime, openvino, tensorflow, " in gen.unsupported(
+        framework_info("mxnet"))
     assert "has no key/value-cache decoder" in gen.unsupported(framework_info("jax==0.4.38"))

@@ -43,6 +43,8 @@ ENV_MODELS = ["lenet", "fcn-r", "sae:phase=pretrain3"]
 #: checked on every model here: ONNX Runtime's models are exported from it.
 SMALL = {"tensorflow", "keras", "jax", "onnxruntime", "openvino"}
 SMALL_MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain1", "sae:phase=pretrain3", "bert-base", "smollm2-135m"]
+#: frameworks that run only some families, checked on those (and models they refuse, for the reason)
+OWN_MODELS = {"ctranslate2": ["gpt2", "smollm2-135m", "lenet", "bert-base"]}
 _cache: dict = {}
 
 #: H2O builds multilayer perceptron classifiers only (frameworks/h2o/backend.py ``plan_of``)
@@ -60,6 +62,8 @@ EXPECTED_UNSUPPORTED: dict[tuple[str, str], str] = {
     **{("h2o", m): _H2O_CLASSIFIERS for m in ("gpt2", "smollm2-135m")},  # a label per token
     ("h2o", "gemm"): "h2o deep learning builds multilayer perceptrons only; it has no Dense layer",
     **{(fw, m): _NO_TRANSFORMER_LAYERS for fw in ("mxnet", "chainer", "pytensor") for m in TRANSFORMERS},
+    # CTranslate2's Generator runs the decoder-only language models dlbench writes Hugging Face folders of
+    **{("ctranslate2", m): "ctranslate2" for m in MODELS if m not in ("gpt2", "smollm2-135m")},
 }
 
 
@@ -67,6 +71,8 @@ def models_for(framework: str) -> list[str]:
     except_ = os.environ.get("DLBENCH_TEST_ALL_MODELS_EXCEPT", "").split(",")
     if os.environ.get("DLBENCH_TEST_ALL_MODELS") == "1" and framework not in except_:
         return MODELS
+    if framework in OWN_MODELS:
+        return OWN_MODELS[framework]
     if framework in SMALL:
         return SMALL_MODELS
     if envs.python_for(framework):

@@ -105,6 +105,8 @@ class Decoder(ABC):
     #: the framework's name (dlbench.frameworks) and variants this decoder runs
     framework: str = ""
     variants: tuple[str, ...] = ()
+    #: the precisions (dlbench.core.precision) it builds at; make_decoder refuses the others
+    precisions: tuple[str, ...] = PRECISIONS
 
     def __init__(self, spec: ModelSpec, weights: Weights, batch: int, max_len: int, precision: str = "fp32",
                  variant: str = "", device: str = "cpu"):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dlbench import frameworks
-from dlbench.frameworks.decoding import PRECISIONS, Decoder
+from dlbench.frameworks.decoding import Decoder
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
@@ -55,8 +55,8 @@ def make_decoder(framework: str, spec: ModelSpec, weights: Weights, batch: int, 
     cls = decoder_class(framework)
     if cls is None:
         raise UnsupportedError(unsupported_reason(framework))
-    if precision not in PRECISIONS:
-        raise UnsupportedError(f"the generate scenarios build decoders at {', '.join(PRECISIONS)}, not {precision}")
+    if precision not in cls.precisions:
+        raise UnsupportedError(f"{framework}'s decoder builds at {', '.join(cls.precisions)} only, not {precision}")
     if variant and variant not in cls.variants:
         raise UnsupportedError(f"{framework}'s decoder runs the {', '.join(cls.variants)} variant(s), not {variant}")
     return cls(spec, weights, batch, max_len, precision, variant, device)
