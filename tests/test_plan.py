@@ -73,3 +73,18 @@ def test_convergence_from_flags_runs_on_all_cores_once_unless_threads_are_given(
     assert build_suite(models=["lenet"], scenarios=["convergence"]).threads == ["all"]
     assert build_suite(models=["lenet"], scenarios=["convergence"], threads=[1, 2]).threads == [1, 2]
     assert build_suite(models=["lenet"], scenarios=["forward"]).threads == [1, "all"]
+
+
+def test_installed_among_keeps_only_the_installed_frameworks_a_suite_compares(monkeypatch, tmp_path):
+    """``installed_among`` (the llm-perf suite's runtimes): of the installed frameworks only those it lists;
+    an unknown name is refused (a typo would otherwise drop a runtime from the comparison unseen)."""
+    from dlbench.planning import flags, resolve
+
+    monkeypatch.setattr(resolve, "installed", lambda: ["torch", "jax", "onnxruntime", "mxnet"])
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nframeworks: installed\ninstalled_among: [onnxruntime, torch, openvino]\n"
+                    "models: [lenet]\nscenarios: [forward]\n")
+    assert resolve.suite_frameworks(flags.build_suite(str(path))) == ["torch", "onnxruntime"]
+    path.write_text("name: s\nframeworks: installed\ninstalled_among: [torchh]\nmodels: [lenet]\nscenarios: [forward]\n")
+    with pytest.raises(UsageError, match="installed_among names unknown framework"):
+        resolve.suite_frameworks(flags.build_suite(str(path)))
