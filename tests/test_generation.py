@@ -13,9 +13,10 @@ import pytest
 from dlbench.cli.main import main
 from dlbench.core.cell import Cell
 from dlbench.core.job import CellJob
+from dlbench.frameworks.base import UnsupportedError
 from dlbench.frameworks.decoding import cache_bytes, check_decodable, context_length
 from dlbench.generation.decoder import greedy, make_decoder
-from dlbench.generation.gate import compare_tokens, reference_greedy, verify_generation
+from dlbench.generation.gate import compare_tokens, loop_checked, reference_greedy, verify_generation
 from dlbench.models import get_model
 from dlbench.models.weights import init_weights
 from dlbench.scenarios.generate import Generate, GenerationSettings, figures, prompts
@@ -73,23 +74,6 @@ def test_a_cache_written_one_position_off_fails_the_gate(framework, variant):
     assert res.cache_error > 1e-2 and "recomputed sequence" in res.reason
 
 
-@requires("torch")
-def test_a_timed_loop_that_decodes_other_tokens_fails_the_gate_though_prefill_and_step_pass():
-    """A runtime's own generation loop (the one greedy() times) is checked apart from prefill/step: here
-    the loop yields the next token id, the teacher-forced steps are right."""
-    from dlbench.frameworks.torch.decoder import TorchDecoder
-
-    class OwnLoop(TorchDecoder):
-        def stream(self, prompt, new_tokens):
-            for token in super().stream(prompt, new_tokens):
-                yield (token + 1) % self.spec.input.vocab
-
-    res = verify_generation("torch", "gpt2", "eager", decoder_cls=OwnLoop)
-    assert res.verdict == "fail" and res.cache_error < 1e-5 and not res.mismatches
-    assert "timed generation loop's token differs" in res.reason and res.loop_mismatches[0]["step"] == 0
-    assert verify_generation("torch", "gpt2", "eager").loop_mismatches == []
-
-
 @pytest.mark.parametrize("framework", WITH_PAST)
 def test_the_decoders_with_past_pass_the_gate_and_a_past_one_position_short_fails(framework):
     from dlbench.generation.decoder import decoder_class
@@ -136,7 +120,6 @@ def test_openvinos_decoder_runs_bf16_by_its_hint_and_passes_the_gate():
     runtime graph computes in bfloat16 and the generation gate passes at bf16's tolerance. ONNX
     Runtime, with no bfloat16 matmul on the CPU, says so."""
     from dlbench.core.precision import NATIVE, cpu_flags
-    from dlbench.frameworks.base import UnsupportedError
 
     if not any(f in cpu_flags() for f in NATIVE["bf16"]):
         pytest.skip("no native bf16 on this CPU: OpenVINO would run f32, which is refused")
@@ -146,7 +129,7 @@ def test_openvinos_decoder_runs_bf16_by_its_hint_and_passes_the_gate():
     decoder = make_decoder("openvino", spec, init_weights(spec, seed=0), 1, 8, "bf16")
     assert decoder.info()["runtime"] == {"param_dtype": "bfloat16", "compute_dtype": "bfloat16"}
     if importlib.util.find_spec("onnxruntime") is not None:
-        with pytest.raises(UnsupportedError, match="builds at fp32, not bf16"):
+        with pytest.raises(UnsupportedError, match="fp32 only, not bf16"):
             make_decoder("onnxruntime", spec, init_weights(spec, seed=0), 1, 8, "bf16")
 
 
@@ -200,6 +183,29 @@ def test_a_tie_is_reported_and_the_gate_passes_and_decoding_continues_from_the_r
     assert "tie(s)" in tied.reason
 
 
+@requires("torch")
+def test_a_generation_loop_that_differs_from_its_prefill_and_step_fails_the_gate():
+    """A runtime's own loop (stream()) is what is timed: one whose tokens leave the reference's fails the
+    gate even when its prefill and step (the teacher-forced checks) are right."""
+    from dlbench.frameworks.torch.decoder import TorchDecoder
+
+    class LoopOffByOne(TorchDecoder):
+        def stream(self, prompt, new_tokens):
+            for token in super().stream(prompt, new_tokens):
+                yield (token + 1) % self.spec.input.vocab
+
+    res = verify_generation("torch", "gpt2", decoder_cls=LoopOffByOne)
+    assert res.verdict == "fail" and not res.mismatches and res.cache_error < 1e-5, res.reason
+    assert "generation loop" in res.reason and {m["step"] for m in res.loop_mismatches} == {0}
+    assert verify_generation("torch", "gpt2").loop_mismatches == []
+
+
+def test_a_free_running_loop_is_checked_up_to_each_rows_first_difference():
+    ref = np.array([[1, 2, 3, 4], [5, 6, 7, 8]])
+    got = np.array([[1, 9, 9, 9], [5, 6, 7, 8]])
+    assert loop_checked(ref, got).tolist() == [[1, 9, 3, 4], [5, 6, 7, 8]]
+
+
 @pytest.mark.parametrize("framework, variant", DECODERS)
 def test_greedy_decoding_reports_ttft_and_a_time_per_later_token(framework, variant):
     spec = get_model("smollm2-135m", small=True, seq_len=12)
@@ -228,7 +234,7 @@ def test_a_decoder_builds_at_the_precisions_its_class_declares(monkeypatch):
     monkeypatch.setattr(dec, "decoder_class", lambda framework: Q4Decoder)
     spec = get_model("gpt2", small=True, seq_len=8)
     assert make_decoder("q4fw", spec, init_weights(spec, 0), 1, 8, "q4_0").asked == "q4_0"
-    with pytest.raises(UnsupportedError, match="q4fw's decoder builds at fp32, q4_0, not bf16"):
+    with pytest.raises(UnsupportedError, match="q4fw's decoder builds at fp32, q4_0 only, not bf16"):
         make_decoder("q4fw", spec, init_weights(spec, 0), 1, 8, "bf16")
 
 
@@ -382,11 +388,82 @@ def test_generate_server_runs_loadgen_in_token_latency_mode(tmp_path):
     assert not out["meets_rules"] and (tmp_path / "mlperf_log_summary.txt").exists()
 
 
+@requires("mlperf_loadgen")
+def test_every_slo_preset_is_loadgens_own_bounds():
+    """A preset's TTFT/TPOT bounds come from the installed LoadGen's mlperf.conf (MLPerf Inference's
+    published values for llama2-70b-interactive: 450 ms and 40 ms), and every named preset has them."""
+    import mlperf_loadgen as lg
+
+    from dlbench.scenarios.generate import SLO_PRESETS
+    from dlbench.scenarios.generate_loadgen import slo_bounds_ns
+
+    assert slo_bounds_ns(lg, "llama2-70b-interactive") == (450_000_000, 40_000_000)
+    assert slo_bounds_ns(lg, "llama3_1-8b-interactive") == (500_000_000, 30_000_000)
+    assert all(t > 0 and p > 0 for t, p in (slo_bounds_ns(lg, name) for name in SLO_PRESETS))
+    with pytest.raises(UnsupportedError, match="no token-latency bounds for resnet50"):
+        slo_bounds_ns(lg, "resnet50")
+
+
+@requires("mlperf_loadgen")
+@requires("torch")
+def test_a_server_cell_holds_the_stated_share_to_the_presets_bounds_through_the_decoders_own_loop(tmp_path,
+                                                                                                  monkeypatch):
+    """--slo and --slo-share become LoadGen's bounds and target percentile; the system under test decodes
+    through ``Decoder.stream`` (a runtime's own generation loop), not prefill/step of its own."""
+    from dlbench.frameworks.decoding import Decoder
+    from dlbench.scenarios.generate_loadgen import SCENARIOS
+
+    streams = []
+    original = Decoder.stream
+
+    def counted(self, prompt, new_tokens):
+        streams.append(prompt.shape[0])
+        yield from original(self, prompt, new_tokens)
+
+    monkeypatch.setattr(Decoder, "stream", counted)
+    server = next(s for s in SCENARIOS if s.name == "generate-server")
+    settings = dataclasses.asdict(GenerationSettings(prompt=4, new_tokens=4, runs=1, slo="llama2-70b-interactive",
+                                                     slo_share=90.0, qps=20.0, min_duration_s=0.5, min_queries=10))
+    job = CellJob(threads=None, cell=Cell("torch", "eager", "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
+                                          "generate-server", 1, 1), seed=0, data_dir=None,
+                  protocol={"max_time_s": 60}, settings=settings, extra={"phase": "measure", "outdir": str(tmp_path)})
+    out = server.work(job, server.settings_from(job))
+    assert out["settings"]["ttft_latency_ns"] == 450_000_000 and out["settings"]["tpot_latency_ns"] == 40_000_000
+    assert out["settings"]["target_latency_percentile"] == pytest.approx(0.9)
+    assert out["settings"]["slo"] == "llama2-70b-interactive"
+    assert len(streams) >= 10 + 2  # every query (at least the minimum count) and the two warm-ups
+
+
+def test_goodput_is_the_rate_a_valid_peak_search_found():
+    from dlbench.scenarios.generate_loadgen import goodput
+
+    settings = {"mode": "FindPeakPerformance", "target_latency_percentile": 0.99, "ttft_latency_ns": 450_000_000,
+                "tpot_latency_ns": 40_000_000, "slo": "llama2-70b-interactive"}
+    found = goodput({"valid": True, "scheduled_samples_per_s": 3.25}, settings)
+    assert found == {"requests_per_s": 3.25, "share_pct": 99.0, "ttft_bound_ms": 450.0, "tpot_bound_ms": 40.0,
+                     "slo": "llama2-70b-interactive"}
+    assert goodput({"valid": False, "scheduled_samples_per_s": 3.25}, settings) is None  # no rate met the bounds
+    assert goodput({"valid": True, "scheduled_samples_per_s": 3.25}, {**settings, "mode": "PerformanceOnly"}) is None
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--slo", "gpt-9"], "slo must be one of llama2-70b"),
+    (["--slo", "llama2-70b-interactive", "--ttft-ms", "5"], "give it or ttft_ms/tpot_ms, not both"),
+    (["--slo-share", "0"], "slo_share must be > 0"),
+    (["--slo-share", "100"], "slo_share must be > 0 and <= 99.99"),
+])
+def test_bad_slo_flags_are_one_line_and_exit_2(tmp_path, capsys, flags, said):
+    code = main(["run", "--model", "gpt2", "--framework", "torch", "--scenario", "generate-server", *flags,
+                 "--threads", "1", "--dry-run", "--db", str(tmp_path / "r.db")])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_token_bounds_without_generate_server_are_refused(tmp_path, capsys):
     code = main(["run", "--model", "gpt2", "--framework", "torch", "--scenario", "generate", "--ttft-ms", "100",
                  "--threads", "1", "--dry-run", "--db", str(tmp_path / "r.db")])
     err = capsys.readouterr().err
-    assert code == 2 and "--ttft-ms and --tpot-ms bound the generate-server scenario" in err, err
+    assert code == 2 and "--ttft-ms, --tpot-ms, --slo and --slo-share bound the generate-server scenario" in err, err
     code = main(["run", "--model", "gpt2", "--framework", "torch", "--scenario", "generate-server", "--find-peak",
                  "--threads", "1", "--dry-run", "--db", str(tmp_path / "r.db")])
     assert code == 0, capsys.readouterr().err
@@ -464,5 +541,7 @@ def test_the_generate_scenarios_read_a_decoder_from_the_framework_declaration():
     gen = Generate()
     assert gen.unsupported(framework_info("torch")) is None and gen.unsupported(framework_info("openvino")) is None
     assert "no Keras 3 decoder" in gen.unsupported(framework_info("keras"))
-    assert "(generate scenarios: torch, jax, onnxruntime, openvino, tensorflow)" in gen.unsupported(framework_info("mxnet"))
+    # the built-in decoders in the registry's order (the runtimes' folders follow, e.g. ctranslate2)
+    assert "(generate scenarios: torch, jax, onnxruntime, openvino, tensorflow, " in gen.unsupported(
+        framework_info("mxnet"))
     assert "has no key/value-cache decoder" in gen.unsupported(framework_info("jax==0.4.38"))

@@ -53,16 +53,18 @@ def test_missing_suite_file():
         load_suite("/nonexistent/suite.yaml")
 
 
-def test_quick_suite_leaves_keras_and_h2o_out_unless_named(monkeypatch):
+def test_quick_suite_leaves_keras_h2o_and_ctranslate2_out_unless_named(monkeypatch):
     """`installed_except` drops an installed framework from `frameworks: installed` only. H2O, which
-    can run nothing of the quick suite (multilayer perceptrons only), joined it with 24 unsupported cells."""
+    can run nothing of the quick suite (multilayer perceptrons only), joined it with 24 unsupported cells;
+    CTranslate2 (language models only) would have too."""
     from dlbench.planning import flags, resolve
 
-    monkeypatch.setattr(resolve, "installed", lambda: ["torch", "keras", "jax", "mxnet", "h2o"])
+    monkeypatch.setattr(resolve, "installed", lambda: ["torch", "keras", "jax", "mxnet", "h2o", "ctranslate2"])
     monkeypatch.setattr(resolve, "check_frameworks", lambda names: None)
     assert resolve.suite_frameworks(flags.build_suite("quick")) == ["torch", "jax", "mxnet"]
     assert resolve.suite_frameworks(flags.build_suite("quick", frameworks=["keras"])) == ["keras"]
     assert resolve.suite_frameworks(flags.build_suite("quick", frameworks=["h2o"])) == ["h2o"]
+    assert resolve.suite_frameworks(flags.build_suite("quick", frameworks=["ctranslate2"])) == ["ctranslate2"]
 
 
 def test_convergence_from_flags_runs_on_all_cores_once_unless_threads_are_given():
@@ -71,3 +73,18 @@ def test_convergence_from_flags_runs_on_all_cores_once_unless_threads_are_given(
     assert build_suite(models=["lenet"], scenarios=["convergence"]).threads == ["all"]
     assert build_suite(models=["lenet"], scenarios=["convergence"], threads=[1, 2]).threads == [1, 2]
     assert build_suite(models=["lenet"], scenarios=["forward"]).threads == [1, "all"]
+
+
+def test_installed_among_keeps_only_the_installed_frameworks_a_suite_compares(monkeypatch, tmp_path):
+    """``installed_among`` (the llm-perf suite's runtimes): of the installed frameworks only those it lists;
+    an unknown name is refused (a typo would otherwise drop a runtime from the comparison unseen)."""
+    from dlbench.planning import flags, resolve
+
+    monkeypatch.setattr(resolve, "installed", lambda: ["torch", "jax", "onnxruntime", "mxnet"])
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nframeworks: installed\ninstalled_among: [onnxruntime, torch, openvino]\n"
+                    "models: [lenet]\nscenarios: [forward]\n")
+    assert resolve.suite_frameworks(flags.build_suite(str(path))) == ["torch", "onnxruntime"]
+    path.write_text("name: s\nframeworks: installed\ninstalled_among: [torchh]\nmodels: [lenet]\nscenarios: [forward]\n")
+    with pytest.raises(UsageError, match="installed_among names unknown framework"):
+        resolve.suite_frameworks(flags.build_suite(str(path)))

@@ -43,9 +43,9 @@ ENV_MODELS = ["lenet", "fcn-r", "sae:phase=pretrain3"]
 #: checked on every model here: ONNX Runtime's models are exported from it.
 SMALL = {"tensorflow", "keras", "jax", "onnxruntime", "openvino"}
 SMALL_MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain1", "sae:phase=pretrain3", "bert-base", "smollm2-135m"]
-#: frameworks that run only some families, checked on those (and one model they refuse, for its reason); llama.cpp
+#: frameworks that run only some families, checked on those (and models they refuse, for the reason); llama.cpp
 #: fails GPT-2 at fp32 (its GELU goes through a float16 table): tests/frameworks/test_llamacpp.py pins that
-OWN_MODELS = {"llamacpp": ["smollm2-135m", "lenet"]}
+OWN_MODELS = {"ctranslate2": ["gpt2", "smollm2-135m", "lenet", "bert-base"], "llamacpp": ["smollm2-135m", "lenet"]}
 _cache: dict = {}
 
 #: H2O builds multilayer perceptron classifiers only (frameworks/h2o/backend.py ``plan_of``)
@@ -65,6 +65,8 @@ EXPECTED_UNSUPPORTED: dict[tuple[str, str], str] = {
     **{("llamacpp", m): "llama.cpp" for m in MODELS if m not in ("gpt2", "smollm2-135m")},
     ("h2o", "gemm"): "h2o deep learning builds multilayer perceptrons only; it has no Dense layer",
     **{(fw, m): _NO_TRANSFORMER_LAYERS for fw in ("mxnet", "chainer", "pytensor") for m in TRANSFORMERS},
+    # CTranslate2's Generator runs the decoder-only language models dlbench writes Hugging Face folders of
+    **{("ctranslate2", m): "ctranslate2" for m in MODELS if m not in ("gpt2", "smollm2-135m")},
 }
 
 

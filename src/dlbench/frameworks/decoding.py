@@ -30,7 +30,7 @@ from dlbench.models.weights import Weights
 #: blocks of causal attention and an MLP, a final norm, the tied LM head)
 DECODABLE = (L.Embedding, L.PositionEmbedding, L.LayerNorm, L.RMSNorm, L.GELU, L.Dense, L.Dropout,
              L.Attention, L.SwiGLU, L.SkipBlock, L.LMHead)
-#: precisions a decoder builds at unless its class declares others (:attr:`Decoder.precisions`)
+#: precisions the decoders build at
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -105,7 +105,7 @@ class Decoder(ABC):
     #: the framework's name (dlbench.frameworks) and variants this decoder runs
     framework: str = ""
     variants: tuple[str, ...] = ()
-    #: the precisions (dlbench.core.precision) this decoder builds at
+    #: the precisions (dlbench.core.precision) it builds at; make_decoder refuses the others
     precisions: tuple[str, ...] = PRECISIONS
 
     def __init__(self, spec: ModelSpec, weights: Weights, batch: int, max_len: int, precision: str = "fp32",

@@ -82,11 +82,18 @@ def frameworks(names: list[str] | None) -> list[str]:
 
 
 def suite_frameworks(suite: Suite) -> list[str]:
-    """A suite's frameworks: those it names, or (``installed``) every installed one but ``installed_except``."""
+    """A suite's frameworks: those it names, or (``installed``) every installed one but ``installed_except``,
+    and only those of ``installed_among`` when it lists some."""
     if suite.frameworks == "installed":
-        found = [f for f in installed() if f not in suite.installed_except]
+        unknown = [f for f in suite.installed_among if f not in FRAMEWORKS]
+        if unknown:
+            raise UsageError(f"installed_among names unknown framework(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(FRAMEWORKS)}")
+        found = [f for f in installed() if f not in suite.installed_except
+                 and (not suite.installed_among or f in suite.installed_among)]
         if not found:
-            raise UsageError(f"no installed framework left after installed_except {suite.installed_except}")
+            raise UsageError(f"no installed framework left after installed_except {suite.installed_except}"
+                             + (f" among {suite.installed_among}" if suite.installed_among else ""))
         return found
     return frameworks([suite.frameworks] if isinstance(suite.frameworks, str) else suite.frameworks)
 

@@ -148,6 +148,9 @@ class Suite(BaseModel):
     exclude: list[dict[str, Any]] = Field(default_factory=list)
     #: with ``frameworks: installed``, installed frameworks to leave out (named ones are always run)
     installed_except: list[str] = Field(default_factory=list)
+    #: with ``frameworks: installed``, only these (those of them installed here): a suite that compares a
+    #: named set, such as the runtimes a public leaderboard compares (``llm-perf``)
+    installed_among: list[str] = Field(default_factory=list)
     data: dict[str, str] = Field(default_factory=dict)  # model -> data set ("default" key: every model)
     data_dir: str | None = None
     protocol: ProtocolModel = Field(default_factory=ProtocolModel)

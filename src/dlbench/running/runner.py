@@ -150,18 +150,24 @@ class RunPlan:
 
     def left_out(self, name: str) -> str:
         """A line naming the installed frameworks a suite of ``frameworks: installed`` leaves out
-        (``installed_except``) and how to include them in suite ``name`` (as given to --suite); empty
-        when it leaves none out."""
+        (``installed_except``) and how to include them in suite ``name`` (as given to --suite), and those
+        of its ``installed_among`` not installed here; empty when it leaves none out."""
         suite = self.suite
         if suite.frameworks != "installed":
             return ""
-        out = [f for f in resolve.installed() if f in suite.installed_except]
-        if not out:
-            return ""
-        every = ",".join(resolve.suite_frameworks(suite) + out)
+        here = resolve.installed()
+        out = [f for f in here if f in suite.installed_except]
+        missing = [f for f in suite.installed_among if f not in here]
         what = f" ({suite.description.strip()})" if suite.description.strip() else ""
-        return (f"the {suite.name} suite{what} leaves out installed {', '.join(out)}; to include them, "
-                f"name every framework: dlbench run --suite {name} --framework {every}")
+        lines = []
+        if out:
+            every = ",".join(resolve.suite_frameworks(suite) + out)
+            lines.append(f"the {suite.name} suite{what} leaves out installed {', '.join(out)}; to include them, "
+                         f"name every framework: dlbench run --suite {name} --framework {every}")
+        if missing:
+            lines.append(f"the {suite.name} suite compares {', '.join(suite.installed_among)}; not installed here: "
+                         f"{', '.join(missing)} (dlbench list frameworks says how to install each)")
+        return "\n".join(lines)
 
 
 def plan_new(suite: Suite, db: str | Path = DEFAULT_DB) -> RunPlan:

@@ -76,6 +76,11 @@ QUANTILES = (50.0, 90.0, 99.0)
 
 #: the most tokens a setting may name (the models' contexts are far below it)
 MAX_TOKENS = 1_000_000
+#: MLPerf Inference's LLM benchmarks whose server TTFT/TPOT bounds ``--slo`` names: the benchmark keys of
+#: LoadGen's ``mlperf.conf``, which holds the values (e.g. llama2-70b-interactive: 450 ms and 40 ms);
+#: the ``-interactive`` ones are MLPerf's interactive bounds
+SLO_PRESETS = ("llama2-70b", "llama2-70b-interactive", "llama3_1-8b", "llama3_1-8b-interactive",
+               "llama3_1-405b", "llama3_1-405b-interactive", "mixtral-8x7b", "deepseek-r1", "deepseek-r1-interactive")
 
 
 @dataclass
@@ -103,8 +108,19 @@ class GenerationSettings:
     #: LoadGen's minimum duration and query count (None: LoadGen's rules; shorter ones mark the cell)
     min_duration_s: float | None = None
     min_queries: int | None = None
+    #: generate-server: an MLPerf LLM benchmark's TTFT and TPOT bounds as a named preset
+    #: (:data:`SLO_PRESETS`), their values read from the installed LoadGen's own ``mlperf.conf``
+    slo: str | None = None
+    #: generate-server: the share of requests (%) whose TTFT and TPOT must meet the bounds: LoadGen's
+    #: server target latency percentile (MLPerf's 99); with ``find_peak`` the rate found is the goodput
+    slo_share: float = 99.0
 
     def __post_init__(self) -> None:
+        if self.slo is not None and self.slo not in SLO_PRESETS:
+            raise ValueError(f"slo must be one of {', '.join(SLO_PRESETS)}, got {self.slo!r}")
+        if self.slo is not None and (self.ttft_ms is not None or self.tpot_ms is not None):
+            raise ValueError(f"slo {self.slo} sets the TTFT and TPOT bounds; give it or ttft_ms/tpot_ms, not both")
+        check_range(self, "slo_share", gt=0, le=99.99)
         for name in ("prompt", "new_tokens"):
             check_range(self, name, ge=1, le=MAX_TOKENS)
         check_range(self, "runs", ge=1, le=MAX_COUNT)
@@ -133,6 +149,12 @@ LOADGEN_FLAGS = (
                                      "(LoadGen's FindPeakPerformance)", switch=True),
     Flag("--loadgen-min-duration", "min_duration_s", "LoadGen's minimum run time in s", float),
     Flag("--loadgen-min-queries", "min_queries", "LoadGen's minimum query count", int),
+)
+SLO_FLAGS = (
+    Flag("--slo", "slo", f"generate-server: an MLPerf LLM benchmark's TTFT/TPOT bounds, from LoadGen's mlperf.conf "
+                         f"({', '.join(SLO_PRESETS)})", str),
+    Flag("--slo-share", "slo_share", "generate-server: %% of requests that must meet the bounds (default 99); "
+                                     "with --find-peak the rate found is the goodput", float),
 )
 
 
@@ -173,7 +195,7 @@ class Generate(Scenario):
     per_iteration = False
     settings_model = GenerationSettings
     settings_section = "generation"
-    flags = FLAGS + LOADGEN_FLAGS
+    flags = FLAGS + LOADGEN_FLAGS + SLO_FLAGS
 
     # --- cells ---------------------------------------------------------------------------------
     def default_batch(self, spec: ModelSpec, data: str, data_dir: str | None) -> int:
@@ -193,8 +215,10 @@ class Generate(Scenario):
             raise UsageError(f"the {self.name} scenario decodes seeded synthetic prompts; it reads no data set (--data)")
         g = self.settings_of(suite)
         check_settings(sorted({c.model for c in mine}), g)
-        if (g.ttft_ms is not None or g.tpot_ms is not None) and not any(c.scenario == "generate-server" for c in cells):
-            raise UsageError("--ttft-ms and --tpot-ms bound the generate-server scenario; the suite has none")
+        if (g.ttft_ms is not None or g.tpot_ms is not None or g.slo is not None or g.slo_share != 99.0) and not any(
+                c.scenario == "generate-server" for c in cells):
+            raise UsageError("--ttft-ms, --tpot-ms, --slo and --slo-share bound the generate-server scenario; "
+                             "the suite has none")
         if (g.find_peak or g.qps is not None) and not any(c.scenario in ("generate-server", "loadgen-server")
                                                           for c in cells):
             raise UsageError("--find-peak and --qps set the generate-server and loadgen-server scenarios; "

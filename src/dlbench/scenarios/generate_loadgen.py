@@ -16,7 +16,11 @@ Settings: ``--ttft-ms`` and ``--tpot-ms`` (LoadGen's ``ttft_latency``/``tpot_lat
 its 99th percentile; default LoadGen's 100 ms each), ``--qps`` (default: half the rate one stream of
 batch-1 generations reaches in the warm-up, a tenth with ``--find-peak``, whose search starts from a
 rate that meets the bounds), ``--find-peak`` (LoadGen's FindPeakPerformance: the
-highest rate meeting both bounds), ``--loadgen-min-duration``/``--loadgen-min-queries`` (shorter than
+highest rate meeting both bounds), ``--slo`` (an MLPerf LLM benchmark's TTFT/TPOT bounds by name,
+``llama2-70b-interactive`` and the other ``-interactive`` presets among them, their values read from the
+installed LoadGen's own mlperf.conf) and ``--slo-share`` (the share of requests that must meet the bounds,
+LoadGen's target latency percentile; default 99): with ``--find-peak`` the rate found is the cell's
+**goodput**, stored and shown beside it. ``--loadgen-min-duration``/``--loadgen-min-queries`` (shorter than
 LoadGen's rules: the cell says so). LoadGen's summary is stored verbatim with its figures parsed:
 TTFT and TPOT percentiles, tokens/s, the result (VALID, or INVALID with LoadGen's reason).
 """
@@ -131,6 +135,8 @@ class GenerateLoadGen(Generate):
                        "generation_gate": verdict, "generation": {"settings": r["generation"]},
                        "threads_readback": r["threads_readback"], "versions": r["versions"]}
         out.warnings += result_warnings(figures, r["meets_rules"])
+        if (good := goodput(figures, r["settings"])) is not None:
+            out.metrics["loadgen"]["goodput"] = good
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
@@ -167,7 +173,8 @@ class GenerateLoadGen(Generate):
         finally:
             kept, lost = keep_logs(tmp, job.extra["outdir"])
         shown = {**described(test), "use_token_latencies": True, "ttft_latency_ns": test.ttft_latency,
-                 "tpot_latency_ns": test.tpot_latency}
+                 "tpot_latency_ns": test.tpot_latency,
+                 "target_latency_percentile": test.server_target_latency_percentile, "slo": g.slo}
         return {"summary": summary, "meets_rules": meets_rules, "settings": shown,
                 "generation": {"prompt": g.prompt, "new_tokens": g.new_tokens},
                 "logs": kept, "logs_lost": lost,
@@ -188,6 +195,9 @@ class GenerateLoadGen(Generate):
                 p99 = f.get(key, {}).get("99")
                 if p99 is not None:
                     parts.append(f"{label} p99 {p99:.3g} ms")
+        if (good := f.get("goodput")) is not None:
+            parts.append(f"goodput {good['requests_per_s']:.3g} req/s ({good['share_pct']:g}% within TTFT "
+                         f"{good['ttft_bound_ms']:g} ms, TPOT {good['tpot_bound_ms']:g} ms)")
         if not f.get("meets_rules", True):
             parts.append("(short)")
         return " ".join(parts)
@@ -213,11 +223,37 @@ def _settings(lg, mode: str, g: GenerationSettings, single_s: float, group_rate:
         s.ttft_latency = int(g.ttft_ms * 1e6)
     if g.tpot_ms is not None:
         s.tpot_latency = int(g.tpot_ms * 1e6)
+    if g.slo is not None:
+        s.ttft_latency, s.tpot_latency = slo_bounds_ns(lg, g.slo)
+    s.server_target_latency_percentile = g.slo_share / 100
     s.offline_expected_qps = max(group_rate, 0.1)
     # LoadGen's peak search starts from a rate that meets the bounds: a tenth of one stream's rate
     share = 0.1 if g.find_peak else 0.5
     s.server_target_qps = g.qps if g.qps is not None else max(share / single_s, 0.1)
     return s, meets_rules(s, defaults)
+
+
+def slo_bounds_ns(lg, preset: str) -> tuple[int, int]:
+    """An MLPerf LLM benchmark's server TTFT and TPOT bounds (ns) as the installed LoadGen's own
+    ``mlperf.conf`` states them (read, never typed in here), so a preset follows LoadGen's releases."""
+    conf = lg.TestSettings()
+    conf.FromConfig("", preset, "Server", 0)  # 0: LoadGen's built-in mlperf.conf only
+    if not conf.use_token_latencies:
+        raise UnsupportedError(f"LoadGen {lg_version()}'s mlperf.conf has no token-latency bounds for {preset}")
+    return int(conf.ttft_latency), int(conf.tpot_latency)
+
+
+def goodput(figures: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The goodput of a generate-server cell that searched the peak: the highest request rate LoadGen
+    found at which the stated share of requests met both bounds (None: no search, or no valid rate)."""
+    if settings.get("mode") != "FindPeakPerformance" or figures.get("valid") is not True:
+        return None
+    rate = figures.get("scheduled_samples_per_s")
+    if not isinstance(rate, int | float):
+        return None
+    return {"requests_per_s": float(rate), "share_pct": settings["target_latency_percentile"] * 100,
+            "ttft_bound_ms": settings["ttft_latency_ns"] / 1e6, "tpot_bound_ms": settings["tpot_latency_ns"] / 1e6,
+            "slo": settings.get("slo")}
 
 
 class _TokenServer(QueueServer):
@@ -246,13 +282,15 @@ class _TokenServer(QueueServer):
             self._respond(waiting, [np.zeros(self.new_tokens, np.int64)] * len(waiting), self.lg.QuerySamplesComplete)
 
     def _decode(self, decoder: Decoder, samples: list) -> None:
+        """The decoder's own generation loop (:meth:`Decoder.stream`, a runtime's ``generate()`` where it has
+        one): LoadGen hears of the first token as it arrives, then of all the query's tokens."""
         prompt = self.library[[s.index % len(self.library) for s in samples]]
-        _, token = decoder.prefill(prompt)
-        out = [decoder.host(token).astype(np.int64)]
-        self._respond(samples, [out[0][i:i + 1].copy() for i in range(len(samples))], self.lg.FirstTokenComplete)
-        for _ in range(self.new_tokens - 1):
-            _, token = decoder.step(token)
-            out.append(decoder.host(token).astype(np.int64))
+        out = []
+        for token in decoder.stream(prompt, self.new_tokens):
+            out.append(np.asarray(token).astype(np.int64))
+            if len(out) == 1:
+                self._respond(samples, [out[0][i:i + 1].copy() for i in range(len(samples))],
+                              self.lg.FirstTokenComplete)
         tokens = np.stack(out, axis=1)
         self._respond(samples, [np.ascontiguousarray(row) for row in tokens], self.lg.QuerySamplesComplete)
 

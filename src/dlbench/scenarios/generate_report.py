@@ -138,6 +138,7 @@ def tables(res: RunResults) -> list[Table]:
                 Column("qps", "requests/s scheduled")]
         cols += [Column(f"{w}{q}", f"{w.upper()} p{q} ms") for w in ("ttft", "tpot") for q in ("50", "99")]
         cols += [Column("ttft_bound", "TTFT bound ms"), Column("tpot_bound", "TPOT bound ms"),
+                 Column("goodput", "goodput requests/s", better="high"),
                  Column("rules", "LoadGen's rules", numeric=False)]
         rows = []
         for c in sorted(lg, key=lambda c: (c.cell.model, c.cell.scenario, c.cell.framework)):
@@ -151,10 +152,20 @@ def tables(res: RunResults) -> list[Table]:
             row += [Value(fmt_num(f.get(f"{w}_percentiles_ms", {}).get(q))) for w in ("ttft", "tpot") for q in ("50", "99")]
             row += [Value(fmt_num(settings.get("ttft_latency_ns", 0) / 1e6) if server else DASH),
                     Value(fmt_num(settings.get("tpot_latency_ns", 0) / 1e6) if server else DASH),
+                    _goodput_value(f.get("goodput")),
                     Value("met" if f.get("meets_rules") else "short")]
             rows.append(row)
         out.append(Table(LOADGEN_TITLE, cols, rows))
     return out
+
+
+def _goodput_value(good: dict | None) -> Value:
+    """A generate-server cell's goodput (found by ``--find-peak``), with the share and preset it holds to."""
+    if not isinstance(good, dict):
+        return Value(DASH)
+    rate = good["requests_per_s"]
+    return Value(fmt_num(rate), rate, detail=f"{good['share_pct']:g}% within bounds"
+                 + (f" ({good['slo']})" if good.get("slo") else ""))
 
 
 def _number(x) -> float | None:
