@@ -59,7 +59,7 @@ def fake_env(root: Path, framework: str, python: str = sys.executable, version: 
 
 
 def test_every_recipe_is_a_registered_framework_with_pinned_requirements():
-    assert envs.recipes() == ["chainer", "h2o", "mxnet", "paddle", "pytensor"]
+    assert envs.recipes() == ["chainer", "h2o", "llamacpp", "mxnet", "paddle", "pytensor"]
     for name in envs.recipes():
         assert name in FRAMEWORKS
         reqs, build = envs.requirements(name)

@@ -217,6 +217,27 @@ def test_greedy_decoding_reports_ttft_and_a_time_per_later_token(framework, vari
     assert (again.tokens == gen.tokens).all()
 
 
+def test_a_decoder_builds_at_the_precisions_its_class_declares(monkeypatch):
+    """make_decoder holds a precision to the decoder class's own ``precisions`` (a runtime decoding
+    llama.cpp's q4_0 declares it), not to one list for every decoder."""
+    from dlbench.frameworks.base import UnsupportedError
+    from dlbench.frameworks.torch.decoder import TorchDecoder
+    from dlbench.generation import decoder as dec
+
+    class Q4Decoder(TorchDecoder):
+        precisions = ("fp32", "q4_0")
+
+        def __init__(self, spec, weights, batch, max_len, precision="fp32", variant="", device="cpu"):
+            super().__init__(spec, weights, batch, max_len, "fp32", variant, device)
+            self.asked = precision
+
+    monkeypatch.setattr(dec, "decoder_class", lambda framework: Q4Decoder)
+    spec = get_model("gpt2", small=True, seq_len=8)
+    assert make_decoder("q4fw", spec, init_weights(spec, 0), 1, 8, "q4_0").asked == "q4_0"
+    with pytest.raises(UnsupportedError, match="q4fw's decoder builds at fp32, q4_0 only, not bf16"):
+        make_decoder("q4fw", spec, init_weights(spec, 0), 1, 8, "bf16")
+
+
 def test_contexts_and_what_a_decoder_refuses():
     assert context_length(get_model("gpt2")) == 1024
     assert context_length(get_model("smollm2-135m")) == 8192

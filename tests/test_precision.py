@@ -65,7 +65,7 @@ DOCUMENTED_TOLERANCES = {
     "fp32": (1e-4, 1e-3, 1e-4), "tf32": (1e-2, 3e-2, 1e-2),
     "bf16": (2e-2, 1e-1, 1e-2), "amp-bf16": (2e-2, 1e-1, 1e-2),
     "fp16": (3e-3, 5e-2, 2e-3), "amp-fp16": (3e-3, 5e-2, 2e-3),
-    "int8": (5e-2, math.inf, math.inf),
+    "int8": (5e-2, math.inf, math.inf), "q8_0": (5e-2, math.inf, math.inf), "q4_0": (3e-1, math.inf, math.inf),
 }
 
 

@@ -43,8 +43,9 @@ ENV_MODELS = ["lenet", "fcn-r", "sae:phase=pretrain3"]
 #: checked on every model here: ONNX Runtime's models are exported from it.
 SMALL = {"tensorflow", "keras", "jax", "onnxruntime", "openvino"}
 SMALL_MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain1", "sae:phase=pretrain3", "bert-base", "smollm2-135m"]
-#: frameworks that run only some families, checked on those (and models they refuse, for the reason)
-OWN_MODELS = {"ctranslate2": ["gpt2", "smollm2-135m", "lenet", "bert-base"]}
+#: frameworks that run only some families, checked on those (and models they refuse, for the reason); llama.cpp
+#: fails GPT-2 at fp32 (its GELU goes through a float16 table): tests/frameworks/test_llamacpp.py pins that
+OWN_MODELS = {"ctranslate2": ["gpt2", "smollm2-135m", "lenet", "bert-base"], "llamacpp": ["smollm2-135m", "lenet"]}
 _cache: dict = {}
 
 #: H2O builds multilayer perceptron classifiers only (frameworks/h2o/backend.py ``plan_of``)
@@ -60,6 +61,8 @@ EXPECTED_UNSUPPORTED: dict[tuple[str, str], str] = {
     **{("h2o", m): _H2O_CLASSIFIERS for m in ("lstm-ptb", "dense-1", "sae:phase=pretrain1", "sae:phase=pretrain3")},
     **{("h2o", m): _H2O_MLP_ONLY for m in ("bert-base", "vit-b16")},
     **{("h2o", m): _H2O_CLASSIFIERS for m in ("gpt2", "smollm2-135m")},  # a label per token
+    # llama.cpp runs GGUF files of the Llama and GPT-2 families (frameworks/llamacpp/convert.py)
+    **{("llamacpp", m): "llama.cpp" for m in MODELS if m not in ("gpt2", "smollm2-135m")},
     ("h2o", "gemm"): "h2o deep learning builds multilayer perceptrons only; it has no Dense layer",
     **{(fw, m): _NO_TRANSFORMER_LAYERS for fw in ("mxnet", "chainer", "pytensor") for m in TRANSFORMERS},
     # CTranslate2's Generator runs the decoder-only language models dlbench writes Hugging Face folders of

@@ -8,6 +8,9 @@ A precision says which type the parameters are stored in and which type the comp
   framework's own mixed-precision API (fp16 training with loss scaling);
 * ``int8``: post-training dynamic quantization (int8 weights, activations quantized per call),
   inference only;
+* ``q8_0`` / ``q4_0``: llama.cpp's block formats (GGUF): weights in blocks of 32 along a row, 8 or 4
+  bits each with one float16 scale per block; its CPU kernels quantize the activations to 8-bit blocks
+  of the same shape per call. Inference only;
 * ``tf32``: float32 storage, TensorFloat-32 matmuls on an Ampere-or-later GPU (not on a CPU).
 
 A backend declares the precisions it can run in ``Backend.precisions``, is told the cell's one in
@@ -48,6 +51,12 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
               summary="float32 master parameters, float16 compute, loss scaling for training"),
     Precision("int8", "int8", "int8", inference_only=True,
               summary="post-training dynamic quantization: int8 weights, activations quantized per call"),
+    Precision("q8_0", "q8_0", "int8", inference_only=True,
+              summary="llama.cpp's Q8_0: weights in blocks of 32 int8 with a float16 scale, activations quantized "
+                      "to the same blocks per call"),
+    Precision("q4_0", "q4_0", "int8", inference_only=True,
+              summary="llama.cpp's Q4_0: weights in blocks of 32 4-bit ints with a float16 scale, activations "
+                      "quantized to 8-bit blocks per call"),
     Precision("tf32", "float32", "tf32", accelerator_only=True,
               summary="float32 storage, TensorFloat-32 matmuls (Ampere or later GPUs)"),
 )}

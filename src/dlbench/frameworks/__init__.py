@@ -32,7 +32,7 @@ __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "Framew
 BUILTIN = ("torch", "jax", "onnxruntime", "openvino", "tensorflow", "keras", "ctranslate2",
            # these usually live in a per-framework environment (dlbench envs create NAME), because their
            # pins clash with the main Python's (see dlbench.envs and docs/environments.md)
-           "mxnet", "chainer", "pytensor", "paddle", "h2o")
+           "mxnet", "chainer", "pytensor", "paddle", "h2o", "llamacpp")
 
 
 class UnknownFrameworkError(ValueError):

@@ -73,6 +73,18 @@ BOUNDS: dict[str, Bound] = {
                   + LLAMA_CPP.format(table="LLaMA 2 vs. LLaMA 3 quantization comparison (L3 8b)", fmt="q6_K",
                                      kl="0.005452", top1="96.031%")
                   + "; accuracy: " + MLPERF.format(share="99%")),
+    "q8_0": Bound(0.005452, 0.96031, 0.99,
+                  "llama.cpp's Q8_0 is held to what llama.cpp publishes for the next coarser format, Q6_K: "
+                  + LLAMA_CPP.format(table="LLaMA 2 vs. LLaMA 3 quantization comparison (L3 8b)", fmt="q6_K",
+                                     kl="0.005452", top1="96.031%")
+                  + "; accuracy: " + MLPERF.format(share="99%")),
+    "q4_0": Bound(0.071940, 0.71138, 0.99,
+                  "llama.cpp's Q4_0 is held to what llama.cpp publishes for Q4_0 itself: tools/perplexity/README.md, "
+                  "LLaMA 3 8b Scoreboard: q4_0 (no imatrix) has KLD 0.071940 against FP16; it publishes no same top p "
+                  "for Q4_0, so top-1 is held to the coarsest format it does: "
+                  + LLAMA_CPP.format(table="LLaMA 2 vs. LLaMA 3 quantization comparison (L3 8b)", fmt="q2_K",
+                                     kl="0.445132", top1="71.138%")
+                  + "; accuracy: " + MLPERF.format(share="99%")),
 }
 
 

@@ -102,6 +102,16 @@ TOLERANCES: dict[str, Tolerance] = {
     "int8": Tolerance(5e-2, math.inf, math.inf,
                       "int8 weights, one scale per tensor (256 levels) and activations quantized per call: "
                       "inference only, no gradient or loss"),
+    # llama.cpp's block formats: a block's step is its largest |weight| / 127 (Q8_0) or / 8 (Q4_0); the
+    # rounding alone, computed in float64 on the gate's random models, moves their logits by 0.010-0.011
+    # (Q8_0) and 0.15-0.19 (Q4_0) (genesis-llama's and gpt2's small forms), and the 8-bit activations the
+    # CPU kernels quantize to add about as much as Q8_0's weights
+    "q8_0": Tolerance(5e-2, math.inf, math.inf,
+                      "Q8_0: blocks of 32 int8 weights with a float16 scale (step max/127), activations quantized "
+                      "to 8-bit blocks per call: inference only"),
+    "q4_0": Tolerance(3e-1, math.inf, math.inf,
+                      "Q4_0: blocks of 32 4-bit weights with a float16 scale (step max/8; its rounding alone moves "
+                      "the gate's random logits by up to 0.19), activations quantized to 8-bit blocks: inference only"),
 }
 DIRECTIONS = 3
 FORWARD_ONLY = "forward only (inference engine): gradient and loss checks do not apply"
