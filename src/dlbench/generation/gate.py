@@ -19,7 +19,11 @@ On the model's small form (as the equivalence gate, :mod:`dlbench.gate.verify`),
 5. **tokens**: the decoder's token equals the reference's at every step where the reference's top-1
    margin (its best logit minus its second) exceeds what the tolerance lets a logit row move,
    ``2 * tol * ||z_ref row||``; a different token inside that margin is a **tie**, reported with its
-   margin and not a failure.
+   margin and not a failure;
+6. **the timed loop's tokens**: :meth:`Decoder.stream`, the loop :func:`greedy` times (a runtime's own
+   generation loop, which need not go through ``prefill``/``step``), generates from the same prompt
+   unforced; per row, its tokens up to the first that differs from the reference's are checked as in 5
+   (after a tie the row follows another sequence, which the reference did not decode).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from dlbench.frameworks.base import UnsupportedError
 from dlbench.gate import reference
 from dlbench.gate.verify import TOLERANCES, Verdict, _rel
 from dlbench.generation.decoder import Decoder, NotDecodable, check_decodable, greedy, make_decoder
-from dlbench.models import get_model
+from dlbench.models import gate_form, get_model
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights, init_weights
 
@@ -63,6 +67,10 @@ class GenerationVerdict(Verdict):
     #: steps where it differs outside that margin (failures)
     mismatches: list[dict] = field(default_factory=list)
     tokens_checked: int = 0
+    #: the timed loop's own tokens (unforced), each row up to its first difference: ties and mismatches as above
+    loop_ties: list[dict] = field(default_factory=list)
+    loop_mismatches: list[dict] = field(default_factory=list)
+    loop_tokens_checked: int = 0
     tolerance: float = 0.0
     shape: dict = field(default_factory=dict)
     seconds: float = 0.0
@@ -94,6 +102,19 @@ def compare_tokens(ref_logits: np.ndarray, ref_tokens: np.ndarray, tokens: np.nd
     return ties, mismatches
 
 
+def compare_loop(ref_logits: np.ndarray, ref_tokens: np.ndarray, tokens: np.ndarray, tol: float
+                 ) -> tuple[list[dict], list[dict], int]:
+    """A free-running loop's tokens (batch, new) against the reference's: per row, the first step that
+    differs, a tie or a mismatch as :func:`compare_tokens` says (the row's later tokens continue another
+    sequence); and the tokens checked (each row's up to and with its first difference)."""
+    ties, mismatches = compare_tokens(ref_logits, ref_tokens, tokens, tol)
+    first = {}
+    for entry in sorted(ties + mismatches, key=lambda e: e["step"]):
+        first.setdefault(entry["row"], entry)
+    checked = sum(first[b]["step"] + 1 if b in first else tokens.shape[1] for b in range(tokens.shape[0]))
+    return ([e for e in first.values() if e in ties], [e for e in first.values() if e in mismatches], checked)
+
+
 def verify_generation(framework: str, model_ref: str, variant: str = "", precision: str = "fp32", seed: int = 0,
                       device: str = "cpu", decoder_cls: type[Decoder] | None = None) -> GenerationVerdict:
     """Run the gate; never raises: a crash is a failed verdict with its reason. ``decoder_cls`` replaces
@@ -104,13 +125,14 @@ def verify_generation(framework: str, model_ref: str, variant: str = "", precisi
     tol = TOLERANCES[precision].forward
     res.tolerance = tol
     try:
-        spec = get_model(model_ref, small=True, seq_len=PROMPT + NEW_TOKENS).without_dropout()
+        backend = get_backend(framework)
+        form = gate_form(model_ref, backend.gate_form)  # what the framework's kernels need of the small form
+        spec = get_model(model_ref, small=True, seq_len=PROMPT + NEW_TOKENS, **form).without_dropout()
         check_decodable(spec)
         weights = init_weights(spec, seed, mode="verify")
         prompt = np.random.default_rng([seed, 33]).integers(0, spec.input.vocab, (BATCH, PROMPT)).astype(np.int64)
         ref_tokens, ref_logits = reference_greedy(spec, weights, prompt, NEW_TOKENS)
 
-        backend = get_backend(framework)
         backend.set_precision(precision)
         if decoder_cls is None:
             decoder = make_decoder(framework, spec, weights, BATCH, PROMPT + NEW_TOKENS, precision, variant, device)
@@ -128,6 +150,7 @@ def verify_generation(framework: str, model_ref: str, variant: str = "", precisi
             steps.append(decoder.host(logits))
             tokens.append(decoder.host(token))
         got, got_tokens = np.stack(steps), np.stack(tokens, axis=1)
+        loop_tokens = greedy(decoder, prompt, NEW_TOKENS).tokens  # the timed loop, unforced
 
         # the framework's own model recomputes the whole sequence
         model = backend.build(spec, weights, device, backend.variants[0])
@@ -140,6 +163,8 @@ def verify_generation(framework: str, model_ref: str, variant: str = "", precisi
         res.step_errors = [_rel(got[i], ref_logits[i]) for i in range(NEW_TOKENS)]
         res.ties, res.mismatches = compare_tokens(ref_logits, ref_tokens, got_tokens, tol)
         res.tokens_checked = int(got_tokens.size)
+        res.loop_ties, res.loop_mismatches, res.loop_tokens_checked = compare_loop(ref_logits, ref_tokens,
+                                                                                   loop_tokens, tol)
 
         failures = []
         if not res.cache_error <= 2 * tol:
@@ -154,8 +179,15 @@ def verify_generation(framework: str, model_ref: str, variant: str = "", precisi
             failures.append(f"{len(res.mismatches)} token(s) differ from the reference's outside its margin (first: "
                             f"step {m['step']} row {m['row']}: {m['token']} vs {m['reference']}, margin "
                             f"{m['margin']:.3g} > {m['allowed']:.3g})")
+        if res.loop_mismatches:
+            m = res.loop_mismatches[0]
+            failures.append(f"the timed generation loop's tokens differ from the reference's outside its margin "
+                            f"(first: step {m['step']} row {m['row']}: {m['token']} vs {m['reference']}, margin "
+                            f"{m['margin']:.3g} > {m['allowed']:.3g})")
         res.verdict = "fail" if failures else "pass"
         notes = [f"{len(res.ties)} tie(s) inside the reference's margin"] if res.ties else []
+        if res.loop_ties:
+            notes.append(f"the timed loop left the reference's sequence at {len(res.loop_ties)} tie(s)")
         res.reason = "; ".join(failures + notes)
     except (UnsupportedError, NotDecodable) as exc:
         res.verdict, res.reason = "unsupported", str(exc)
