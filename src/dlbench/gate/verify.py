@@ -186,7 +186,7 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
     by default every one); never raises: a crash is a failed verdict with its reason."""
     variant = variant or backend.variants[0]
     started = time.perf_counter()
-    spec = verify_spec(model_ref).without_dropout()
+    spec = verify_spec(model_ref, backend.gate_form).without_dropout()
     res = VerifyResult(model=model_ref, framework=backend.name, variant=variant, spec_params=spec.param_count,
                        precision=precision)
     tol = TOLERANCES[precision]
