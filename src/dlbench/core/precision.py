@@ -8,6 +8,8 @@ A precision says which type the parameters are stored in and which type the comp
   framework's own mixed-precision API (fp16 training with loss scaling);
 * ``int8``: post-training dynamic quantization (int8 weights, activations quantized per call),
   inference only;
+* ``int4``: weight-only 4-bit quantization with block-wise scales (a runtime's own format, such as ONNX
+  Runtime GenAI's MatMulNBits), activations quantized to int8 in the products, inference only;
 * ``tf32``: float32 storage, TensorFloat-32 matmuls on an Ampere-or-later GPU (not on a CPU).
 
 A backend declares the precisions it can run in ``Backend.precisions``, is told the cell's one in
@@ -48,6 +50,10 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
               summary="float32 master parameters, float16 compute, loss scaling for training"),
     Precision("int8", "int8", "int8", inference_only=True,
               summary="post-training dynamic quantization: int8 weights, activations quantized per call"),
+    Precision("int4", "int4", "int8", inference_only=True,
+              summary="weight-only 4-bit integer quantization (block-wise scales), activations quantized to int8 "
+                      "per call inside the matrix products (ONNX Runtime GenAI's MatMulNBits at its CPU default, "
+                      "accuracy level 4), inference only"),
     Precision("tf32", "float32", "tf32", accelerator_only=True,
               summary="float32 storage, TensorFloat-32 matmuls (Ampere or later GPUs)"),
 )}
