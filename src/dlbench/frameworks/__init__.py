@@ -91,6 +91,11 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {i.name: i for i in (
              "PaddlePaddle 3 (dynamic graph; paddle.jit.to_static)"),
     _builtin("h2o", "h2o", "h2o", "H2O-3 deep learning (JVM cluster; multilayer perceptrons, whole epochs)",
              stands_in={"train_step": "epoch", "forward": "predict"}),
+    # TEMP wiring (#43): the runtime folders, until the registry reads their declarations (#42)
+    FrameworkInfo("onnxruntime-genai", "dlbench.frameworks.onnxruntime_genai.backend", "onnxruntime-genai",
+                  "onnxruntime_genai", ("default",),
+                  "ONNX Runtime GenAI (its model builder from a Hugging Face folder; og.Generator)",
+                  scenarios=("forward",), requires=("onnxruntime", "torch", "transformers")),
 )}
 
 
