@@ -107,6 +107,10 @@ class Decoder(ABC):
     variants: tuple[str, ...] = ()
     #: the precisions (dlbench.core.precision) it decodes at; make_decoder refuses the others
     precisions: tuple[str, ...] = PRECISIONS
+    #: the most sequences its timed loop takes at once (None: any); the gate decodes at most that many
+    max_batch: int | None = None
+    #: why (the runtime's words), appended to make_decoder's refusal
+    max_batch_reason: str = ""
 
     def __init__(self, spec: ModelSpec, weights: Weights, batch: int, max_len: int, precision: str = "fp32",
                  variant: str = "", device: str = "cpu"):
@@ -188,6 +192,9 @@ def make_decoder(framework: str, spec: ModelSpec, weights: Weights, batch: int, 
         raise UnsupportedError(unsupported_reason(framework))
     if precision not in cls.precisions:
         raise UnsupportedError(f"{framework}'s decoder builds at {', '.join(cls.precisions)}, not {precision}")
+    if cls.max_batch is not None and batch > cls.max_batch:
+        raise UnsupportedError(f"{framework}'s generation loop takes at most {cls.max_batch} sequence(s) at once, "
+                               f"not {batch}{cls.max_batch_reason}")
     if variant and variant not in cls.variants:
         raise UnsupportedError(f"{framework}'s decoder runs the {', '.join(cls.variants)} variant(s), not {variant}")
     return cls(spec, weights, batch, max_len, precision, variant, device)

@@ -40,7 +40,7 @@ from dlbench.frameworks import get_backend
 from dlbench.frameworks.base import UnsupportedError
 from dlbench.gate import reference
 from dlbench.gate.verify import TOLERANCES, Verdict, _rel
-from dlbench.generation.decoder import Decoder, NotDecodable, check_decodable, greedy, make_decoder
+from dlbench.generation.decoder import Decoder, NotDecodable, check_decodable, decoder_class, greedy, make_decoder
 from dlbench.models import gate_form, get_model
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights, init_weights
@@ -126,22 +126,25 @@ def verify_generation(framework: str, model_ref: str, variant: str = "", precisi
     res.tolerance = tol
     try:
         backend = get_backend(framework)
+        cls = decoder_cls or decoder_class(framework)
+        batch = min(BATCH, cls.max_batch or BATCH) if cls is not None else BATCH  # a loop of one sequence: one
+        res.shape["batch"] = batch
         form = gate_form(model_ref, backend.gate_form)  # what the framework's kernels need of the small form
         spec = get_model(model_ref, small=True, seq_len=PROMPT + NEW_TOKENS, **form).without_dropout()
         check_decodable(spec)
         weights = init_weights(spec, seed, mode="verify")
-        prompt = np.random.default_rng([seed, 33]).integers(0, spec.input.vocab, (BATCH, PROMPT)).astype(np.int64)
+        prompt = np.random.default_rng([seed, 33]).integers(0, spec.input.vocab, (batch, PROMPT)).astype(np.int64)
         ref_tokens, ref_logits = reference_greedy(spec, weights, prompt, NEW_TOKENS)
 
         backend.set_precision(precision)
         if decoder_cls is None:
-            decoder = make_decoder(framework, spec, weights, BATCH, PROMPT + NEW_TOKENS, precision, variant, device)
+            decoder = make_decoder(framework, spec, weights, batch, PROMPT + NEW_TOKENS, precision, variant, device)
         else:
-            decoder = decoder_cls(spec, weights, BATCH, PROMPT + NEW_TOKENS, precision, variant, device)
+            decoder = decoder_cls(spec, weights, batch, PROMPT + NEW_TOKENS, precision, variant, device)
         res.variant = decoder.variant
         # a decoder serves several prompts in a row (the warm-up, then the timed generations): one goes
         # first here, so a cache that carries a prompt's keys into the next fails the checks below
-        other = np.random.default_rng([seed, 34]).integers(0, spec.input.vocab, (BATCH, PROMPT)).astype(np.int64)
+        other = np.random.default_rng([seed, 34]).integers(0, spec.input.vocab, (batch, PROMPT)).astype(np.int64)
         greedy(decoder, other, NEW_TOKENS)
         logits, token = decoder.prefill(prompt)
         steps, tokens = [decoder.host(logits)], [decoder.host(token)]
