@@ -96,6 +96,10 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {i.name: i for i in (
                   "onnxruntime_genai", ("default",),
                   "ONNX Runtime GenAI (its model builder from a Hugging Face folder; og.Generator)",
                   scenarios=("forward",), requires=("onnxruntime", "torch", "transformers")),
+    FrameworkInfo("openvino-genai", "dlbench.frameworks.openvino_genai.backend", "openvino-genai", "openvino_genai",
+                  ("default",), "OpenVINO GenAI (LLMPipeline over a stateful IR from openvino.convert_model; NNCF "
+                  "weight compression)", scenarios=("forward",),
+                  requires=("openvino", "openvino_tokenizers", "nncf", "torch", "transformers")),
 )}
 
 

@@ -207,7 +207,8 @@ DECODERS = {"torch": ("dlbench.generation.torch_decoder", "TorchDecoder"),
             "onnxruntime": ("dlbench.generation.onnx_decoder", "OnnxRuntimeDecoder"),
             "openvino": ("dlbench.generation.onnx_decoder", "OpenVINODecoder"),
             # TEMP wiring (#43): the runtime folders' decoders, until the registry reads their declarations (#42)
-            "onnxruntime-genai": ("dlbench.frameworks.onnxruntime_genai.decoder", "OrtGenAIDecoder")}
+            "onnxruntime-genai": ("dlbench.frameworks.onnxruntime_genai.decoder", "OrtGenAIDecoder"),
+            "openvino-genai": ("dlbench.frameworks.openvino_genai.decoder", "OpenVINOGenAIDecoder")}
 #: why the others have none
 NO_DECODER = {"keras": "no Keras 3 decoder is written in dlbench (its TensorFlow, JAX and torch back ends' own "
                         "frameworks each have one)"}
