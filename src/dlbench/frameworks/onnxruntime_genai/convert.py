@@ -72,9 +72,10 @@ def build(hf: Path, out: Path, precision: str) -> None:
         with contextlib.redirect_stdout(log):
             options = parse_extra_options(None, str(hf), str(out), precision, "cpu", str(cache), [])
             create_model(None, str(hf), str(out), precision, "cpu", str(cache), **options)
-    except NotImplementedError as exc:  # an architecture it lacks: its own words
+    except NotImplementedError as exc:  # an architecture it lacks: its own words (the converting folder's path not)
         arch = json.loads((hf / "config.json").read_text())["architectures"][0]
-        raise UnsupportedError(f"ONNX Runtime GenAI's model builder: {exc} (architecture {arch})") from None
+        words = str(exc).replace(str(hf), "HF_DIR")
+        raise UnsupportedError(f"ONNX Runtime GenAI's model builder: {words} (architecture {arch})") from None
 
 
 def converted(spec: ModelSpec, weights: Weights, precision: str, tamper: Tamper | None = None) -> Converted:
