@@ -75,3 +75,10 @@ def test_batch_4_is_refused_in_the_pipelines_words_and_batch_1_streams_int8():
     assert tokens.shape == (1, 5)
     info = decoder.info()
     assert info["weight_elements"].get("u8", 0) > 0 and info["load_s"] > 0 and "convert_cache_hit" in info
+
+
+def test_int4_compresses_the_gates_small_form_whose_channels_32_does_not_divide():
+    """The small Llama's width is 48: NNCF refused groups of 32 (InvalidGroupSizeError) until its ADJUST fallback."""
+    res = verify_generation("openvino-genai", "smollm2-135m", precision="int4")
+    assert res.passed, res.reason
+    assert 0 < res.logit_error <= 0.3 and not res.loop_mismatches

@@ -12,7 +12,9 @@ IR before it was made stateful, saved beside it (:data:`WITH_PAST_XML`): run as 
 OpenVINO's Core here, the stateful IR gave wrong logits (and corrupted the heap), while the pipeline's
 tokens from it were right. The tokenizer is openvino_tokenizers' conversion of the word-level one the
 folder holds. ``int8`` and ``int4`` are NNCF's ``compress_weights`` of that IR (``INT8_ASYM``, per channel;
-``INT4_SYM``, groups of 32 over every layer, ratio 1), weight-only as OpenVINO GenAI's docs describe.
+``INT4_SYM``, groups of 32 over every layer, ratio 1; a layer whose input channels 32 does not divide, as in
+the gate's small forms, gets the largest power of two from 16 that does, NNCF's ``ADJUST`` fallback),
+weight-only as OpenVINO GenAI's docs describe.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
 #: dlbench precision -> the IR's weight format
-FORMATS = {"fp32": "fp32", "int8": "int8_asym", "int4": "int4_sym_g32"}
+FORMATS = {"fp32": "fp32", "int8": "int8_asym", "int4": "int4_sym_g32_adjust16"}
 #: the families whose transformers class traces with a cache here
 TRACED = ("llama", "qwen2", "gpt2")
 MODEL_XML = "openvino_model.xml"
@@ -121,8 +123,12 @@ def compress(model, fmt: str):
 
     if fmt == "int8_asym":
         return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+    from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
+
+    adjust = AdvancedCompressionParameters(group_size_fallback_mode=GroupSizeFallbackMode.ADJUST,
+                                           min_adjusted_group_size=16)
     return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT4_SYM, group_size=32, ratio=1.0,
-                                 all_layers=True)
+                                 all_layers=True, advanced_parameters=adjust)
 
 
 def export(hf: Path, out: Path, fmt: str) -> None:
