@@ -11,6 +11,7 @@ config's hash, the format, the runtime's version and any planted change, so a se
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -85,12 +86,22 @@ def hf_folder(spec: ModelSpec, weights: Weights, folder: Path, tamper: Tamper | 
 def convert(spec: ModelSpec, weights: Weights, runtime: str, fmt: str, version: str,
             run: Callable[[Path, Path], None], tamper: Tamper | None = None) -> Converted:
     """The model in ``runtime``'s format ``fmt``: from the cache, or written by ``run(hf_folder, out_folder)``
-    (the runtime's converter) and cached. A conversion that fails leaves nothing in the cache."""
+    (the runtime's converter) and cached, one process at a time per model (a lock file beside it). A
+    conversion that fails leaves nothing in the cache."""
     planted = f"-{tamper.__name__}" if tamper is not None else ""
     path = root() / runtime / f"{weights_key(spec, weights)}-{fmt}-{version}{planted}"
     if (path / "done").exists():
         return Converted(path, 0.0, True)
     path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two processes converting one model: the second waits, then reads it
+        if (path / "done").exists():
+            return Converted(path, 0.0, True)
+        return _convert(spec, weights, runtime, fmt, version, run, tamper, path)
+
+
+def _convert(spec: ModelSpec, weights: Weights, runtime: str, fmt: str, version: str,
+             run: Callable[[Path, Path], None], tamper: Tamper | None, path: Path) -> Converted:
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".converting-") as tmp:
         started = time.perf_counter()
         hf = hf_folder(spec, weights, Path(tmp) / "hf", tamper)
