@@ -25,8 +25,11 @@ class Loaded:
     facts: dict = field(default_factory=dict)
 
     def info(self) -> dict[str, Any]:
+        import onnxruntime
+
         return {**self.converted.info(), "load_s": self.load_s, "format": "ONNX (onnxruntime-genai model builder)",
-                "graph": self.facts, "onnxruntime_genai": og.__version__}
+                "graph": self.facts, "onnxruntime_genai": og.__version__, "onnxruntime": onnxruntime.__version__,
+                "build": onnxruntime.get_build_info()}
 
 
 def load(converted: Converted, threads: int | None) -> Loaded:

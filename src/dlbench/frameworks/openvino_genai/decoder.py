@@ -126,5 +126,5 @@ class OpenVINOGenAIDecoder(Decoder):
 
     def info(self) -> dict[str, Any]:
         return {**self.ir.info(), "load_s": self.load_s, "engine": "openvino_genai.LLMPipeline (greedy, streamer)",
-                "logits": "the same IR compiled by OpenVINO Core (the pipeline gives none)",
+                "logits": "the same IR before make-stateful, compiled by OpenVINO Core (the pipeline gives none)",
                 "openvino_genai": openvino_genai.__version__, "threads": self.threads}

@@ -46,8 +46,11 @@ class Compiled:
     def info(self) -> dict[str, Any]:
         props = {k: str(self.compiled.get_property(k)) for k in (
             "INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION", "INFERENCE_NUM_THREADS", "DYNAMIC_QUANTIZATION_GROUP_SIZE")}
+        core = ov.Core()
         return {**self.converted.info(), "compile_s": self.load_s, "format": "OpenVINO IR (stateful)",
-                "weight_elements": self.weights, "compiled": props, "openvino": ov.get_version()}
+                "weight_elements": self.weights, "compiled": props, "openvino": ov.get_version(),
+                "cpu": core.get_property("CPU", "FULL_DEVICE_NAME"),
+                "cpu_capabilities": list(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))}
 
 
 def compile_ir(converted: Converted, threads: int | None) -> Compiled:
