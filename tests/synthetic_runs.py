@@ -123,7 +123,7 @@ def generate_cell(store: Store, run_id: str, levels_ms: tuple[float, ...], frame
     each, the figures in the metrics and the ttft, tpot and measure samples."""
     from types import SimpleNamespace
 
-    from dlbench.scenarios.generate import figures
+    from dlbench.scenarios.generate import GenerationSettings, figures
 
     rng = np.random.default_rng(len(levels_ms))
     per_process = []
@@ -135,7 +135,7 @@ def generate_cell(store: Store, run_id: str, levels_ms: tuple[float, ...], frame
         per_process.append({"runs": gens, "cache_bytes": 2**20, "decoder": {}, "peak_rss_bytes": 2**28,
                             "rss_before_build_bytes": 2**27, "build_ns": 1e6, "threads_readback": {},
                             "versions": {}})
-    m = figures(SimpleNamespace(batch=batch), per_process, {"prompt": 8, "new_tokens": new_tokens, "runs": runs}, 0)
+    m = figures(SimpleNamespace(batch=batch), per_process, GenerationSettings(prompt=8, new_tokens=new_tokens, runs=runs), 0)
     samples = []
     for r, result in enumerate(per_process):
         for i, run in enumerate(result["runs"]):

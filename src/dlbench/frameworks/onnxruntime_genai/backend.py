@@ -22,7 +22,7 @@ from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.converted import Tamper
-from dlbench.frameworks.onnxruntime_genai import convert
+from dlbench.frameworks.onnxruntime_genai import DECLARATION, convert
 from dlbench.frameworks.onnxruntime_genai.runtime import Loaded, generator, load, tokens_in
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
@@ -31,10 +31,8 @@ NOT_TRAINABLE = "onnxruntime-genai is an inference runtime (its Generator runs t
 
 
 class Backend_(Backend):
-    name = "onnxruntime-genai"
-    scenarios = ("forward",)
+    declaration = DECLARATION
     packages = ("onnxruntime_genai", "onnxruntime", "onnx", "transformers")
-    precisions = ("fp32", "int4")
     gate_form = MappingProxyType(convert.GATE_FORM)
     forward_only_reason = NOT_TRAINABLE + ": gradient and loss checks do not apply"
     #: a change to the Hugging Face folder before the builder runs (tests plant defects with one)

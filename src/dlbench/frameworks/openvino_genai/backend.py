@@ -15,7 +15,7 @@ from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.converted import Tamper
-from dlbench.frameworks.openvino_genai import convert
+from dlbench.frameworks.openvino_genai import DECLARATION, convert
 from dlbench.frameworks.openvino_genai.runtime import Compiled, compile_ir, empty_past, run
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
@@ -25,10 +25,8 @@ NOT_TRAINABLE = "openvino-genai is an inference runtime (its pipeline runs the I
 
 
 class Backend_(Backend):
-    name = "openvino-genai"
-    scenarios = ("forward",)
+    declaration = DECLARATION
     packages = ("openvino_genai", "openvino", "openvino_tokenizers", "nncf", "transformers")
-    precisions = ("fp32", "int8", "int4")
     forward_only_reason = NOT_TRAINABLE + ": gradient and loss checks do not apply"
     #: a change to the Hugging Face folder before conversion (tests plant defects with one)
     tamper: Tamper | None = None

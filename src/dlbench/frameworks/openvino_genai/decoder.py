@@ -25,9 +25,9 @@ import openvino_genai
 
 from dlbench.frameworks.base import UnsupportedError
 from dlbench.frameworks.converted import Tamper
+from dlbench.frameworks.decoding import Decoder, cache_bytes
 from dlbench.frameworks.openvino_genai import convert
 from dlbench.frameworks.openvino_genai.runtime import compile_ir, empty_past, properties, run
-from dlbench.generation.decoder import Decoder, cache_bytes
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
