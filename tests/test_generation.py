@@ -58,9 +58,27 @@ def test_the_gate_passes_every_decoder(framework, variant, model):
     assert res.passed, res.reason
     assert res.cache_error < 1e-5 and res.logit_error < 1e-5
     assert len(res.step_errors) == res.shape["new_tokens"] and res.tokens_checked == 16
+    assert res.loop_tokens_checked == 16 and not res.loop_mismatches
 
 
 @requires("torch")
+@requires("torch")
+def test_a_timed_loop_that_decodes_otherwise_than_its_steps_fails_the_gate():
+    """A runtime's own generation loop (what greedy() times) need not go through prefill/step: its tokens are
+    checked against the reference's too."""
+    from dlbench.frameworks.torch.decoder import TorchDecoder
+
+    class OwnLoop(TorchDecoder):
+        def stream(self, prompt, new_tokens):
+            for token in super().stream(prompt, new_tokens):
+                yield (token + 1) % self.spec.input.vocab
+
+    res = verify_generation("torch", "gpt2", decoder_cls=OwnLoop)
+    assert res.verdict == "fail" and "timed generation loop" in res.reason, res.reason
+    assert res.loop_mismatches[0]["step"] == 0 and res.loop_tokens_checked == 2  # each row stops at its first
+    assert res.logit_error < 1e-5 and not res.mismatches  # prefill/step are right
+
+
 def test_the_gate_passes_torch_bf16_and_the_compiled_step():
     assert verify_generation("torch", "smollm2-135m", "eager", "bf16").passed
     compiled = verify_generation("torch", "gpt2", "compile")
@@ -129,7 +147,7 @@ def test_openvinos_decoder_runs_bf16_by_its_hint_and_passes_the_gate():
     decoder = make_decoder("openvino", spec, init_weights(spec, seed=0), 1, 8, "bf16")
     assert decoder.info()["runtime"] == {"param_dtype": "bfloat16", "compute_dtype": "bfloat16"}
     if importlib.util.find_spec("onnxruntime") is not None:
-        with pytest.raises(UnsupportedError, match="fp32 only, not bf16"):
+        with pytest.raises(UnsupportedError, match="decoder builds at fp32, not bf16"):
             make_decoder("onnxruntime", spec, init_weights(spec, seed=0), 1, 8, "bf16")
 
 

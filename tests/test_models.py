@@ -157,3 +157,17 @@ def test_a_reference_with_a_longer_input_is_gated_at_the_small_forms_size():
     assert verify_spec("bert-base:seq_len=384").input.shape == (12,)
     assert get_model("bert-base:seq_len=384").input.shape == (384,)  # the measured model is the one asked for
     assert get_model("gpt2:seq_len=64", small=True, seq_len=13).input.shape == (13,)
+
+
+def test_a_frameworks_gate_form_sizes_a_zoo_models_small_form_but_not_what_the_reference_sets():
+    from dlbench.models import gate_form
+
+    form = {"head_dim": 16, "hidden": 96, "no_such_option": 1}
+    assert gate_form("smollm2-135m", form) == {"head_dim": 16, "hidden": 96}
+    assert gate_form("smollm2-135m:head_dim=32", form) == {"hidden": 96}
+    assert gate_form("gpt2", form) == {"hidden": 96}  # gpt2's factory has no head_dim
+    assert gate_form("hf:/some/folder", form) == {}  # a checkpoint's shapes are its own
+    spec = verify_spec("smollm2-135m", form)
+    assert spec.name == "smollm2-135m" and spec.param_shapes()["l0.mlp.w_up"] == (48, 96)
+    assert spec.param_shapes()["l0.attn.wq"] == (48, 6 * 16)
+    assert verify_spec("smollm2-135m").param_shapes()["l0.attn.wq"] == (48, 48)

@@ -52,11 +52,12 @@ def test_every_precision_has_a_bound_with_its_source():
     for name, bound in quality.BOUNDS.items():
         assert "llama.cpp" in bound.source and "MLPerf" in bound.source
         assert bound.accuracy_ratio == 0.99
-        if name != "q4_0":
+        if name not in ("q4_0", "int4"):
             assert 0 < bound.kl < 0.01 and 0.9 < bound.top1 < 1
-    # a 4-bit format is held to what llama.cpp publishes for Q4_0 itself (KL) and, for top-1, for the
-    # coarsest format it publishes one for (none for Q4_0)
-    assert (quality.BOUNDS["q4_0"].kl, quality.BOUNDS["q4_0"].top1) == (0.071940, 0.71138)
+    # a 4-bit format (llama.cpp's Q4_0, a runtime's int4) is held to what llama.cpp publishes for Q4_0
+    # itself (KL) and, for top-1, for the coarsest format it publishes one for (none for Q4_0)
+    for name in ("q4_0", "int4"):
+        assert (quality.BOUNDS[name].kl, quality.BOUNDS[name].top1) == (0.071940, 0.71138)
     assert "q4_0 (no imatrix) has KLD 0.071940" in quality.BOUNDS["q4_0"].source
 
 

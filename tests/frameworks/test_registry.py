@@ -62,8 +62,8 @@ def test_every_framework_folder_is_registered_once_from_its_declaration():
     assert sorted(fw.BUILTIN) == on_disk and len(set(fw.BUILTIN)) == len(fw.BUILTIN)
     for name in fw.BUILTIN:
         d = importlib.import_module(f"dlbench.frameworks.{name}").DECLARATION
-        info = fw.FRAMEWORKS[name]
-        assert d.name == name and (info.variants, info.devices, info.closures, info.precisions) == (
+        info = fw.FRAMEWORKS[d.name]
+        assert d.name.replace("-", "_") == name and (info.variants, info.devices, info.closures, info.precisions) == (
             d.variants, d.devices, d.closures, d.precisions)
 
 

@@ -11,6 +11,8 @@ A precision says which type the parameters are stored in and which type the comp
 * ``q8_0`` / ``q4_0``: llama.cpp's block formats (GGUF): weights in blocks of 32 along a row, 8 or 4
   bits each with one float16 scale per block; its CPU kernels quantize the activations to 8-bit blocks
   of the same shape per call. Inference only;
+* ``int4``: weight-only 4-bit quantization with block-wise scales (a runtime's own format, such as ONNX
+  Runtime GenAI's MatMulNBits), activations quantized to int8 in the products, inference only;
 * ``tf32``: float32 storage, TensorFloat-32 matmuls on an Ampere-or-later GPU (not on a CPU).
 
 A backend declares the precisions it can run in ``Backend.precisions``, is told the cell's one in
@@ -57,6 +59,10 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
     Precision("q4_0", "q4_0", "int8", inference_only=True,
               summary="llama.cpp's Q4_0: weights in blocks of 32 4-bit ints with a float16 scale, activations "
                       "quantized to 8-bit blocks per call"),
+    Precision("int4", "int4", "int8", inference_only=True,
+              summary="weight-only 4-bit integer quantization (block-wise scales), activations quantized to int8 "
+                      "per call inside the matrix products (ONNX Runtime GenAI's MatMulNBits at its CPU default, "
+                      "accuracy level 4), inference only"),
     Precision("tf32", "float32", "tf32", accelerator_only=True,
               summary="float32 storage, TensorFloat-32 matmuls (Ampere or later GPUs)"),
 )}

@@ -29,7 +29,10 @@ __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "Framew
            "load_part", "part_module", "with_part"]
 
 #: the built-in framework folders (each ``dlbench/frameworks/<name>/``), in the order they are listed
-BUILTIN = ("torch", "jax", "onnxruntime", "openvino", "tensorflow", "keras", "ctranslate2",
+BUILTIN = ("torch", "jax", "onnxruntime", "openvino", "tensorflow", "keras",
+           # the runtimes people deploy, converted from dlbench's weights (docs/runtimes.md); a folder's name is
+           # its framework's with "_" for "-"
+           "ctranslate2", "onnxruntime_genai", "openvino_genai",
            # these usually live in a per-framework environment (dlbench envs create NAME), because their
            # pins clash with the main Python's (see dlbench.envs and docs/environments.md)
            "mxnet", "chainer", "pytensor", "paddle", "h2o", "llamacpp")

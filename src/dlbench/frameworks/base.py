@@ -24,9 +24,10 @@ Conventions every backend follows:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -111,6 +112,9 @@ class Backend(ABC):
     #: ``lr_t * m / (sqrt(v) + eps)`` with the bias corrections folded into ``lr_t`` (Keras, TensorFlow's
     #: fused op, MXNet, Chainer); the gate's update check holds it to the one it declares
     adamw_eps: str = "corrected"
+    #: sizes the framework's kernels need in a zoo model's small form, the gate's (dlbench.models.gate_form):
+    #: ONNX Runtime GenAI's CPU attention takes head sizes that are multiples of 16 only
+    gate_form: Mapping[str, Any] = MappingProxyType({})
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -30,7 +30,7 @@ from dlbench.models.weights import Weights
 #: blocks of causal attention and an MLP, a final norm, the tied LM head)
 DECODABLE = (L.Embedding, L.PositionEmbedding, L.LayerNorm, L.RMSNorm, L.GELU, L.Dense, L.Dropout,
              L.Attention, L.SwiGLU, L.SkipBlock, L.LMHead)
-#: precisions the decoders build at
+#: precisions a decoder builds at unless it declares its own (Decoder.precisions)
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -105,8 +105,12 @@ class Decoder(ABC):
     #: the framework's name (dlbench.frameworks) and variants this decoder runs
     framework: str = ""
     variants: tuple[str, ...] = ()
-    #: the precisions (dlbench.core.precision) it builds at; make_decoder refuses the others
+    #: the precisions (dlbench.core.precision) it decodes at; make_decoder refuses the others
     precisions: tuple[str, ...] = PRECISIONS
+    #: the most sequences its timed loop takes at once (None: any); the gate decodes at most that many
+    max_batch: int | None = None
+    #: why (the runtime's words), appended to make_decoder's refusal
+    max_batch_reason: str = ""
 
     def __init__(self, spec: ModelSpec, weights: Weights, batch: int, max_len: int, precision: str = "fp32",
                  variant: str = "", device: str = "cpu"):

@@ -112,6 +112,11 @@ TOLERANCES: dict[str, Tolerance] = {
     "q4_0": Tolerance(3e-1, math.inf, math.inf,
                       "Q4_0: blocks of 32 4-bit weights with a float16 scale (step max/8; its rounding alone moves "
                       "the gate's random logits by up to 0.19), activations quantized to 8-bit blocks: inference only"),
+    "int4": Tolerance(3e-1, math.inf, math.inf,
+                      "4-bit weights (16 levels per block of 32, one scale each: a weight moves by up to half a step, "
+                      "1/14 of its block's largest) and int8 activations in the products: inference only, no "
+                      "gradient or loss; measured 0.21 (onnxruntime-genai) and 0.27 (openvino-genai) on the gate's small "
+                      "Llama, 0.15 on the shipped checkpoint; its real measure is quality on text (gate/quality.py)"),
 }
 DIRECTIONS = 3
 FORWARD_ONLY = "forward only (inference engine): gradient and loss checks do not apply"
@@ -196,7 +201,7 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
     by default every one); never raises: a crash is a failed verdict with its reason."""
     variant = variant or backend.variants[0]
     started = time.perf_counter()
-    spec = verify_spec(model_ref).without_dropout()
+    spec = verify_spec(model_ref, backend.gate_form).without_dropout()
     res = VerifyResult(model=model_ref, framework=backend.name, variant=variant, spec_params=spec.param_count,
                        precision=precision)
     tol = TOLERANCES[precision]

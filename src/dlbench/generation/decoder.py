@@ -57,6 +57,9 @@ def make_decoder(framework: str, spec: ModelSpec, weights: Weights, batch: int, 
         raise UnsupportedError(unsupported_reason(framework))
     if precision not in cls.precisions:
         raise UnsupportedError(f"{framework}'s decoder builds at {', '.join(cls.precisions)} only, not {precision}")
+    if cls.max_batch is not None and batch > cls.max_batch:
+        raise UnsupportedError(f"{framework}'s generation loop takes at most {cls.max_batch} sequence(s) at once, "
+                               f"not {batch}{cls.max_batch_reason}")
     if variant and variant not in cls.variants:
         raise UnsupportedError(f"{framework}'s decoder runs the {', '.join(cls.variants)} variant(s), not {variant}")
     return cls(spec, weights, batch, max_len, precision, variant, device)

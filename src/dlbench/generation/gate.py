@@ -42,8 +42,8 @@ from dlbench.frameworks.base import UnsupportedError
 from dlbench.frameworks.decoding import Decoder, NotDecodable, check_decodable
 from dlbench.gate import reference
 from dlbench.gate.verify import TOLERANCES, Verdict, _rel
-from dlbench.generation.decoder import greedy, make_decoder
-from dlbench.models import get_model
+from dlbench.generation.decoder import decoder_class, greedy, make_decoder
+from dlbench.models import gate_form, get_model
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights, init_weights
 
@@ -68,10 +68,11 @@ class GenerationVerdict(Verdict):
     ties: list[dict] = field(default_factory=list)
     #: steps where it differs outside that margin (failures)
     mismatches: list[dict] = field(default_factory=list)
-    #: the same for the generation loop's own tokens (Decoder.stream), each row up to its first difference
+    tokens_checked: int = 0
+    #: the timed loop's own tokens (unforced), each row up to its first difference: ties and mismatches as above
     loop_ties: list[dict] = field(default_factory=list)
     loop_mismatches: list[dict] = field(default_factory=list)
-    tokens_checked: int = 0
+    loop_tokens_checked: int = 0
     tolerance: float = 0.0
     shape: dict = field(default_factory=dict)
     seconds: float = 0.0
@@ -114,6 +115,16 @@ def loop_checked(ref_tokens: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     return out
 
 
+def compare_loop(ref_logits: np.ndarray, ref_tokens: np.ndarray, tokens: np.ndarray, tol: float
+                 ) -> tuple[list[dict], list[dict], int]:
+    """A free-running loop's tokens (batch, new) against the reference's: per row, its first difference, a
+    tie or a mismatch as :func:`compare_tokens` says (the row's later tokens continue another sequence);
+    and the tokens checked (each row's up to and with its first difference)."""
+    ties, mismatches = compare_tokens(ref_logits, ref_tokens, loop_checked(ref_tokens, tokens), tol)
+    differ = [np.nonzero(tokens[b] != ref_tokens[b])[0] for b in range(tokens.shape[0])]
+    return ties, mismatches, sum(int(d[0]) + 1 if d.size else tokens.shape[1] for d in differ)
+
+
 def verify_generation(framework: str, model_ref: str, variant: str = "", precision: str = "fp32", seed: int = 0,
                       device: str = "cpu", decoder_cls: type[Decoder] | None = None) -> GenerationVerdict:
     """Run the gate; never raises: a crash is a failed verdict with its reason. ``decoder_cls`` replaces
@@ -124,22 +135,26 @@ def verify_generation(framework: str, model_ref: str, variant: str = "", precisi
     tol = TOLERANCES[precision].forward
     res.tolerance = tol
     try:
-        spec = get_model(model_ref, small=True, seq_len=PROMPT + NEW_TOKENS).without_dropout()
+        backend = get_backend(framework)
+        cls = decoder_cls or decoder_class(framework)
+        batch = min(BATCH, cls.max_batch or BATCH) if cls is not None else BATCH  # a loop of one sequence: one
+        res.shape["batch"] = batch
+        form = gate_form(model_ref, backend.gate_form)  # what the framework's kernels need of the small form
+        spec = get_model(model_ref, small=True, seq_len=PROMPT + NEW_TOKENS, **form).without_dropout()
         check_decodable(spec)
         weights = init_weights(spec, seed, mode="verify")
-        prompt = np.random.default_rng([seed, 33]).integers(0, spec.input.vocab, (BATCH, PROMPT)).astype(np.int64)
+        prompt = np.random.default_rng([seed, 33]).integers(0, spec.input.vocab, (batch, PROMPT)).astype(np.int64)
         ref_tokens, ref_logits = reference_greedy(spec, weights, prompt, NEW_TOKENS)
 
-        backend = get_backend(framework)
         backend.set_precision(precision)
         if decoder_cls is None:
-            decoder = make_decoder(framework, spec, weights, BATCH, PROMPT + NEW_TOKENS, precision, variant, device)
+            decoder = make_decoder(framework, spec, weights, batch, PROMPT + NEW_TOKENS, precision, variant, device)
         else:
-            decoder = decoder_cls(spec, weights, BATCH, PROMPT + NEW_TOKENS, precision, variant, device)
+            decoder = decoder_cls(spec, weights, batch, PROMPT + NEW_TOKENS, precision, variant, device)
         res.variant = decoder.variant
         # a decoder serves several prompts in a row (the warm-up, then the timed generations): one goes
         # first here, so a cache that carries a prompt's keys into the next fails the checks below
-        other = np.random.default_rng([seed, 34]).integers(0, spec.input.vocab, (BATCH, PROMPT)).astype(np.int64)
+        other = np.random.default_rng([seed, 34]).integers(0, spec.input.vocab, (batch, PROMPT)).astype(np.int64)
         greedy(decoder, other, NEW_TOKENS)
         logits, token = decoder.prefill(prompt)
         steps, tokens = [decoder.host(logits)], [decoder.host(token)]
@@ -148,9 +163,7 @@ def verify_generation(framework: str, model_ref: str, variant: str = "", precisi
             steps.append(decoder.host(logits))
             tokens.append(decoder.host(token))
         got, got_tokens = np.stack(steps), np.stack(tokens, axis=1)
-        # the decoder's own loop (the timed path) from the same prompt
-        looped = loop_checked(ref_tokens, greedy(decoder, prompt, NEW_TOKENS).tokens)
-        res.loop_ties, res.loop_mismatches = compare_tokens(ref_logits, ref_tokens, looped, tol)
+        loop_tokens = greedy(decoder, prompt, NEW_TOKENS).tokens  # the decoder's own loop (the timed path), unforced
 
         # the framework's own model recomputes the whole sequence
         model = backend.build(spec, weights, device, backend.variants[0])
@@ -163,6 +176,8 @@ def verify_generation(framework: str, model_ref: str, variant: str = "", precisi
         res.step_errors = [_rel(got[i], ref_logits[i]) for i in range(NEW_TOKENS)]
         res.ties, res.mismatches = compare_tokens(ref_logits, ref_tokens, got_tokens, tol)
         res.tokens_checked = int(got_tokens.size)
+        res.loop_ties, res.loop_mismatches, res.loop_tokens_checked = compare_loop(ref_logits, ref_tokens,
+                                                                                   loop_tokens, tol)
 
         failures = []
         if not res.cache_error <= 2 * tol:

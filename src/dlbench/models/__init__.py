@@ -8,7 +8,7 @@ names a Hugging Face folder (:mod:`dlbench.models.hf_checkpoint`).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from dlbench.models import hf_checkpoint, split, zoo
@@ -156,9 +156,21 @@ def canonical_ref(ref: str) -> str:
     return canon if index is None else split.part_ref(canon, index)
 
 
-def verify_spec(ref: str) -> ModelSpec:
-    """The small-input spec the equivalence gate checks."""
-    return get_model(ref, small=True)
+def gate_form(ref: str, form: Mapping[str, object]) -> dict:
+    """Of ``form`` (sizes a framework's kernels need in the gate's small form, such as ONNX Runtime GenAI's
+    head size, a multiple of 16), those ``ref``'s small form takes: options of a zoo model's factory that
+    the reference does not set itself; none for a checkpoint, whose shapes are its own."""
+    if not form or hf_checkpoint.is_hf(split.parse_part(ref)[0]):
+        return {}
+    name, kwargs = parse_model_ref(ref)
+    params = inspect.signature(REGISTRY[name].factory).parameters
+    return {k: v for k, v in form.items() if k in params and k not in kwargs}
+
+
+def verify_spec(ref: str, form: Mapping[str, object] | None = None) -> ModelSpec:
+    """The small-input spec the equivalence gate checks; ``form``: what the framework's kernels need of it
+    (:func:`gate_form`)."""
+    return get_model(ref, small=True, **gate_form(ref, form or {}))
 
 
 def _fmt(v: object) -> str:
