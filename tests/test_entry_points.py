@@ -148,7 +148,7 @@ def toy_python(tmp_path_factory) -> Path:
     (no index, no build isolation: the setuptools already here builds it). The environment sees this
     interpreter's packages (dlbench, torch) through a .pth file, and nothing else of the tests: the toy
     is found only as the installed distribution, through its entry points."""
-    pytest.importorskip("setuptools")
+    pytest.importorskip("setuptools", minversion="61")  # reads pyproject.toml's [project]
     pytest.importorskip("pip")
     where = tmp_path_factory.mktemp("toy-venv")
     venv.EnvBuilder(with_pip=False, symlinks=True).create(where / "venv")
