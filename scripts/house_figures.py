@@ -3,7 +3,7 @@
 * modules at the package root (``src/dlbench/*.py``);
 * the longest function and the longest file under ``src/dlbench`` (lines);
 * for each scenario, the files outside its own module that name it (a string equal to its name):
-  what adding it cost beyond its module; for a plug-in scenario (``--plugin tests/toyscenario.py``),
+  what adding it cost beyond its module; for a plug-in scenario (``--plugin tests/toyplugin/toyscenario.py``),
   the files besides its module that name it;
 * comparisons against a literal scenario name outside ``scenarios/`` (the check of
   ``tests/test_scenarios.py``);
@@ -14,7 +14,7 @@
 Read from ``git show REV:PATH``, never the work tree, so two revisions are compared on the same
 footing. Usage (from the repository root)::
 
-    python scripts/house_figures.py --rev main --rev HEAD --plugin tests/toyscenario.py \
+    python scripts/house_figures.py --rev main --rev HEAD --plugin tests/toyplugin/toyscenario.py \
         --commit c07a2e2 --commit a30b4d3
 """
 
@@ -116,7 +116,7 @@ def _plugin_name(text: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rev", action="append", required=True, help="git revision (repeat to compare)")
-    ap.add_argument("--plugin", help="a plug-in scenario's module, e.g. tests/toyscenario.py")
+    ap.add_argument("--plugin", help="a plug-in scenario's module, e.g. tests/toyplugin/toyscenario.py")
     ap.add_argument("--commit", action="append", default=[], help="a commit that added a scenario (repeat)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))

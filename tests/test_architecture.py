@@ -47,18 +47,22 @@ def test_the_root_keeps_a_handful_of_modules():
 @requires("torch")
 def test_how_to_add_a_framework(monkeypatch):
     """One folder: a ``Declaration`` in its ``__init__.py`` and the parts it names (``backend.py`` with
-    ``Backend_``, here a ``decoder.py`` too): tests/toyframework/, registered by its path in
-    ``DLBENCH_PLUGINS`` (a built-in folder is one name in ``frameworks.BUILTIN``). Nothing else is
-    edited: the registry, the scenarios' support, the gate and the decoder lookup read the declaration."""
-    from dlbench.frameworks import FRAMEWORKS, framework_info, get_backend, load_plugins
+    ``Backend_``, here a ``decoder.py`` too): tests/toyplugin/toyframework/, registered by the entry
+    point its distribution declares (``toyfw = "toyframework:DECLARATION"``; a built-in folder is one
+    name in ``frameworks.BUILTIN``). Nothing else is edited: the registry, the scenarios' support, the
+    gate and the decoder lookup read the declaration. Installed for real and run through the command
+    line: tests/test_entry_points.py::test_an_installed_plugin_runs_end_to_end."""
+    from importlib.metadata import EntryPoint
+
+    from dlbench.frameworks import FRAMEWORKS, framework_info, get_backend, load_entry_points
     from dlbench.gate.verify import verify_model
     from dlbench.generation.gate import verify_generation
     from dlbench.planning.flags import build_suite
     from dlbench.running.runner import plan_cells
     from dlbench.scenarios import registry
 
-    monkeypatch.setenv("DLBENCH_PLUGINS", str(ROOT / "tests" / "toyframework"))
-    load_plugins()
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "toyplugin"))  # where its distribution would install it
+    load_entry_points([EntryPoint("toyfw", "toyframework:DECLARATION", "dlbench.frameworks")])
     try:
         info = framework_info("toyfw")
         assert (info.variants, info.closures) == (("eager",), ("forward",))

@@ -84,7 +84,7 @@ def test_no_process_of_dlbench_reads_a_job_with_a_fallback(tmp_path):
     planted = tmp_path / "planted.py"
     planted.write_text("x = job.get('device', 'cpu')\ny = job.extra.get('outdir')\nz = other.get('a', 1)\n")
     assert _job_gets(planted) == [1, 2]
-    assert not _job_gets(Path(__file__).parent / "toyscenario.py")
+    assert not _job_gets(Path(__file__).parent / "toyplugin" / "toyscenario.py")
     modules = sorted(SRC.rglob("*.py"))
     assert SRC / "distributed" / "ps.py" in modules and SRC / "worker.py" in modules
     offenders = {p.relative_to(SRC).as_posix(): lines for p in modules if (lines := _job_gets(p))}

@@ -22,7 +22,7 @@ SRC = HERE.parent / "src" / "dlbench"
 
 @pytest.fixture
 def toy(monkeypatch):
-    monkeypatch.setenv("DLBENCH_PLUGINS", f"{HERE / 'fakefw.py'},{HERE / 'toyscenario.py'}")
+    monkeypatch.setenv("DLBENCH_PLUGINS", f"{HERE / 'fakefw.py'},{HERE / 'toyplugin' / 'toyscenario.py'}")
     load_plugins()
     registry.load_plugins()
     yield registry.get("toy")
@@ -57,7 +57,7 @@ def test_a_plugin_scenario_runs_end_to_end_through_dlbench_run(toy, tmp_db, caps
 
 @requires("torch")
 def test_a_plugin_scenario_owns_its_settings_flag_and_report_section(toy, tmp_path, capsys):
-    """tests/toyscenario.py alone: its settings from a suite file and from its own flag, travelling in
+    """tests/toyplugin/toyscenario.py alone: its settings from a suite file and from its own flag, travelling in
     its job; its section in the report; nothing outside its module names it."""
     suite = tmp_path / "toy.yaml"
     suite.write_text("models: [sae]\nframeworks: [fakefw]\nscenarios: [toy]\nbatch_sizes: [8]\nthreads: [1]\n"
@@ -216,7 +216,7 @@ def test_the_plugin_scenario_imports_only_what_a_scenario_may():
     layers = _layers()
     (at,) = [i for i, layer in enumerate(layers) if "scenarios" in layer]
     allowed = set().union(*layers[at:])
-    imported = {m.split(".")[1] for m in _imports(HERE / "toyscenario.py", "tests.toyscenario") if m.count(".")}
+    imported = {m.split(".")[1] for m in _imports(HERE / "toyplugin" / "toyscenario.py", "toyscenario") if m.count(".")}
     assert imported and imported <= allowed, f"toyscenario imports {sorted(imported - allowed)}"
 
 

@@ -152,8 +152,19 @@ COMMANDS = (cli_run.register, cli_dist.register, cli_report.register, cli_probe.
             cli_site.register, cli_export_model.register)
 
 
+def warn_broken_plugins() -> None:
+    """One line per installed plug-in that could not be registered: the built-ins still work, and a
+    command that names the plug-in fails with that line (exit 2)."""
+    from dlbench.frameworks import BROKEN as frameworks_broken
+    from dlbench.scenarios.registry import BROKEN as scenarios_broken
+
+    for exc in (*frameworks_broken.values(), *scenarios_broken.values()):
+        print(f"dlbench: warning: {exc}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = None
+    warn_broken_plugins()
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

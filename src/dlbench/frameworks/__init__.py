@@ -6,6 +6,9 @@ closures, precisions and its parts (backend, decoder, data-parallel worker, surv
 recipe). The registry imports those declarations only; nothing here imports a framework: whether one is
 installed is read from package metadata, and a part is imported only by :func:`get_backend` and
 :func:`load_part`, inside the process that uses it (thread settings must come before the import).
+
+A framework outside dlbench is a package of the same shape in a distribution of its own, registered
+by an entry point of the ``dlbench.frameworks`` group (:func:`load_entry_points`, :mod:`dlbench.core.plugins`).
 """
 
 from __future__ import annotations
@@ -15,18 +18,20 @@ import importlib.metadata
 import importlib.util
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dlbench import envs
+from dlbench.core import plugins
 from dlbench.envs import versions
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.declaration import Declaration
 
 __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "FrameworkInfo", "list_frameworks",
            "get_backend", "framework_info", "UnknownFrameworkError", "check_frameworks", "Declaration", "BUILTIN",
-           "load_part", "part_module", "with_part"]
+           "load_part", "part_module", "with_part", "load_entry_points", "BROKEN"]
 
 #: the built-in framework folders (each ``dlbench/frameworks/<name>/``), in the order they are listed
 BUILTIN = ("torch", "jax", "onnxruntime", "openvino", "tensorflow", "keras",
@@ -140,11 +145,14 @@ def import_plugin(module: str):
 
 
 def load_plugins() -> None:
-    """Backends outside dlbench: ``DLBENCH_PLUGINS`` lists modules or .py files that may define
-    ``FRAMEWORK_INFO`` (a :class:`Declaration`, whose parts are named relative to the module's package,
-    or a FrameworkInfo, or a list of them) and ``SCENARIOS`` (see
-    :mod:`dlbench.scenarios.registry`). The variable reaches every measuring process, so a plugin
-    backend runs there too. A plugin must not import its framework at top level."""
+    """Backends not installed as a distribution: ``DLBENCH_PLUGINS`` lists modules, .py files or
+    folders that may define ``FRAMEWORK_INFO`` (a :class:`Declaration`, whose parts are named relative
+    to the module's package, or a FrameworkInfo, or a list of them) and ``SCENARIOS`` (see
+    :mod:`dlbench.scenarios.registry`). An installed plug-in uses an entry point instead
+    (:func:`load_entry_points`); the variable stays for what is not worth installing: a file the
+    tests plant with misbehaviours (``tests/fakefw.py``), a plug-in tried before it is packaged. It
+    reaches every measuring process, so such a backend runs there too, and it is read after the entry
+    points, so it may replace one. A plugin must not import its framework at top level."""
     for item in filter(None, (p.strip() for p in os.environ.get("DLBENCH_PLUGINS", "").split(","))):
         module = import_plugin(item)
         infos = vars(module).get("FRAMEWORK_INFO", ())
@@ -155,12 +163,43 @@ def load_plugins() -> None:
             register(info)
 
 
+#: entry-point name -> why that plug-in framework is not registered (see :func:`load_entry_points`)
+BROKEN: dict[str, plugins.PluginError] = {}
+
+
+def load_entry_points(entries: Iterable[importlib.metadata.EntryPoint] | None = None) -> None:
+    """Frameworks of installed distributions (the ``dlbench.frameworks`` entry-point group, read once
+    per process; ``entries``: those instead): each entry loads to a :class:`Declaration` whose parts
+    are named relative to the package holding it, and its recipe files sit beside it. A broken entry
+    (its import fails, it is no Declaration, it takes a registered name such as a built-in's) is kept
+    in :data:`BROKEN` under the entry's name, one line for the command line, and registers nothing."""
+    for ep in plugins.entry_points(plugins.FRAMEWORKS_GROUP) if entries is None else entries:
+        try:
+            declaration = plugins.load(ep, _not_a_declaration)
+            if declaration.name in FRAMEWORKS:
+                raise plugins.PluginError(f"{plugins.where(ep)}: framework {declaration.name!r} is already "
+                                          f"registered ({FRAMEWORKS[declaration.name].module})")
+        except plugins.PluginError as exc:
+            BROKEN[ep.name] = exc
+            continue
+        module = sys.modules[ep.module]
+        package = module.__name__ if hasattr(module, "__path__") else (module.__package__ or "")
+        register(FrameworkInfo.from_declaration(declaration, package, Path(module.__file__).parent))
+
+
+def _not_a_declaration(value: object) -> str | None:
+    return None if isinstance(value, Declaration) else (
+        f"loads to a {type(value).__name__}, not a dlbench.frameworks.declaration.Declaration")
+
+
 def framework_info(name: str) -> FrameworkInfo:
     """A framework's entry; a pinned name (``jax==0.4.38``) gets its base framework's, with the version set."""
     try:
         base, version = versions.split(name)
     except versions.SpecError as exc:
         raise UnknownFrameworkError(str(exc)) from None
+    if base not in FRAMEWORKS and base in BROKEN:
+        raise UnknownFrameworkError(str(BROKEN[base]))
     if base not in FRAMEWORKS:
         raise UnknownFrameworkError(f"unknown framework {base!r}; known: {', '.join(FRAMEWORKS)}")
     if version is None:
@@ -265,4 +304,5 @@ def with_part(part: str) -> list[str]:
     return [n for n, i in FRAMEWORKS.items() if part in PARTS and getattr(i, part) is not None]
 
 
+load_entry_points()
 load_plugins()

@@ -72,6 +72,9 @@ def suite_from_dict(data: dict, source: str = "suite") -> Suite:
         more = f" (and problems in {others} more field{'s' if others > 1 else ''})" if others else ""
         raise UsageError(f"{source}: invalid suite: {loc}{msg}{more}") from None
     bad = [name for name in suite.scenarios if name not in registry.SCENARIOS]
+    for name in bad:
+        if name in registry.BROKEN:  # an installed plug-in's that could not be loaded: say why
+            raise UsageError(f"{source}: invalid suite: scenarios: {registry.BROKEN[name]}")
     if bad:
         raise UsageError(f"{source}: invalid suite: scenarios: unknown scenario(s) {bad}; known: {registry.names()}")
     return suite

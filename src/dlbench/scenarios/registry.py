@@ -5,19 +5,25 @@ The registry also gathers what scenarios declare for the rest of dlbench: their 
 :func:`settings_from_flags`) and their report sections (:func:`report_sections`, :func:`report_plots`,
 :func:`shown`), so no module outside a scenario's own names it.
 
-A plug-in is a module or ``.py`` file named in ``DLBENCH_PLUGINS`` (the variable that also brings
-plug-in frameworks, see :func:`dlbench.frameworks.load_plugins`) that defines ``SCENARIOS``, a
-list of :class:`~dlbench.scenarios.base.Scenario` instances. The variable reaches every measuring
-process, so a plug-in scenario's :meth:`~dlbench.scenarios.base.Scenario.work` runs there too.
+A plug-in scenario comes from an installed distribution's entry point of the ``dlbench.scenarios``
+group, loading to a :class:`~dlbench.scenarios.base.Scenario` or a list/tuple of them
+(:func:`load_entry_points`, :mod:`dlbench.core.plugins`); every process of that interpreter finds it,
+so its :meth:`~dlbench.scenarios.base.Scenario.work` runs in the measuring processes too. A module
+or ``.py`` file not installed may instead be named in ``DLBENCH_PLUGINS`` (the variable that also
+brings plug-in frameworks, see :func:`dlbench.frameworks.load_plugins`) and define ``SCENARIOS``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from dlbench.core import plugins
 from dlbench.core.errors import UsageError
+from dlbench.core.plugins import PluginError
 from dlbench.frameworks import import_plugin
 from dlbench.scenarios import compile as compile_
 from dlbench.scenarios import convergence, generate, generate_loadgen, latency, layers, loadgen, scaling, timed
@@ -36,6 +42,8 @@ def register(scenario: Scenario) -> None:
 
 
 def get(name: str) -> Scenario:
+    if name not in SCENARIOS and name in BROKEN:
+        raise BROKEN[name]
     if name not in SCENARIOS:
         raise UsageError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     return SCENARIOS[name]
@@ -230,6 +238,37 @@ def shown(res: RunResults, db: Any) -> list[Shown]:
     return [x for s in _of_run(res) if (x := s.show(res, db)) is not None]
 
 
+#: entry-point name -> why that plug-in's scenarios are not registered (see :func:`load_entry_points`)
+BROKEN: dict[str, PluginError] = {}
+
+
+def load_entry_points(entries: Iterable[importlib.metadata.EntryPoint] | None = None) -> None:
+    """Scenarios of installed distributions (the ``dlbench.scenarios`` entry-point group, read once per
+    process; ``entries``: those instead). A broken entry (its import fails, it loads to no Scenario,
+    a name it brings is taken) is kept in :data:`BROKEN` under the entry's name and registers none of
+    its scenarios."""
+    for ep in plugins.entry_points(plugins.SCENARIOS_GROUP) if entries is None else entries:
+        try:
+            value = plugins.load(ep, _not_scenarios)
+            scenarios = tuple(value) if isinstance(value, list | tuple) else (value,)
+            taken = [s.name for s in scenarios if s.name in SCENARIOS]
+            if taken:
+                raise PluginError(f"{plugins.where(ep)}: scenario(s) {', '.join(map(repr, taken))} already registered")
+        except PluginError as exc:
+            BROKEN[ep.name] = exc
+            continue
+        for scenario in scenarios:
+            register(scenario)
+
+
+def _not_scenarios(value: object) -> str | None:
+    items = value if isinstance(value, list | tuple) else (value,)
+    wrong = [type(v).__name__ for v in items if not isinstance(v, Scenario)]
+    if wrong or not items:
+        return f"loads to {', '.join(wrong) or 'nothing'}, not a dlbench Scenario instance or a list of them"
+    return None
+
+
 def load_plugins() -> None:
     for item in filter(None, (p.strip() for p in os.environ.get("DLBENCH_PLUGINS", "").split(","))):
         for scenario in vars(import_plugin(item)).get("SCENARIOS", ()):
@@ -239,4 +278,5 @@ def load_plugins() -> None:
 for _module in (timed, compile_, convergence, scaling, latency, loadgen, layers, generate, generate_loadgen):
     for _scenario in _module.SCENARIOS:
         register(_scenario)
+load_entry_points()
 load_plugins()

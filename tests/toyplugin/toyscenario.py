@@ -1,6 +1,8 @@
-"""A scenario registered from outside the package (``DLBENCH_PLUGINS``), to show a plug-in scenario
-works end to end: planned, verified, measured in a fresh worker process, stored, analysed, shown and
-reported, with its own settings, flag and report section, all in this one module.
+"""A scenario registered from outside the package (its distribution's ``dlbench.scenarios`` entry point
+``toy = "toyscenario:SCENARIOS"``, tests/toyplugin/pyproject.toml; or this file named in
+``DLBENCH_PLUGINS``), to show a plug-in scenario works end to end: planned, verified, measured in a
+fresh worker process, stored, analysed, shown and reported, with its own settings, flag and report
+section, all in this one module.
 
 ``toy``: the time of a float64 NumPy matrix product of the batch's size, ``calls`` times in one
 process. It needs no framework closure (``requires = None``), so any framework's cells can run it.
