@@ -94,8 +94,8 @@ def test_a_second_decoder_of_the_same_weights_converts_nothing_and_says_so():
     weights = init_weights(spec, 3)
     first = make_decoder("onnxruntime-genai", spec, weights, 1, 8).info()
     second = make_decoder("onnxruntime-genai", spec, weights, 4, 8).info()
-    assert not first["convert_cache_hit"] and first["convert_s"] > 0
-    assert second["convert_cache_hit"] and second["convert_s"] == 0 and second["converted"] == first["converted"]
+    assert first["convert_cache"] == "miss" and first["convert_s"] > 0
+    assert second["convert_cache"] == "hit" and second["convert_s"] == 0 and second["converted"] == first["converted"]
     assert json.loads((Path(first["converted"]) / "done").read_text())["format"] == "fp32"
 
 

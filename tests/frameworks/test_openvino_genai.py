@@ -74,7 +74,7 @@ def test_batch_4_is_refused_in_the_pipelines_words_and_batch_1_streams_int8():
     tokens = np.stack(list(decoder.stream(np.array([[1, 2, 3]]), 5)), axis=1)
     assert tokens.shape == (1, 5)
     info = decoder.info()
-    assert info["weight_elements"].get("u8", 0) > 0 and info["load_s"] > 0 and "convert_cache_hit" in info
+    assert info["weight_elements"].get("u8", 0) > 0 and info["load_s"] > 0 and info["convert_cache"] in ("hit", "miss")
 
 
 def test_int4_compresses_the_gates_small_form_whose_channels_32_does_not_divide():

@@ -41,7 +41,8 @@ class Converted:
     cache_hit: bool
 
     def info(self) -> dict:
-        return {"convert_s": self.convert_s, "convert_cache_hit": self.cache_hit, "converted": str(self.path)}
+        return {"convert_s": self.convert_s, "convert_cache": "hit" if self.cache_hit else "miss",
+                "converted": str(self.path)}
 
 
 def root() -> Path:
