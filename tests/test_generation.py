@@ -13,7 +13,8 @@ import pytest
 from dlbench.cli.main import main
 from dlbench.core.cell import Cell
 from dlbench.core.job import CellJob
-from dlbench.generation.decoder import cache_bytes, check_decodable, context_length, greedy, make_decoder
+from dlbench.frameworks.base import UnsupportedError
+from dlbench.generation.decoder import Decoder, cache_bytes, check_decodable, context_length, greedy, make_decoder
 from dlbench.generation.gate import compare_tokens, reference_greedy, verify_generation
 from dlbench.models import get_model
 from dlbench.models.weights import init_weights
@@ -260,6 +261,61 @@ def test_a_measuring_process_times_generations_in_process():
     # where the process's time went (show --cost): a generate cell had all of it in "rest" before
     assert all(out["cost"][part] > 0 for part in ("prepare_s", "build_s", "warmup_s", "timed_s"))
     assert out["cost"]["work_s"] >= sum(out["cost"][p] for p in ("prepare_s", "build_s", "warmup_s", "timed_s"))
+
+
+class ColdDecoder(Decoder):
+    """A stand-in decoder of a runtime that converts and loads its model (its ``info()`` says how long),
+    and declares fp32 only."""
+
+    framework = "torch"
+    variants = ("eager",)
+    precisions = ("fp32",)
+
+    def prefill(self, prompt):
+        return np.zeros((self.batch, self.spec.input.vocab)), np.zeros(self.batch, np.int64)
+
+    def step(self, tokens):
+        return self.prefill(None)
+
+    def host(self, array):
+        return np.asarray(array)
+
+    @property
+    def cache_bytes(self):
+        return 0
+
+    def info(self):
+        return {"convert_s": 1.5, "convert_cache": "hit", "load_s": 0.25, "format": "stand-in"}
+
+
+@requires("torch")
+def test_a_measuring_process_stores_its_cold_start_the_decoders_load_and_its_first_ttft(monkeypatch):
+    """The process's first generation (the warm-up) gives the cold TTFT; the decoder's info() the
+    conversion and load; the cell's figures are their medians over the processes, each process's kept."""
+    from dlbench.generation import decoder as decoders
+    from dlbench.generation.decoder import Generation
+    from dlbench.scenarios import generate
+
+    monkeypatch.setitem(decoders.DECODERS, "torch", (__name__, "ColdDecoder"))
+    ttfts = iter([7e6, 1e6, 1e6])  # the first generation in the process is the cold one
+
+    def fake_greedy(decoder, prompt, new_tokens):
+        return Generation(np.zeros((prompt.shape[0], new_tokens), np.int64), next(ttfts), [1e5] * (new_tokens - 1))
+    monkeypatch.setattr(generate, "greedy", fake_greedy)
+    settings = dataclasses.asdict(GenerationSettings(prompt=4, new_tokens=3, runs=2))
+    job = CellJob(threads=None, cell=Cell("torch", "eager", "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
+                                          "generate", 1, 1), seed=0, data_dir=None, protocol={"max_time_s": 60},
+                  settings=settings, extra={"phase": "measure"})
+    out = Generate().work(job)
+    cold = out["cold_start"]
+    assert (cold["convert_s"], cold["convert_cache"], cold["load_s"], cold["cold_ttft_s"]) == (1.5, "hit", 0.25, 0.007)
+    assert cold["build_s"] > 0 and out["decoder"]["format"] == "stand-in"
+    other = {**out, "cold_start": {**cold, "convert_s": 2.5, "cold_ttft_s": 0.009}}
+    m = figures(job.cell, [out, other], settings, seed=0)["generation"]["cold_start"]
+    assert (m["convert_s"], m["load_s"], m["cold_ttft_s"]) == pytest.approx((2.0, 0.25, 0.008))
+    assert [p["convert_s"] for p in m["processes"]] == [1.5, 2.5]
+    with pytest.raises(UnsupportedError, match="decoder builds at fp32, not bf16"):  # its own precisions, not all
+        make_decoder("torch", get_model("gpt2", small=True, seq_len=8), None, 1, 8, "bf16")
 
 
 @requires("transformers")

@@ -30,7 +30,7 @@ from dlbench.models.weights import Weights
 #: blocks of causal attention and an MLP, a final norm, the tied LM head)
 DECODABLE = (L.Embedding, L.PositionEmbedding, L.LayerNorm, L.RMSNorm, L.GELU, L.Dense, L.Dropout,
              L.Attention, L.SwiGLU, L.SkipBlock, L.LMHead)
-#: precisions the decoders build at
+#: precisions a decoder builds at unless its class declares its own (:attr:`Decoder.precisions`)
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -105,6 +105,8 @@ class Decoder(ABC):
     #: the framework's name (dlbench.frameworks) and variants this decoder runs
     framework: str = ""
     variants: tuple[str, ...] = ()
+    #: the precisions (dlbench.core.precision) it builds at; :func:`make_decoder` refuses the others
+    precisions: tuple[str, ...] = PRECISIONS
 
     def __init__(self, spec: ModelSpec, weights: Weights, batch: int, max_len: int, precision: str = "fp32",
                  variant: str = "", device: str = "cpu"):
@@ -184,8 +186,8 @@ def make_decoder(framework: str, spec: ModelSpec, weights: Weights, batch: int, 
     cls = decoder_class(framework)
     if cls is None:
         raise UnsupportedError(unsupported_reason(framework))
-    if precision not in PRECISIONS:
-        raise UnsupportedError(f"the generate scenarios build decoders at {', '.join(PRECISIONS)}, not {precision}")
+    if precision not in cls.precisions:
+        raise UnsupportedError(f"{framework}'s decoder builds at {', '.join(cls.precisions)}, not {precision}")
     if variant and variant not in cls.variants:
         raise UnsupportedError(f"{framework}'s decoder runs the {', '.join(cls.variants)} variant(s), not {variant}")
     return cls(spec, weights, batch, max_len, precision, variant, device)
