@@ -133,6 +133,21 @@ def test_openvinos_decoder_runs_bf16_by_its_hint_and_passes_the_gate():
             make_decoder("onnxruntime", spec, init_weights(spec, seed=0), 1, 8, "bf16")
 
 
+@requires("torch")
+def test_a_generation_loop_whose_tokens_differ_from_its_steps_fails_the_gate():
+    """The timed loop (Decoder.stream, a runtime's own generate()) is checked itself: steps right, loop wrong."""
+    from dlbench.generation.torch_decoder import TorchDecoder
+
+    class WrongLoop(TorchDecoder):
+        def stream(self, prompt, new_tokens):
+            for token in super().stream(prompt, new_tokens):
+                yield (self.host(token) + 1) % self.spec.input.vocab
+
+    res = verify_generation("torch", "gpt2", "eager", decoder_cls=WrongLoop)
+    assert res.verdict == "fail" and "timed generation loop" in res.reason, res.reason
+    assert res.cache_error < 1e-5 and not res.mismatches and res.stream_mismatches
+
+
 def test_tokens_inside_the_reference_margin_are_ties_outside_mismatches():
     ref_logits = np.array([[[5.0, 4.9999, 0.0]], [[5.0, 1.0, 0.0]], [[0.0, 3.0, 1.0]]])  # (steps, batch, vocab)
     ref_tokens = np.array([[0, 0, 1]])

@@ -19,7 +19,11 @@ On the model's small form (as the equivalence gate, :mod:`dlbench.gate.verify`),
 5. **tokens**: the decoder's token equals the reference's at every step where the reference's top-1
    margin (its best logit minus its second) exceeds what the tolerance lets a logit row move,
    ``2 * tol * ||z_ref row||``; a different token inside that margin is a **tie**, reported with its
-   margin and not a failure.
+   margin and not a failure;
+6. **the timed loop's tokens**: :meth:`Decoder.stream` (what :func:`greedy` times; a runtime's own
+   generation loop where it has one) generates from the same prompt, fed its own tokens; each row's tokens
+   up to its first difference from the reference's are held to the same margins (after a tie the loop
+   decodes another sequence, which the reference's logits no longer describe).
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ class GenerationVerdict(Verdict):
     #: steps where it differs outside that margin (failures)
     mismatches: list[dict] = field(default_factory=list)
     tokens_checked: int = 0
+    #: check 6, the timed loop's own tokens: differences inside the reference's margin, and outside it
+    stream_ties: list[dict] = field(default_factory=list)
+    stream_mismatches: list[dict] = field(default_factory=list)
     tolerance: float = 0.0
     shape: dict = field(default_factory=dict)
     seconds: float = 0.0
@@ -92,6 +99,17 @@ def compare_tokens(ref_logits: np.ndarray, ref_tokens: np.ndarray, tokens: np.nd
                  "margin": margin, "allowed": allowed}
         (ties if margin <= allowed else mismatches).append(entry)
     return ties, mismatches
+
+
+def until_first_difference(ref_tokens: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """``tokens`` (batch, new) up to each row's first difference from ``ref_tokens``, the reference's after
+    it: a loop fed its own tokens decodes another sequence after a difference."""
+    out = ref_tokens.copy()
+    for b in range(tokens.shape[0]):
+        differ = np.nonzero(tokens[b] != ref_tokens[b])[0]
+        upto = int(differ[0]) + 1 if differ.size else tokens.shape[1]
+        out[b, :upto] = tokens[b, :upto]
+    return out
 
 
 def verify_generation(framework: str, model_ref: str, variant: str = "", precision: str = "fp32", seed: int = 0,
@@ -128,6 +146,8 @@ def verify_generation(framework: str, model_ref: str, variant: str = "", precisi
             steps.append(decoder.host(logits))
             tokens.append(decoder.host(token))
         got, got_tokens = np.stack(steps), np.stack(tokens, axis=1)
+        streamed = until_first_difference(ref_tokens, greedy(decoder, prompt, NEW_TOKENS).tokens)
+        res.stream_ties, res.stream_mismatches = compare_tokens(ref_logits, ref_tokens, streamed, tol)
 
         # the framework's own model recomputes the whole sequence
         model = backend.build(spec, weights, device, backend.variants[0])
@@ -154,6 +174,10 @@ def verify_generation(framework: str, model_ref: str, variant: str = "", precisi
             failures.append(f"{len(res.mismatches)} token(s) differ from the reference's outside its margin (first: "
                             f"step {m['step']} row {m['row']}: {m['token']} vs {m['reference']}, margin "
                             f"{m['margin']:.3g} > {m['allowed']:.3g})")
+        if res.stream_mismatches:
+            m = res.stream_mismatches[0]
+            failures.append(f"the timed generation loop's tokens differ from the reference's outside its margin "
+                            f"(first: step {m['step']} row {m['row']}: {m['token']} vs {m['reference']})")
         res.verdict = "fail" if failures else "pass"
         notes = [f"{len(res.ties)} tie(s) inside the reference's margin"] if res.ties else []
         res.reason = "; ".join(failures + notes)
