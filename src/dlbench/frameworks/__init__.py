@@ -91,6 +91,12 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {i.name: i for i in (
              "PaddlePaddle 3 (dynamic graph; paddle.jit.to_static)"),
     _builtin("h2o", "h2o", "h2o", "H2O-3 deep learning (JVM cluster; multilayer perceptrons, whole epochs)",
              stands_in={"train_step": "epoch", "forward": "predict"}),
+    # TEMP wiring until the framework folders land: the transformers folder's backend, read as a built-in's
+    FrameworkInfo("transformers", "dlbench.frameworks.transformers.backend", "transformers", "transformers",
+                  description="Hugging Face transformers (its own GPT2/Llama/BERT/ViT classes from a folder of "
+                              "dlbench's weights; sdpa or eager attention, torch.compile; generate() with its cache)",
+                  requires=("torch",),
+                  **declared("dlbench.frameworks.transformers.backend", "transformers")),
 )}
 
 

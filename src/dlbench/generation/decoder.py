@@ -198,7 +198,9 @@ DECODERS = {"torch": ("dlbench.generation.torch_decoder", "TorchDecoder"),
             "jax": ("dlbench.generation.jax_decoder", "JaxDecoder"),
             "tensorflow": ("dlbench.generation.tf_decoder", "TFDecoder"),
             "onnxruntime": ("dlbench.generation.onnx_decoder", "OnnxRuntimeDecoder"),
-            "openvino": ("dlbench.generation.onnx_decoder", "OpenVINODecoder")}
+            "openvino": ("dlbench.generation.onnx_decoder", "OpenVINODecoder"),
+            # TEMP wiring until the framework folders land
+            "transformers": ("dlbench.frameworks.transformers.decoder", "TransformersDecoder")}
 #: why the others have none
 NO_DECODER = {"keras": "no Keras 3 decoder is written in dlbench (its TensorFlow, JAX and torch back ends' own "
                         "frameworks each have one)"}
