@@ -329,7 +329,7 @@ def test_a_measuring_process_stores_its_cold_start_the_decoders_load_and_its_fir
     m = figures(job.cell, [out, other], settings, seed=0)["generation"]["cold_start"]
     assert (m["convert_s"], m["load_s"], m["cold_ttft_s"]) == pytest.approx((2.0, 0.25, 0.008))
     assert [p["convert_s"] for p in m["processes"]] == [1.5, 2.5]
-    with pytest.raises(UnsupportedError, match="decoder builds at fp32, not bf16"):  # its own precisions, not all
+    with pytest.raises(UnsupportedError, match="decoder builds at fp32 only, not bf16"):  # its own precisions, not all
         make_decoder("torch", get_model("gpt2", small=True, seq_len=8), None, 1, 8, "bf16")
 
 

@@ -187,7 +187,7 @@ def make_decoder(framework: str, spec: ModelSpec, weights: Weights, batch: int, 
     if cls is None:
         raise UnsupportedError(unsupported_reason(framework))
     if precision not in cls.precisions:
-        raise UnsupportedError(f"{framework}'s decoder builds at {', '.join(cls.precisions)}, not {precision}")
+        raise UnsupportedError(f"{framework}'s decoder builds at {', '.join(cls.precisions)} only, not {precision}")
     if variant and variant not in cls.variants:
         raise UnsupportedError(f"{framework}'s decoder runs the {', '.join(cls.variants)} variant(s), not {variant}")
     return cls(spec, weights, batch, max_len, precision, variant, device)
