@@ -5,6 +5,7 @@ has no class for are unsupported with the reason; the folder is cached. Small mo
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -132,6 +133,10 @@ def test_models_without_a_transformers_class_are_unsupported_with_the_reason():
     spec = get_model("lenet", small=True)
     with pytest.raises(UnsupportedError, match="no Hugging Face counterpart"):
         _backend().build(spec, init_weights(spec, 0))
+    llama = get_model("smollm2-135m", small=True, seq_len=8)
+    qwen2 = dataclasses.replace(llama, options={**llama.options, "family": "qwen2"})  # an hf: Qwen2 folder's spec
+    with pytest.raises(UnsupportedError, match="is a qwen2 model; dlbench loads gpt2, bert, vit, llama"):
+        make_decoder("transformers", qwen2, init_weights(qwen2, 0), 1, 8)
     gpt2 = get_model("gpt2", small=True, seq_len=8)
     with pytest.raises(UnsupportedError, match="not fp16"):
         make_decoder("transformers", gpt2, init_weights(gpt2, 0), 1, 8, "fp16")

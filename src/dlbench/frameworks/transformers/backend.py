@@ -36,7 +36,7 @@ from dlbench.frameworks.base import OptimizerSpec, UnsupportedError
 from dlbench.frameworks.torch import TorchBackend
 from dlbench.frameworks.transformers.convert import FORMAT, Writer, convert, load
 from dlbench.gate.hf_transformers import hf_inputs, save_folder
-from dlbench.models.hf_layout import family_of, from_hf, layout
+from dlbench.models.hf_layout import from_hf, layout
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
@@ -81,10 +81,6 @@ class TransformersBackend(TorchBackend):
             raise UnsupportedError(f"transformers has no variant {variant!r} (it has {', '.join(self.variants)})")
         if device not in self.devices:
             raise UnsupportedError(f"the transformers backend runs on {', '.join(self.devices)}, not {device}")
-        try:
-            family_of(spec)
-        except ValueError as exc:
-            raise UnsupportedError(f"transformers: {exc}") from None
         converted = convert(spec, weights, type(self).writer)
         try:
             net, load_s = load(converted.folder, spec, self.precision, variant, device)

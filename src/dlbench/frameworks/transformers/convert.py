@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import transformers
 
+from dlbench.frameworks.base import UnsupportedError
 from dlbench.gate.hf_transformers import CLASSES, family, save_folder
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
@@ -71,8 +72,20 @@ def _key(spec: ModelSpec, weights: Weights) -> str:
     return key.hexdigest()[:32]
 
 
+def check_family(spec: ModelSpec) -> None:
+    """Raise :class:`UnsupportedError` unless ``spec`` is of a family with a ``transformers`` class here."""
+    try:
+        fam = family(spec)
+    except ValueError as exc:
+        raise UnsupportedError(f"transformers: {exc}") from None
+    if fam not in CLASSES:
+        raise UnsupportedError(f"transformers: {spec.name} is a {fam} model; dlbench loads {', '.join(CLASSES)} "
+                               "models into transformers' classes")
+
+
 def convert(spec: ModelSpec, weights: Weights, writer: Writer = save_folder) -> Converted:
     """The folder of ``spec`` with ``weights``, from the cache where it has one, timed."""
+    check_family(spec)
     started = time.perf_counter()
     cache_dir = os.environ.get("DLBENCH_EXPORT_CACHE")
     if not cache_dir:
