@@ -122,6 +122,12 @@ def test_generate_streams_each_token_as_the_dynamic_cache_steps_decode_it():
     assert (np.stack(stepped, axis=1) == streamed.tokens).all()
     info = decoder.info()
     assert info["load_s"] > 0 and info["convert_s"] > 0 and info["attn_implementation"] == "eager"
+    stopped = decoder.stream(prompt, 7)
+    next(stopped)
+    stopped.close()  # a consumer that stops early: generate() has finished when it returns
+    import threading
+
+    assert not any(t.name == "transformers-generate" for t in threading.enumerate())
 
 
 def test_models_without_a_transformers_class_are_unsupported_with_the_reason():

@@ -137,7 +137,9 @@ class Decoder(ABC):
         """Bytes the key/value cache holds (allocated once, whatever the position)."""
 
     def info(self) -> dict[str, Any]:
-        """How the decoder was built (recorded with the cell)."""
+        """How the decoder was built (recorded with the cell). A runtime that converts the weights to its
+        format and loads them says how long each took, ``convert_s`` (with ``convert_cache``: ``hit``,
+        ``miss`` or ``off``) and ``load_s``: the generate scenario stores them as the cell's cold start."""
         return {}
 
     def stream(self, prompt: np.ndarray, new_tokens: int) -> Iterator[np.ndarray]:

@@ -131,8 +131,10 @@ class TransformersDecoder(Decoder):
                 streamer.end()
         worker = threading.Thread(target=generate, name="transformers-generate", daemon=True)
         worker.start()
-        while (token := streamer.tokens.get()) is not _DONE:
-            yield token
-        worker.join()
+        try:
+            while (token := streamer.tokens.get()) is not _DONE:
+                yield token
+        finally:  # a consumer that stops early still waits: no generation runs beside the next one
+            worker.join()
         if failed:
             raise failed[0]
