@@ -77,6 +77,14 @@ def test_the_generation_gate_passes_generate_and_the_dynamic_cache(model):
     assert not res.stream_mismatches and not res.stream_ties
 
 
+def test_the_generation_gate_passes_the_compiled_forward_over_a_static_cache():
+    from dlbench.generation.gate import verify_generation
+
+    res = verify_generation("transformers", "smollm2-135m", "compile")
+    assert res.verdict == "pass", res.reason
+    assert res.cache_error < 1e-5 and not res.stream_mismatches
+
+
 def test_q_and_k_swapped_by_the_converter_fail_the_generation_gate():
     from dlbench.frameworks.transformers.decoder import TransformersDecoder
     from dlbench.generation.gate import verify_generation
@@ -146,8 +154,8 @@ def test_models_without_a_transformers_class_are_unsupported_with_the_reason():
     gpt2 = get_model("gpt2", small=True, seq_len=8)
     with pytest.raises(UnsupportedError, match="not fp16"):
         make_decoder("transformers", gpt2, init_weights(gpt2, 0), 1, 8, "fp16")
-    with pytest.raises(UnsupportedError, match="not compile"):
-        make_decoder("transformers", gpt2, init_weights(gpt2, 0), 1, 8, "fp32", "compile")
+    with pytest.raises(UnsupportedError, match="runs the sdpa, eager, compile variant"):
+        make_decoder("transformers", gpt2, init_weights(gpt2, 0), 1, 8, "fp32", "xla")
 
 
 def test_the_converted_folder_is_cached_by_the_weights(tmp_path, monkeypatch):

@@ -4,6 +4,11 @@ loaded from the Hugging Face folder of dlbench's weights (:mod:`.convert`), deco
 * :meth:`~TransformersDecoder.prefill` / :meth:`~TransformersDecoder.step`: the model's forward with
   transformers' ``DynamicCache`` as ``past_key_values`` (a fresh one per prompt), the last position's
   logits and their argmax; the generation gate's teacher forcing and cache check run through them;
+* ``compile``: transformers' recipe for a compiled generation (its docs' torch.compile section of LLM
+  inference optimisation): ``model.forward`` compiled by ``torch.compile`` (default mode: the recipe's
+  ``reduce-overhead`` is CUDA graphs) over a ``StaticCache`` (``generation_config.cache_implementation =
+  "static"``; prefill/step: one StaticCache of ``max_len`` positions, reset per prompt), so a step's
+  shapes never change;
 * :meth:`~TransformersDecoder.stream`, the timed loop: transformers' own ``generate()`` (greedy:
   ``do_sample=False``; ``max_new_tokens`` = ``min_new_tokens`` = the tokens asked) with a streamer whose
   ``put()`` hands each new token to the consumer, generate running in a thread as transformers'
@@ -26,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 import transformers
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 from transformers.generation.streamers import BaseStreamer
 
 from dlbench.frameworks.base import UnsupportedError
@@ -62,7 +67,7 @@ class TokenStreamer(BaseStreamer):
 
 class TransformersDecoder(Decoder):
     framework = "transformers"
-    variants = ("sdpa", "eager")
+    variants = ("sdpa", "eager", "compile")
     precisions = ("fp32", "bf16")
     #: writes the Hugging Face folder (tests plant defects with another writer)
     writer: Writer = staticmethod(save_folder)
@@ -78,11 +83,16 @@ class TransformersDecoder(Decoder):
         finally:
             converted.cleanup()
         self.dev = torch.device(device)
-        self.cache: DynamicCache | None = None
+        self.cache: DynamicCache | StaticCache | None = None
+        if self.variant == "compile":
+            self.model.forward = torch.compile(self.model.forward)
+            self.model.generation_config.cache_implementation = "static"
+            self.cache = StaticCache(config=self.model.config, max_cache_len=max_len)
         self.built = {"format": FORMAT, "convert_s": round(converted.seconds, 4), "convert_cache": converted.cache,
                       "load_s": round(load_s, 4), "class": type(self.model).__name__,
                       "attn_implementation": self.model.config._attn_implementation,
-                      "cache": "transformers DynamicCache (prefill/step); generate()'s own cache (stream)",
+                      "cache": ("StaticCache, forward compiled" if self.variant == "compile" else "DynamicCache")
+                      + " (prefill/step); generate()'s own (stream)",
                       "loop": "generate(do_sample=False, min_new_tokens=max_new_tokens) with a streamer",
                       "transformers": transformers.__version__, "torch": torch.__version__}
 
@@ -93,7 +103,10 @@ class TransformersDecoder(Decoder):
         return logits, logits.argmax(dim=-1)
 
     def prefill(self, prompt: np.ndarray) -> tuple[Any, Any]:
-        self.cache = DynamicCache(config=self.model.config)
+        if self.variant == "compile":
+            self.cache.reset()
+        else:
+            self.cache = DynamicCache(config=self.model.config)
         out = self._last(torch.from_numpy(np.ascontiguousarray(prompt)).to(self.dev))
         self.pos = prompt.shape[1]
         return out
