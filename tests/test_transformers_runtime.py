@@ -171,3 +171,21 @@ def test_the_converted_folder_is_cached_by_the_weights(tmp_path, monkeypatch):
     assert (first.folder / "model.safetensors").exists()
     other = Weights({k: v + 1 for k, v in weights.params.items()}, weights.state)
     assert convert(spec, other).folder != first.folder
+
+
+def test_a_generate_cell_of_transformers_stores_its_conversion_load_and_first_ttft():
+    """The measuring process of a generate cell: transformers' decoder reports the folder's conversion
+    and from_pretrained's load, stored with the first generation's TTFT as the process's cold start."""
+    from dlbench.core.cell import Cell
+    from dlbench.core.job import CellJob
+    from dlbench.scenarios.generate import Generate, GenerationSettings
+
+    settings = dataclasses.asdict(GenerationSettings(prompt=4, new_tokens=3, runs=1))
+    job = CellJob(threads=None, cell=Cell("transformers", "sdpa", "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
+                                          "generate", 1, 1), seed=0, data_dir=None, protocol={"max_time_s": 60},
+                  settings=settings, extra={"phase": "measure"})
+    out = Generate().work(job)
+    cold = out["cold_start"]
+    assert cold["convert_s"] > 0 and cold["load_s"] > 0 and cold["cold_ttft_s"] > 0
+    assert cold["build_s"] >= cold["convert_s"] + cold["load_s"] - 1e-3 and cold["convert_cache"] == "off"
+    assert out["decoder"]["class"] == "GPT2LMHeadModel" and np.array(out["runs"][0]["tokens"]).shape == (1, 3)
