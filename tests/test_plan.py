@@ -58,9 +58,10 @@ def test_quick_suite_leaves_keras_and_h2o_out_unless_named(monkeypatch):
     can run nothing of the quick suite (multilayer perceptrons only), joined it with 24 unsupported cells."""
     from dlbench.planning import flags, resolve
 
-    monkeypatch.setattr(resolve, "installed", lambda: ["torch", "keras", "jax", "mxnet", "h2o"])
+    monkeypatch.setattr(resolve, "installed", lambda: ["torch", "keras", "jax", "mxnet", "h2o", "transformers"])
     monkeypatch.setattr(resolve, "check_frameworks", lambda names: None)
-    assert resolve.suite_frameworks(flags.build_suite("quick")) == ["torch", "jax", "mxnet"]
+    assert resolve.suite_frameworks(flags.build_suite("quick")) == ["torch", "jax", "mxnet"]  # none builds LeNet
+    assert resolve.suite_frameworks(flags.build_suite("quick", frameworks=["transformers"])) == ["transformers"]
     assert resolve.suite_frameworks(flags.build_suite("quick", frameworks=["keras"])) == ["keras"]
     assert resolve.suite_frameworks(flags.build_suite("quick", frameworks=["h2o"])) == ["h2o"]
 
