@@ -35,7 +35,7 @@ QUICK = ["--threads", "1", "--repeats", "1", "--min-time", "0.5"]
 
 
 def main() -> None:
-    from dlbench.report.probe import ProbeRow, attach
+    from dlbench.engines.probe import ProbeRow, attach
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")

@@ -1,7 +1,7 @@
 """Are dlbench's Keras transformers as fast as keras-hub's own models? (issue: transformers)
 
 For gpt2 and smollm2-135m (their default shapes), the same canonical weights are loaded into dlbench's
-Keras model (the ``keras`` backend: ``frameworks/keras_model.py``) and into keras-hub's ``GPT2CausalLM`` /
+Keras model (the ``keras`` backend: ``frameworks/keras/keras_model.py``) and into keras-hub's ``GPT2CausalLM`` /
 ``LlamaCausalLM`` (``gate/keras_hub_models.py``, no preset). Same Keras back end (``KERAS_BACKEND``, JAX by
 default here: Keras's fastest on a CPU), same ``jit_compile`` as dlbench's Keras backend sets, same batch,
 same process; each one's ``predict_on_batch`` is timed step by step in alternation, the order reversed every
@@ -41,7 +41,7 @@ def main() -> None:
 
     from dlbench.data.synthetic import make_batch
     from dlbench.frameworks import get_backend
-    from dlbench.frameworks.keras import JIT_COMPILE
+    from dlbench.frameworks.keras.backend import JIT_COMPILE
     from dlbench.gate.keras_hub_models import keras_hub_causal_lm, keras_hub_inputs
     from dlbench.models import get_model
     from dlbench.models.weights import init_weights

@@ -48,7 +48,7 @@ def hf_forward(model, inputs: dict):
 
 def compare(name: str, batch_size: int, rounds: int, small: bool) -> list[str]:
     from dlbench.data.synthetic import make_batch
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.gate.hf_transformers import hf_inputs, hf_model
     from dlbench.models import get_model
     from dlbench.models.weights import init_weights

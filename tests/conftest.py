@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+try:  # pytest 9 keeps a node's id in ``_id`` (a NodeId); before, in ``_nodeid``, which pytest-xdist sets itself
+    from _pytest.nodeid import NodeId
+except ImportError:
+    NodeId = None
+
 
 def requires(module: str) -> pytest.MarkDecorator:
     """Skip a test whose framework is not installed (CI installs them all)."""
@@ -40,6 +45,38 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for ``--dist loadgroup`` (scripts/test.sh): each group runs in one test process, whole.
+    Under plain load balancing a module's tests land on both processes, so a module-scoped fixture
+    (a framework's built models, a run read by many tests) was made twice, and a test waiting for a
+    lock (``machine_wide``, or a gate another process is running) sat idle. Without xdist the marks
+    change nothing. A test that names its own ``xdist_group`` keeps it."""
+    loadgroup = vars(config.option).get("loadgroup", False)  # set in an xdist test process under loadgroup
+    for item in items:
+        group = xdist_group_of(item)
+        if group and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        mark = item.get_closest_marker("xdist_group")
+        if NodeId is not None and loadgroup and mark is not None and "@" not in item.nodeid:
+            # what pytest-xdist does to ``item._nodeid``, which pytest 9 no longer reads (a node's id is
+            # ``_id``): without this every group was silently ignored and the tests balanced one by one
+            item._id = NodeId.parse(f"{item.nodeid}@{mark.args[0] if mark.args else mark.kwargs['name']}")
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """``machine_wide`` for the tests that take its lock (they run one after another anyway, so in one
+    process they never wait); the test's module for a test using a module- or session-scoped fixture of
+    its own module (made once, not once per test process); else none (balanced test by test)."""
+    if item.get_closest_marker("machine_wide") is not None:
+        return "machine_wide"
+    module = item.nodeid.split("::")[0]
+    for defs in item._fixtureinfo.name2fixturedefs.values():
+        if defs and defs[-1].scope in ("module", "session") and defs[-1].baseid == module:
+            return module
+    return None
+
+
 #: held by a test using machine-wide things, across the test processes of a session (an flock)
 MACHINE_LOCK = os.path.join(tempfile.gettempdir(), "dlbench-tests-machine-wide.lock")
 
@@ -49,8 +86,9 @@ def machine_wide(request):
     """One test at a time among those marked ``machine_wide``: they use network namespaces and their
     bridge (fixed names), Ray clusters, H2O's JVMs, or scan every process for leftovers. Autouse from
     here, so the lock is taken before a test module's own fixtures set anything up and released after
-    they tear it down. (An xdist_group would do this by scheduling, but the installed pytest-xdist
-    did not honour it.)"""
+    they tear it down. Under scripts/test.sh's ``--dist loadgroup`` these tests are also one xdist group
+    (:func:`xdist_group_of`), so one process runs them all and the lock never keeps the other waiting;
+    the lock still holds them apart from another session's, or a run without the groups."""
     if request.node.get_closest_marker("machine_wide") is None:
         yield
         return
@@ -74,11 +112,13 @@ def whole_machine():
 
 
 @pytest.fixture(autouse=True, scope="session")
-def shared_peak_cache(tmp_path_factory):
-    """One machine-peak measurement per thread count for the whole session (see runner._peak_cache):
-    each run would otherwise spend about 5 s per thread count measuring the same matmul peak."""
+def shared_peak_cache(shared_dir):
+    """One machine-peak measurement per thread count for the whole session, whichever test process
+    asks first (see runner._peak_cache; a file read while the other writes it reads as absent, and that
+    peak is measured again): each run would otherwise spend seconds per thread count measuring the same
+    GEMM peaks, one process per engine, and each test process measured its own."""
     old = os.environ.get("DLBENCH_PEAK_CACHE")
-    os.environ["DLBENCH_PEAK_CACHE"] = str(tmp_path_factory.mktemp("peaks") / "peaks.json")
+    os.environ["DLBENCH_PEAK_CACHE"] = str(shared_dir / "peaks.json")
     yield
     if old is None:
         os.environ.pop("DLBENCH_PEAK_CACHE", None)
@@ -99,6 +139,15 @@ def no_reuse_across_runs():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder every test process of this session sees: under pytest-xdist each process has its own
+    base temp inside the session's, so the session's is its parent (a framework's session gate,
+    tests/frameworks/test_equivalence.py, is kept there)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 #: the fake framework plugin: the torch backend with planted misbehaviours (crash, hang, oom, ...)
@@ -168,7 +217,7 @@ def _lenet_in(name: str, backend: str) -> str:
         import inspect, json, tempfile
         from pathlib import Path
         import numpy as np
-        from dlbench.frameworks.{name} import {backend}
+        from dlbench.frameworks.{name}.backend import {backend}
         from dlbench.models import get_model
         from dlbench.models.weights import init_weights
         from dlbench.data.synthetic import make_batch

@@ -31,7 +31,7 @@ def _backend():
     import numpy as np
 
     from dlbench.frameworks.base import Backend, OptimizerSpec
-    from dlbench.frameworks.torch import Builder, TorchBackend
+    from dlbench.frameworks.torch.backend import Builder, TorchBackend
 
     class TransposedKernel(Builder):
         def make_conv2d(self, layer, shape):

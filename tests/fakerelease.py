@@ -30,7 +30,7 @@ from dlbench.frameworks import FrameworkInfo
 DISTRIBUTION = "dlbench-fakerel"
 FRAMEWORK_INFO = FrameworkInfo("fakerel", __file__, DISTRIBUTION, "dlbench_fakerel", ("default",),
                                "test double: a tiny framework published as releases on a local index",
-                               scenarios=("forward",))
+                               closures=("forward",))
 companions.register("fakerel", DISTRIBUTION, (companions.Line("1.0.0", ()),), "fakerel's first release is 1.0")
 
 
@@ -43,7 +43,7 @@ def _backend():
 
     class FakeRelease(Backend):
         name = "fakerel"
-        scenarios = ("forward",)
+        closures = ("forward",)
         forward_only_reason = "fakerel is forward-only (a test double)"
 
         def set_threads(self, n):

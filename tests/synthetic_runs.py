@@ -125,7 +125,7 @@ def generate_cell(store: Store, run_id: str, levels_ms: tuple[float, ...], frame
     its first generation's TTFT twice its level."""
     from types import SimpleNamespace
 
-    from dlbench.scenarios.generate import cold_start, figures
+    from dlbench.scenarios.generate import GenerationSettings, cold_start, figures
 
     rng = np.random.default_rng(len(levels_ms))
     per_process = []
@@ -138,7 +138,7 @@ def generate_cell(store: Store, run_id: str, levels_ms: tuple[float, ...], frame
         per_process.append({"runs": gens, "cache_bytes": 2**20, "decoder": info, "peak_rss_bytes": 2**28,
                             "rss_before_build_bytes": 2**27, "build_ns": 1e6, "threads_readback": {},
                             "versions": {}, "cold_start": cold_start(info, 1e6, 2 * level * 1e6)})
-    m = figures(SimpleNamespace(batch=batch), per_process, {"prompt": 8, "new_tokens": new_tokens, "runs": runs}, 0)
+    m = figures(SimpleNamespace(batch=batch), per_process, GenerationSettings(prompt=8, new_tokens=new_tokens, runs=runs), 0)
     samples = []
     for r, result in enumerate(per_process):
         for i, run in enumerate(result["runs"]):

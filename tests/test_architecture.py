@@ -4,6 +4,7 @@ a report section in tests/test_scenarios.py; a layer kind in tests/test_builder.
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -45,24 +46,33 @@ def test_the_root_keeps_a_handful_of_modules():
 # --- how-to: add a framework -------------------------------------------------------------------------------
 @requires("torch")
 def test_how_to_add_a_framework(monkeypatch):
-    """A backend module with a Backend subclass and its Builder, and a FrameworkInfo: here a plug-in
-    (tests/fakefw.py, through DLBENCH_PLUGINS); a built-in is one _builtin(...) line in
-    frameworks/__init__.py, its variants, devices and scenarios read from the class."""
+    """One folder: a ``Declaration`` in its ``__init__.py`` and the parts it names (``backend.py`` with
+    ``Backend_``, here a ``decoder.py`` too): tests/toyframework/, registered by its path in
+    ``DLBENCH_PLUGINS`` (a built-in folder is one name in ``frameworks.BUILTIN``). Nothing else is
+    edited: the registry, the scenarios' support, the gate and the decoder lookup read the declaration."""
     from dlbench.frameworks import FRAMEWORKS, framework_info, get_backend, load_plugins
-    from dlbench.frameworks.builder import LayerBuilder
+    from dlbench.gate.verify import verify_model
+    from dlbench.generation.gate import verify_generation
     from dlbench.planning.flags import build_suite
     from dlbench.running.runner import plan_cells
+    from dlbench.scenarios import registry
 
-    monkeypatch.setenv("DLBENCH_PLUGINS", str(ROOT / "tests" / "fakefw.py"))
+    monkeypatch.setenv("DLBENCH_PLUGINS", str(ROOT / "tests" / "toyframework"))
     load_plugins()
     try:
-        assert framework_info("fakefw").variants[0] == "ok"
-        assert isinstance(get_backend("fakefw").builder_class(), LayerBuilder)
-        _, cells = plan_cells(build_suite(models=["lenet"], frameworks=["fakefw"], variants=["ok"],
-                                          scenarios=["forward"], threads=[1]))
-        assert [c.key for c in cells] == ["fakefw/ok/lenet/forward/b64/t1/cpu"]
+        info = framework_info("toyfw")
+        assert (info.variants, info.closures) == (("eager",), ("forward",))
+        backend = get_backend("toyfw")
+        assert (backend.name, backend.closures) == ("toyfw", ("forward",))  # the class reads its declaration
+        _, cells = plan_cells(build_suite(models=["lenet"], frameworks=["toyfw"], scenarios=["forward"], threads=[1]))
+        assert [c.key for c in cells] == ["toyfw/eager/lenet/forward/b64/t1/cpu"]
+        assert "not gradient" in registry.get("gradient").unsupported(info)  # a closure it does not declare
+        assert registry.get("generate").unsupported(info) is None  # it declares a decoder
+        gate = verify_model(backend, "lenet")
+        assert gate.passed and set(gate.checks) == {"precision", "params", "forward"}, gate.reason  # forward only
+        assert verify_generation("toyfw", "gpt2").passed
     finally:
-        FRAMEWORKS.pop("fakefw", None)
+        FRAMEWORKS.pop("toyfw", None)
 
 
 # --- how-to: add a precision -------------------------------------------------------------------------------
@@ -74,7 +84,7 @@ def test_how_to_add_a_precision(monkeypatch):
     from dlbench.core import precision
     from dlbench.core.cell import Cell
     from dlbench.frameworks.base import UnsupportedError
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.planning.plan import suite_from_dict
 
     monkeypatch.setitem(precision.PRECISIONS, "fp8x", precision.Precision("fp8x", "float8", "float8",
@@ -85,3 +95,84 @@ def test_how_to_add_a_precision(monkeypatch):
     assert precision.unsupported("fp8x", trains=True, device="cpu") is None
     with pytest.raises(UnsupportedError, match="fp8x"):
         TorchBackend().set_precision("fp8x")
+
+
+def test_the_layers_table_is_the_contract():
+    """docs/architecture.md's table names the layers of pyproject.toml's contract in its order, with its
+    separators (``|``: may not import each other; ``:``: may), so the map cannot drift from the contract."""
+    import re
+    import tomllib
+
+    contract = [c for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+                if c["type"] == "layers"][0]["layers"]
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("## The layers, top to bottom")[1].split("\n\n")[1]
+    rows = [line.split(" | ")[0].lstrip("| ") for line in table.splitlines()[2:]]
+    documented = [" | ".join(re.findall(r"`([\w.]+?)(?:/|\.py)?`", row)) if "\\|" in row or ":" not in row
+                  else " : ".join(re.findall(r"`([\w.]+?)(?:/|\.py)?`", row)) for row in rows]
+    assert documented == contract
+# --- no module outside a framework's folder names a framework ----------------------------------------------
+#: modules that still name a built-in framework, each with why (the aim is none: a framework's data and code
+#: belong in its folder, dlbench/frameworks/NAME/)
+NAMES_A_FRAMEWORK = {
+    "frameworks/__init__.py": "BUILTIN: the built-in folders, listed once (their order is the registry's)",
+    "frameworks/profilers.py": "the torch and JAX profilers, shared by their folders and Keras's torch and JAX back ends",
+    "frameworks/probing.py": "every probe's ONNX export check runs the export in ONNX Runtime",
+    "distributed/scaling.py": "torch's data-parallel workers start under torchrun's agents, the others as plain "
+                              "processes; the parameter server is torch's",
+    "distributed/ps.py": "the parameter server computes its gradients with torch's backend",
+    "envs/companions.py": "each framework's release lines and their companion pins (envs/ sits below the "
+                          "framework folders, so it cannot read their declarations)",
+    "measure/peak.py": "the matrix-multiply peak engines are torch's, ONNX Runtime's and OpenVINO's GEMMs "
+                       "(measure/ sits below the framework folders)",
+    "measure/reuse.py": "JAX's and TorchInductor's persistent compilation caches (measure/ sits below the "
+                        "framework folders)",
+    "gate/hf_transformers.py": "Hugging Face transformers' models, the reference it checks against, run in torch",
+    "scenarios/checkpoint_recipe.py": "the shipped checkpoint was trained in torch: its recorded recipe",
+    "survey": "the survey catalogues frameworks, dlbench's and others', as data",
+}
+
+
+def names_of_frameworks(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """String literals equal to a framework's name, and imports of a framework or of its folder's modules."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+            found.append((node.lineno, node.value))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            if isinstance(node, ast.ImportFrom) and node.module == "dlbench.frameworks":
+                modules += [f"dlbench.frameworks.{a.name}" for a in node.names]
+            for m in modules:
+                parts = m.split(".")
+                if parts[0] in names or (parts[:2] == ["dlbench", "frameworks"] and len(parts) > 2 and parts[2] in names):
+                    found.append((node.lineno, m))
+    return found
+
+
+def test_the_framework_name_check_finds_planted_names():
+    planted = ast.parse('import torch\nfrom dlbench.frameworks.jax.backend import X\nfrom dlbench.frameworks import keras\n'
+                        'if c.framework == "paddle": pass\nx = info.name\n')
+    assert [n for _, n in names_of_frameworks(planted, {"torch", "jax", "keras", "paddle"})] == [
+        "torch", "dlbench.frameworks.jax.backend", "dlbench.frameworks.keras", "paddle"]
+
+
+def test_no_module_outside_a_framework_folder_names_a_framework():
+    """What a framework is and does is its folder's (its declaration, its parts), asked of the registry,
+    never decided elsewhere by its name."""
+    from dlbench.frameworks import BUILTIN
+
+    src, names = ROOT / "src" / "dlbench", set(BUILTIN)
+    offenders = []
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src).as_posix()
+        parts = rel.split("/")
+        if (parts[0] == "frameworks" and len(parts) > 2 and parts[1] in names) or any(
+                rel == k or rel.startswith(k + "/") for k in NAMES_A_FRAMEWORK):
+            continue
+        offenders += [f"{rel}:{line}: {name!r}" for line, name in names_of_frameworks(ast.parse(path.read_text()), names)]
+    assert not offenders, "names a framework outside its folder:\n" + "\n".join(offenders)
+    for rel in NAMES_A_FRAMEWORK:  # an exception that no longer names one goes from the list
+        found = [(p, names_of_frameworks(ast.parse(p.read_text()), names))
+                 for p in ([src / rel] if rel.endswith(".py") else sorted((src / rel).rglob("*.py")))]
+        assert any(hits for _, hits in found), f"{rel} names no framework any more: drop it from NAMES_A_FRAMEWORK"

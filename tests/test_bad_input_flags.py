@@ -1,9 +1,9 @@
 """Input that used to be accepted and then ignored, or measured as something else, is refused with one
 line and exit 2, the same through the command line, a suite file and the Python API.
 
-Nothing here measures: ``runner.start`` stops after validating (``plan_cells``, all it checks before
-writing anything), ``runner.resume`` and the gate's ``run_job`` stop at once. An input that gets that
-far was accepted; the stand-in frameworks are "installed" (their import name is ``json``).
+Nothing here measures: ``runner.start`` and ``runner.resume`` stop at once (the run's plan, ``api.plan``,
+has checked all there is to check before writing anything), and so does the gate's ``run_job``. An input
+that gets that far was accepted; the stand-in frameworks are "installed" (their import name is ``json``).
 """
 
 import os
@@ -33,11 +33,10 @@ class Measured(Exception):
 def no_measuring(monkeypatch):
     jobs: list[dict] = []
 
-    def start(suite, db=None, argv=None, progress=None):
-        runner.plan_cells(suite)
+    def start(plan, argv=None, progress=None):
         raise Measured("would measure")
 
-    def resume(run_id, db=None, progress=None):
+    def resume(plan, progress=None):
         raise Measured("would resume")
 
     def run_job(job, **kw):

@@ -3,7 +3,8 @@
 flag, a suite file, the Python API, a dry run and a resumed run refuse the same values (issue #31,
 defects 3, 4, 5, 6, 8, 10).
 
-Nothing here measures: ``runner.start`` stops after validating (see tests/test_bad_input_flags.py).
+Nothing here measures: ``runner.start`` stops at once, the plan having validated everything
+(see tests/test_bad_input_flags.py).
 """
 
 import math

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import bisect, envs
-from dlbench.bisect import Step, next_candidate, pool
+from dlbench import envs
 from dlbench.cli.main import main
+from dlbench.engines import bisect
+from dlbench.engines.bisect import Step, next_candidate, pool
 from dlbench.envs import versions
 from dlbench.frameworks import FRAMEWORKS, load_plugins
 from tests import fakerelease

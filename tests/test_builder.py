@@ -15,7 +15,12 @@ from dlbench.models import layers as L
 
 FRAMEWORKS = Path(__file__).parent.parent / "src" / "dlbench" / "frameworks"
 #: the backends whose Builder walks the spec (pytensor composes symbolic graphs its own way)
-BUILDERS = ("torch", "jax", "keras_model", "mxnet", "paddle", "chainer")
+BUILDERS = ("torch", "jax", "keras/keras_model", "mxnet", "paddle", "chainer")
+
+
+def source_of(module: str) -> str:
+    """A framework folder's backend (``torch``) or another of its modules (``keras/keras_model``), unimported."""
+    return (FRAMEWORKS / (f"{module}.py" if "/" in module else f"{module}/backend.py")).read_text()
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ def test_a_new_layer_kind_is_one_rule_per_builder():
 def test_each_builder_writes_only_its_layers(module):
     """Read without importing (mxnet, chainer and paddle live in their own environments): the Builder
     subclasses LayerBuilder and defines neither the walk nor the dispatch."""
-    tree = ast.parse((FRAMEWORKS / f"{module}.py").read_text())
+    tree = ast.parse(source_of(module))
     (builder,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Builder"]
     assert [ast.unparse(b) for b in builder.bases] == ["LayerBuilder"]
     methods = {n.name for n in builder.body if isinstance(n, ast.FunctionDef)}
@@ -69,7 +74,7 @@ def test_each_builder_writes_only_its_layers(module):
 
 
 # --- the optimisers, in the same pattern -----------------------------------------------------------------
-#: the backends that train, by module (keras_model's builder trains through keras.py's backend)
+#: the backends that train, by folder (keras_model's builder trains through keras/backend.py)
 TRAINERS = ("torch", "jax", "keras", "tensorflow", "mxnet", "paddle", "chainer", "pytensor")
 
 
@@ -90,7 +95,7 @@ def test_an_optimizer_is_one_rule_and_a_missing_one_is_named():
 def test_each_training_backend_writes_a_rule_per_optimizer_and_no_dispatch(module):
     """Read without importing: the backend class names ``optimizer_<name>`` for every optimiser, and no
     module compares ``opt.name`` itself (the dispatch and its error are make_optimizer's)."""
-    source = (FRAMEWORKS / f"{module}.py").read_text()
+    source = source_of(module)
     tree = ast.parse(source)
     backend = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name.endswith("Backend"))
     names = {t.id for n in backend.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
@@ -99,32 +104,34 @@ def test_each_training_backend_writes_a_rule_per_optimizer_and_no_dispatch(modul
     assert "opt.name ==" not in source and "opt.name !=" not in source
 
 
-# --- FrameworkInfo from the backend's own declarations ---------------------------------------------------
+# --- FrameworkInfo and the backend class from the folder's declaration ---------------------------------------------------
 @pytest.mark.parametrize("name, module", [("torch", "torch"), ("onnxruntime", "onnxruntime"), ("keras", "keras")])
 def test_the_registry_reads_what_the_backend_class_declares(name, module):
-    """One place: the registry's variants, devices and scenarios are the imported backend class's."""
+    """One place: the registry's variants, devices and closures are the imported backend class's."""
     pytest.importorskip(module)
     from dlbench.frameworks import framework_info, get_backend
 
     backend, info = get_backend(name), framework_info(name)
-    assert (info.variants, info.devices, info.scenarios) == (backend.variants, backend.devices, backend.scenarios)
+    assert (info.variants, info.devices, info.closures) == (backend.variants, backend.devices, backend.closures)
 
 
-def test_declarations_are_read_through_bases_imports_and_multi_line_tuples(tmp_path, monkeypatch):
-    from dlbench.frameworks.declared import declared
+def test_a_backend_class_takes_what_it_offers_from_its_declaration():
+    """One source: a backend class that sets ``declaration`` has the declaration's name, variants,
+    devices, closures and precisions, and a subclass keeps them."""
+    from dlbench.frameworks.base import Backend
+    from dlbench.frameworks.declaration import Declaration
 
-    (tmp_path / "planted_engine.py").write_text(
-        "from dlbench.frameworks.base import Backend\n\n\n"
-        "class Engine(Backend):\n    scenarios: tuple[str, ...] = ('forward',)\n    devices = ('cpu', 'cuda')\n")
-    (tmp_path / "planted_fw.py").write_text(
-        "from planted_engine import (  # noqa (a comment with parentheses)\n    Engine,\n)\n\n\n"
-        "class Planted(Engine):\n    name = 'planted'\n    variants = (\n        'a',\n        'b',\n    )\n"
-        "    devices = DEVICES  # computed: not read\n\n    def scenarios_of(self):\n        scenarios = ('x',)\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    # the engine is not dlbench's: its declarations are not followed, Backend's defaults are not either
-    assert declared("planted_fw", "planted") == {"variants": ("a", "b")}
-    (tmp_path / "planted_fw2.py").write_text(
-        "from dlbench.frameworks.onnx_export import ExportEngine\n\n\nclass P(ExportEngine):\n    name = 'p2'\n")
-    assert declared("planted_fw2", "p2") == {"variants": ("default",), "devices": ("cpu",), "scenarios": ("forward",)}
-    with pytest.raises(LookupError, match="no backend class named 'other'"):
-        declared("planted_fw2", "other")
+    d = Declaration(name="planted", distribution="x", import_name="x", description="a planted framework",
+                    variants=("a", "b"), devices=("cpu", "cuda"), closures=("forward",), precisions=("fp32", "bf16"))
+
+    class Planted(Backend):
+        declaration = d
+
+    class Sub(Planted):
+        pass
+
+    for cls in (Planted, Sub):
+        assert (cls.name, cls.variants, cls.devices, cls.closures, cls.precisions) == (
+            "planted", ("a", "b"), ("cpu", "cuda"), ("forward",), ("fp32", "bf16"))
+    with pytest.raises(ValueError, match="closures must be among"):
+        Declaration(name="bad", distribution="x", import_name="x", description="", closures=("fly",))

@@ -120,3 +120,89 @@ def test_the_nightly_script_builds_every_recipe_from_empty(tmp_path, registry):
     assert "did not build from empty" in out.stderr and "1 passed" in out.stdout
     text = (ROOT / "scripts" / "nightly.sh").read_text()
     assert 'DLBENCH_CI_FRESH="${DLBENCH_NIGHTLY_FRESH-all}"' in text
+
+
+GROUPED_TESTS = '''
+import os
+from pathlib import Path
+
+import pytest
+
+
+def _where(name):
+    (Path(os.environ["WHERE"]) / name).write_text(os.environ["PYTEST_XDIST_WORKER"])
+
+
+@pytest.fixture(scope="module")
+def made_once():
+    return 1
+
+
+@pytest.mark.parametrize("k", range(3))
+def test_shares_a_module_fixture(made_once, k):
+    _where(f"module{k}")
+
+
+@pytest.mark.machine_wide
+@pytest.mark.parametrize("k", range(3))
+def test_machine_wide(k):
+    _where(f"wide{k}")
+
+
+@pytest.mark.xdist_group("gate-x")
+@pytest.mark.parametrize("k", range(3))
+def test_named_group(k):
+    _where(f"gate{k}")
+'''
+
+
+def test_the_xdist_groups_run_whole_in_one_test_process(tmp_path):
+    """scripts/test.sh's ``--dist loadgroup`` with tests/conftest.py's groups: the tests sharing a module
+    fixture, the machine-wide tests, and a named group (a framework's gate) each run in one test process.
+    Before, pytest-xdist's groups were silently ignored under pytest 9 (it sets ``item._nodeid``, which
+    pytest 9 no longer reads), so each of these was spread over both processes."""
+    (tmp_path / "test_grouped.py").write_text(GROUPED_TESTS)
+    where = tmp_path / "where"
+    where.mkdir()
+    env = {**os.environ, "WHERE": str(where), "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}"}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                          "-n", "2", "--dist", "loadgroup", "--rootdir", str(tmp_path), "-c", os.devnull,
+                          str(tmp_path / "test_grouped.py")], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    ran = {p.name: p.read_text() for p in where.iterdir()}
+    assert len(ran) == 9, ran
+    for group in ("module", "wide", "gate"):
+        assert len({ran[f"{group}{k}"] for k in range(3)}) == 1, ran
+    text = (ROOT / "scripts" / "test.sh").read_text()
+    assert '-n "$workers" --dist loadgroup' in text
+
+
+def test_the_main_environment_is_installed_once_until_what_it_reads_changes(tmp_path):
+    """scripts/install.sh (run by .ci/run beside the environments' builds, then by scripts/test.sh) installs
+    into .venv and stamps it; a second run with the same pyproject.toml and constraints.txt installs nothing
+    (test.sh made the venv and ran both pip installs again after .ci/run had), a changed one installs again.
+    Here .venv's pip is a stand-in that records its calls: nothing is installed."""
+    for name in ("pyproject.toml", "constraints.txt", "scripts/install.sh"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    calls = tmp_path / "pip-calls"
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    for exe, body in (("python", "exit 0"), ("pip", f'echo "$*" >> {calls}')):
+        (tmp_path / ".venv" / "bin" / exe).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / ".venv" / "bin" / exe).chmod(0o755)
+
+    def install() -> list[str]:
+        calls.unlink(missing_ok=True)
+        out = subprocess.run(["bash", str(tmp_path / "scripts" / "install.sh")], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        return calls.read_text().splitlines() if calls.exists() else []
+
+    first = install()
+    assert any("-e .[all,test]" in c for c in first) and any("keras-hub" in c for c in first), first
+    assert install() == []  # installed from these files already: nothing to do
+    (tmp_path / "constraints.txt").write_text((ROOT / "constraints.txt").read_text() + "# changed\n")
+    assert any("-e .[all,test]" in c for c in install())
+    assert "bash scripts/install.sh" in (ROOT / "scripts" / "test.sh").read_text()
+    assert "bash scripts/install.sh" in (ROOT / ".ci" / "run").read_text()

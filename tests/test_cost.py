@@ -1,5 +1,5 @@
 """Where the time went (dlbench.measure.cost, dlbench.report.cost) and what --dry-run adds for the
-environments a run builds (dlbench.envs.ondemand.estimate_builds)."""
+environments a run builds (dlbench.frameworks.ondemand.estimate_builds)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from dlbench.cli.main import main
-from dlbench.envs.ondemand import estimate_builds
+from dlbench.frameworks.ondemand import estimate_builds
 from dlbench.measure.cost import PARTS, cell_cost, process_cost
 from dlbench.planning import estimate as est
 from dlbench.planning.plan import Cell, suite_from_dict

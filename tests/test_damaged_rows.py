@@ -186,7 +186,7 @@ def test_a_verdict_whose_column_and_record_disagree_reads_as_the_stricter(capsys
 
 # --- bisections ------------------------------------------------------------------------------------------------------
 def _bisection(store, bisection_id="b-ok"):
-    from dlbench import bisect
+    from dlbench.engines import bisect
 
     b = bisect.Bisection(bisection_id, 1.7e9, bisect.Settings("jax", "0.4.38", "0.10.2", "fcn-r", "train_step"),
                          ["0.4.38", "0.5.0", "0.10.2"], [bisect.Step("0.5.0", "skip", "pip: no")],

@@ -15,7 +15,7 @@ from tests.conftest import requires
 @pytest.fixture
 def standin(monkeypatch):
     info = FrameworkInfo("standin", "dlbench.frameworks.standin", "x", "x", ("default",), "epoch-only",
-                         scenarios=("epoch", "predict"), stands_in={"train_step": "epoch", "forward": "predict"})
+                         closures=("epoch", "predict"), stands_in={"train_step": "epoch", "forward": "predict"})
     monkeypatch.setitem(FRAMEWORKS, "standin", info)
     return info
 
@@ -38,7 +38,7 @@ def test_a_framework_measures_its_stand_ins(standin):
 
 @requires("torch")
 def test_gate_compares_probabilities_with_the_reference_softmax():
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.gate.verify import verify_model
 
     class Probabilities(TorchBackend):

@@ -52,12 +52,16 @@ def test_jax_worker_step_runs_an_lstm_and_averages_its_gradient(monkeypatch):
         import jax, numpy as np, optax
         from jax.sharding import Mesh
         from dlbench.data.synthetic import make_batch
-        from dlbench.distributed import common, jax_dp
+        from dlbench.core.cell import Cell
+        from dlbench.core.job import DataParallelJob
+        from dlbench.frameworks import data_parallel as common
+        from dlbench.frameworks.jax import dp_worker as jax_dp
         from dlbench.frameworks.base import OptimizerSpec
-        from dlbench.frameworks.jax import JaxBackend
+        from dlbench.frameworks.jax.backend import JaxBackend
 
         backend = JaxBackend()
-        job = {"model": "lstm-ptb", "small": True, "seed": 0}
+        job = DataParallelJob(threads=None, cell=Cell("jax", "default", "lstm-ptb", "scaling", 4, 1, workers=2),
+                              seed=0, protocol={}, collective_timeout_s=60.0, small=True)
         spec, model = common.build_model(backend, job)
         batch = make_batch(spec, 4, 0)
         _, whole = backend.loss_and_grads(model, backend.place(batch, model))

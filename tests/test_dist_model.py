@@ -5,9 +5,9 @@ how a worker counts its wire bytes and leaves, and how a launcher explains a fai
 import numpy as np
 import pytest
 
-from dlbench.distributed import common
 from dlbench.distributed import model as sm
 from dlbench.distributed.ps import ShardCore, assign_shards, staleness
+from dlbench.frameworks import data_parallel as common
 from dlbench.planning.plan import Cell, expand, suite_from_dict
 from dlbench.scenarios import registry
 
@@ -193,14 +193,15 @@ def test_workers_leave_without_interpreter_teardown():
     import sys
     from pathlib import Path
 
-    code = ("import atexit, sys; from dlbench.distributed import common; atexit.register(print, 'teardown'); "
+    code = ("import atexit, sys; from dlbench.frameworks import data_parallel as common; "
+            "atexit.register(print, 'teardown'); "
             "print('result written', end=''); sys.stderr.write('note'); common.leave(3)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (out.returncode, out.stdout, out.stderr) == (3, "result written", "note")
     src = Path(common.__file__).parent
-    assert 'if __name__ == "__main__":\n    common.leave(main(sys.argv))' in (src / "torch_ddp.py").read_text()
-    for module in ("jax_dp", "tf_dp"):  # their runtimes' shutdown barriers run at exit: a skipped one failed a peer
-        assert 'if __name__ == "__main__":\n    sys.exit(main(sys.argv))' in (src / f"{module}.py").read_text()
+    assert 'if __name__ == "__main__":\n    common.leave(main(sys.argv))' in (src / "torch" / "dp_worker.py").read_text()
+    for fw in ("jax", "tensorflow"):  # their runtimes' shutdown barriers run at exit: a skipped one failed a peer
+        assert 'if __name__ == "__main__":\n    sys.exit(main(sys.argv))' in (src / fw / "dp_worker.py").read_text()
 
 
 def test_a_rank_killed_by_a_signal_is_explained_with_its_last_words(tmp_path):
@@ -244,3 +245,16 @@ def test_the_killed_rank_leads_the_reason_even_when_torchrun_saw_its_peer_fail_f
            + entry.format(i=0, r=0, c=1, tb="To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"))
     assert torchrun.explain(tmp_path, {"agent-local": log}) == \
         "worker rank 1 killed by SIGKILL; worker rank 0 exited with code 1"
+
+
+def test_a_frameworks_data_parallel_worker_is_its_folders_and_a_pinned_release_has_none():
+    """The worker module is read from the framework's declaration (WORKERS, a table keyed by name, went);
+    a pinned release's workers would start in this Python, not its environment, so it has none, and a
+    framework without a dp_worker part says which have one."""
+    from dlbench.distributed import scaling
+
+    assert scaling.worker_module("torch") == "dlbench.frameworks.torch.dp_worker"
+    assert scaling.worker_module("tensorflow") == "dlbench.frameworks.tensorflow.dp_worker"
+    for name in ("jax==0.4.38", "mxnet", "nosuchfw"):
+        with pytest.raises(scaling._Unsupported, match=r"no data-parallel worker .*\(written: jax, tensorflow, torch\)"):
+            scaling.worker_module(name)

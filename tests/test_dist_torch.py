@@ -148,7 +148,7 @@ def test_ctrl_c_during_a_cluster_run_leaves_nothing(tmp_path):
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=120) == 130
     assert cluster._ours() == []
-    assert not [p for p in _pids() if "10.213.0." in " ".join(_cmdline(p)) or "torch_ddp" in " ".join(_cmdline(p))]
+    assert not [p for p in _pids() if "10.213.0." in " ".join(_cmdline(p)) or "torch.dp_worker" in " ".join(_cmdline(p))]
 
 
 def _pids() -> list[int]:

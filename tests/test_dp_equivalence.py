@@ -18,12 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dlbench.core.cell import Cell
+from dlbench.core.job import DataParallelJob, encode
 from dlbench.data.synthetic import make_batch
-from dlbench.distributed import common
+from dlbench.frameworks import data_parallel as common
 from tests.conftest import requires
 
-JOB = {"model": "lenet", "small": True, "seed": 0, "global_batch": 8, "threads": 1, "collective_timeout_s": 60}
 WORLD = 2
+#: every probe's job, built by each framework's own backend ("default": the backend's first variant): a
+#: global batch of 8 split over the two workers
+JOB = DataParallelJob(threads=1, cell=Cell("probe", "default", "lenet", "scaling", 8, 1, workers=WORLD, scaling="strong"),
+                      seed=0, protocol={}, collective_timeout_s=60.0, small=True)
 FRAMEWORKS = [pytest.param(fw, marks=requires(module), id=fw)
               for fw, module in (("torch", "torch"), ("jax", "jax"), ("tensorflow", "tensorflow"))]
 
@@ -39,7 +44,7 @@ def probed(request, tmp_path_factory):
     from dlbench.launch.torchrun import free_port
 
     framework, out = request.param, tmp_path_factory.mktemp(f"dp-{request.param}")
-    (out / "job.json").write_text(json.dumps(JOB))
+    (out / "job.json").write_text(json.dumps(encode(JOB)))
     addrs = ",".join(f"127.0.0.1:{free_port()}" for _ in range(WORLD))
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": f"{root / 'src'}{os.pathsep}{root}", "OMP_NUM_THREADS": "1"}
@@ -76,9 +81,9 @@ def test_averaged_gradient_of_two_workers_is_the_whole_batch_gradient(probed):
     framework, ranks = probed
     backend, spec, model = _backend_model(framework)
     # each worker had its own half of the batch (so equal to the whole batch's means averaged)
-    assert [len(r["forward"]) for r in ranks] == [JOB["global_batch"] // WORLD] * WORLD
+    assert [len(r["forward"]) for r in ranks] == [JOB.cell.global_batch // WORLD] * WORLD
     assert _rel(ranks[0]["forward"], ranks[1]["forward"]) > 1e-2
-    whole = make_batch(spec, JOB["global_batch"], JOB["seed"])
+    whole = make_batch(spec, JOB.cell.global_batch, JOB.seed)
     _, full = backend.loss_and_grads(model, backend.place(whole, model))
     averaged = [_picked(r, "grad") for r in ranks]
     assert set(averaged[0]) == set(full) == set(spec.trainable_names())
@@ -97,9 +102,9 @@ def test_worker_model_is_the_backend_model_the_gate_passes(probed):
         params = _picked(npz, "param")
         assert set(params) == set(built)
         assert all(np.array_equal(params[k], built[k]) for k in built)
-        shard = common.shard(spec, JOB["global_batch"], rank, WORLD, JOB["seed"])
+        shard = common.shard(spec, JOB.cell.global_batch, rank, WORLD, JOB.seed)
         placed = backend.place(shard, model)
         expected = backend.to_numpy(backend.forward(model, placed)())
         assert _rel(npz["forward"], expected) <= 1e-6
-    res = verify_model(backend, JOB["model"])
+    res = verify_model(backend, JOB.cell.model)
     assert res.passed, res.reason

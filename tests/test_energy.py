@@ -216,7 +216,8 @@ def test_generation_reads_its_counters_around_the_timed_generations_only(tmp_pat
     job = CellJob(threads=None, cell=Cell("torch", "eager", "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
                                           "generate", 2, 1), seed=0, data_dir=None, protocol={"max_time_s": 60},
                   settings=settings, extra={"phase": "measure"})
-    rec = Generate().work(job)["energy"]
+    generate = Generate()
+    rec = generate.work(job, generate.settings_from(job))["energy"]
     assert (rec["calls"], rec["per_call"], rec["unit"]) == (2, 10, "token")
     f = figures([rec])
     assert f["unit"] == "token" and f["j_per_unit"] == pytest.approx(1e-3 / 10)

@@ -29,10 +29,16 @@ def envs_dir(tmp_path, monkeypatch):
 
 @pytest.fixture
 def recipes_copy(tmp_path, monkeypatch) -> Path:
-    """A copy of the recipes and locks that a test may change, read by dlbench.envs instead of its own."""
-    root = tmp_path / "requirements"
-    shutil.copytree(Path(envs.__file__).parent / "requirements", root)
-    monkeypatch.setattr(envs, "_requirements_root", lambda: root)
+    """A copy of the recipes and locks that a test may change, read by dlbench.envs instead of the
+    framework folders' own: ``root/FRAMEWORK/requirements.txt``."""
+    root = tmp_path / "recipes"
+    copies = {}
+    for name, (folder, files) in envs._RECIPES.items():
+        (root / name).mkdir(parents=True)
+        for f in files:
+            shutil.copy(folder / f, root / name / f)
+        copies[name] = (root / name, files)
+    monkeypatch.setattr(envs, "_RECIPES", copies)
     return root
 
 
@@ -122,9 +128,9 @@ def test_an_interpreter_that_does_not_exist_is_refused_before_anything_is_built(
 
 def _break_lock(root: Path, framework: str) -> None:
     """A recipe whose (current) lock names a package that cannot be installed."""
-    (root / f"{framework}.txt").write_text("./no-such-directory-dlbench\n")
+    (root / framework / "requirements.txt").write_text("./no-such-directory-dlbench\n")
     recipe_sha = envs._recipe_sha256(framework)
-    (root / f"{framework}.lock").write_text(f"# recipe-sha256: {recipe_sha}\n./no-such-directory-dlbench\n")
+    (root / framework / "requirements.lock").write_text(f"# recipe-sha256: {recipe_sha}\n./no-such-directory-dlbench\n")
 
 
 def test_a_failed_install_reports_uvs_error_and_leaves_no_environment(envs_dir, recipes_copy):
@@ -132,7 +138,7 @@ def test_a_failed_install_reports_uvs_error_and_leaves_no_environment(envs_dir, 
     with pytest.raises(envs.EnvError) as info:
         envs.create(framework_info("mxnet"))
     message = str(info.value)
-    assert "installing mxnet.lock failed" in message
+    assert "installing mxnet/requirements.lock failed" in message
     assert "no-such-directory-dlbench" in message  # uv's own words
     assert not (envs_dir / "mxnet").exists() and (envs_dir / "mxnet.log").exists()
     assert envs.load("mxnet") is None
@@ -159,11 +165,12 @@ def test_an_environment_is_keyed_by_its_lock(envs_dir, recipes_copy):
 
 
 def test_a_recipe_changed_since_its_lock_is_not_built(envs_dir, recipes_copy):
-    (recipes_copy / "paddle.txt").write_text((recipes_copy / "paddle.txt").read_text() + "numpy==2.4.6\n")
+    recipe = recipes_copy / "paddle" / "requirements.txt"
+    recipe.write_text(recipe.read_text() + "numpy==2.4.6\n")
     assert "dlbench envs lock paddle" in envs.lock_problem("paddle")
-    with pytest.raises(envs.EnvError, match="recipe changed since paddle.lock was compiled"):
+    with pytest.raises(envs.EnvError, match="recipe changed since paddle/requirements.lock was compiled"):
         envs.create(framework_info("paddle"))
-    (recipes_copy / "pytensor.lock").unlink()
+    (recipes_copy / "pytensor" / "requirements.lock").unlink()
     with pytest.raises(envs.EnvError, match="pytensor has no lock"):
         envs.create(framework_info("pytensor"))
     assert not (envs_dir / "paddle").exists() and not (envs_dir / "pytensor").exists()

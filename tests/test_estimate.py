@@ -144,12 +144,12 @@ def test_what_this_machine_measured_before_replaces_the_constants(tmp_path):
 def test_an_epoch_of_a_token_stream_counts_windows_not_tokens():
     """A language model's epoch over a stream is its windows of seq_len tokens: counting tokens as samples
     made --dry-run guess 14 min for a convergence cell that takes seconds."""
-    from dlbench.cli.run import _epoch_samples
+    from dlbench.running.runner import epoch_samples
 
     model = "gpt2:layers=1:dim=32:heads=2:vocab=256:seq_len=32"
     s = suite_from_dict({"models": [model], "scenarios": ["convergence"], "data": {"default": "genesis"}})
     c = Cell("torch", "eager", model, "convergence", 8, 1, data="genesis")
-    assert _epoch_samples(s, [c]) == {"genesis": 175849 // 32}
+    assert epoch_samples(s, [c]) == {"genesis": 175849 // 32}
 
 
 def test_a_damaged_stored_cell_is_no_evidence_and_breaks_no_estimate(tmp_path):
@@ -168,3 +168,38 @@ def test_a_damaged_stored_cell_is_no_evidence_and_breaks_no_estimate(tmp_path):
     # the store sets the damaged cost aside (dlbench.storage.damage), so that cell is no evidence of its
     # processes' overhead; its samples are intact and still time its calls; the infinite sample is no evidence
     assert set(history.calls) == {cell().key, cell(model="resnet-56").key} and history.start_s(cell()) == 2.0
+
+
+def test_a_run_measures_the_plan_its_dry_run_prints(tmp_path, monkeypatch, capsys, fake_framework):
+    """``dlbench run`` plans once, below the API (``api.plan``), and ``api.run`` measures that plan: the
+    cells are expanded once, not once by the command and again by the runner, and they are the cells
+    ``--dry-run`` prints."""
+    import json
+
+    from dlbench.cli.main import main
+    from dlbench.running import runner
+
+    planned, measured = [], []
+    expand = runner.plan_cells
+    monkeypatch.setattr(runner, "plan_cells", lambda suite: planned.append(suite.name) or expand(suite))
+    monkeypatch.setattr(runner, "execute", lambda store, run_id, suite, cells, progress: measured.append(
+        [c.key for c in cells]))
+    argv = ["run", "--model", "lenet", "--framework", "fakefw", "--variant", "ok", "--scenario", "forward",
+            "--batch", "2,4", "--threads", "1", "--db", str(tmp_path / "r.db"), "--json"]
+    assert main([*argv, "--dry-run"]) == 0
+    printed = [c["key"] for c in json.loads(capsys.readouterr().out)["cells"]]
+    planned.clear()
+    main(argv)
+    assert len(planned) == 1 and measured == [printed] and len(printed) == 2
+
+
+def test_a_plan_holds_its_settings(tmp_path, fake_framework):
+    from dlbench import api
+    from dlbench.core.errors import UsageError
+
+    plan = api.plan(models=["lenet"], frameworks=["fakefw"], variants=["ok"], scenarios=["forward"], batches=[2],
+                    threads=[1], db=tmp_path / "r.db")
+    assert [c.key for c in plan.todo] == [c.key for c in plan.cells] and plan.stored == 0 and plan.resume is None
+    with pytest.raises(UsageError, match="no models, resume, db"):
+        api.run(plan, models=["mlp"], resume="x", db=tmp_path / "other.db")
+    assert not (tmp_path / "r.db").exists()  # planning writes nothing

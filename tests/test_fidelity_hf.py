@@ -22,7 +22,7 @@ MODELS = ["bert-base", "gpt2", "vit-b16", "smollm2-135m"]
 def test_hugging_face_logits_match_the_reference(model, attn):
     import transformers
 
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.gate.hf_transformers import hf_logits, hf_model
 
     spec = verify_spec(model)

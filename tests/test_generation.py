@@ -14,7 +14,8 @@ from dlbench.cli.main import main
 from dlbench.core.cell import Cell
 from dlbench.core.job import CellJob
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.generation.decoder import Decoder, cache_bytes, check_decodable, context_length, greedy, make_decoder
+from dlbench.frameworks.decoding import Decoder, cache_bytes, check_decodable, context_length
+from dlbench.generation.decoder import greedy, make_decoder
 from dlbench.generation.gate import compare_tokens, reference_greedy, verify_generation
 from dlbench.models import get_model
 from dlbench.models.weights import init_weights
@@ -33,16 +34,16 @@ MODELS = ["gpt2", "smollm2-135m"]
 def _off_by_one(framework: str) -> type:
     """The framework's decoder with its cache written one position late."""
     if framework == "torch":
-        from dlbench.generation.torch_decoder import TorchDecoder
+        from dlbench.frameworks.torch.decoder import TorchDecoder
 
         class Planted(TorchDecoder):
             def cache_positions(self, positions):
                 return positions + 1
         return Planted
     if framework == "jax":
-        from dlbench.generation.jax_decoder import JaxDecoder as base
+        from dlbench.frameworks.jax.decoder import JaxDecoder as base
     else:
-        from dlbench.generation.tf_decoder import TFDecoder as base
+        from dlbench.frameworks.tensorflow.decoder import TFDecoder as base
 
     class PlantedFunctional(base):
         def cache_start(self, start):
@@ -93,7 +94,7 @@ def test_openvinos_stateful_decoder_keeps_the_cache_inside_and_passes_the_gate()
     """The stateful variant (OpenVINO's make-stateful transformation: the past/present pairs become the
     model's state) takes only tokens, passes the gate, and a prompt after a first one starts from an
     empty cache (reset_state): a decoder that kept the last prompt's state fails."""
-    from dlbench.generation.onnx_decoder import OpenVINODecoder
+    from dlbench.frameworks.onnxruntime.decoder import OpenVINODecoder
 
     res = verify_generation("openvino", "gpt2", "stateful")
     assert res.passed and res.cache_error < 1e-5, res.reason
@@ -136,7 +137,7 @@ def test_openvinos_decoder_runs_bf16_by_its_hint_and_passes_the_gate():
 @requires("torch")
 def test_a_generation_loop_whose_tokens_differ_from_its_steps_fails_the_gate():
     """The timed loop (Decoder.stream, a runtime's own generate()) is checked itself: steps right, loop wrong."""
-    from dlbench.generation.torch_decoder import TorchDecoder
+    from dlbench.frameworks.torch.decoder import TorchDecoder
 
     class WrongLoop(TorchDecoder):
         def stream(self, prompt, new_tokens):
@@ -163,7 +164,7 @@ def test_a_tie_is_reported_and_the_gate_passes_and_decoding_continues_from_the_r
     """A decoder that takes the runner-up at one step: where the reference's margin is within the
     tolerance that is a tie (the verdict passes), and every later step is still compared, from the
     reference's token (one disagreement does not derail the rest)."""
-    from dlbench.generation.torch_decoder import TorchDecoder
+    from dlbench.frameworks.torch.decoder import TorchDecoder
 
     spec = get_model("gpt2", small=True, seq_len=13)
     weights = init_weights(spec, 0, mode="verify")
@@ -212,7 +213,7 @@ def test_greedy_decoding_reports_ttft_and_a_time_per_later_token(framework, vari
 def test_contexts_and_what_a_decoder_refuses():
     assert context_length(get_model("gpt2")) == 1024
     assert context_length(get_model("smollm2-135m")) == 8192
-    from dlbench.generation.decoder import NotDecodable
+    from dlbench.frameworks.decoding import NotDecodable
 
     for model in ("bert-base", "lenet", "vit-b16"):
         with pytest.raises(NotDecodable):
@@ -253,7 +254,7 @@ def test_figures_have_process_intervals_percentiles_and_total_rates():
                               "tokens": [[1] * 8] * 4 if i == 0 else None} for i in range(5)],
                     "cache_bytes": 1024, "peak_rss_bytes": 10 + r, "rss_before_build_bytes": 1, "build_ns": 1e6,
                     "decoder": {}, "threads_readback": {}, "versions": {}} for r in range(3)]
-    m = figures(cell, per_process, {"prompt": 16, "new_tokens": 8, "runs": 5}, seed=0)
+    m = figures(cell, per_process, GenerationSettings(prompt=16, new_tokens=8, runs=5), seed=0)
     g = m["generation"]
     assert g["ttft_ms"]["ci_low"] <= g["ttft_ms"]["median"] <= g["ttft_ms"]["ci_high"]
     assert 2.0 <= g["ttft_ms"]["median"] <= 2.1 and 1.0 <= g["tpot_ms"]["median"] <= 1.01
@@ -270,7 +271,8 @@ def test_a_measuring_process_times_generations_in_process():
     job = CellJob(threads=None, cell=Cell("torch", "eager", "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
                                           "generate", 2, 1), seed=0, data_dir=None, protocol={"max_time_s": 60},
                   settings=settings, extra={"phase": "measure"})
-    out = Generate().work(job)
+    generate = Generate()
+    out = generate.work(job, generate.settings_from(job))
     assert len(out["runs"]) == 2 and len(out["runs"][0]["tpot_ns"]) == 4
     assert np.array(out["runs"][0]["tokens"]).shape == (2, 5) and out["cache_bytes"] > 0
     # where the process's time went (show --cost): a generate cell had all of it in "rest" before
@@ -311,7 +313,7 @@ def test_a_measuring_process_stores_its_cold_start_the_decoders_load_and_its_fir
     from dlbench.generation.decoder import Generation
     from dlbench.scenarios import generate
 
-    monkeypatch.setitem(decoders.DECODERS, "torch", (__name__, "ColdDecoder"))
+    monkeypatch.setattr(decoders, "decoder_class", lambda framework: ColdDecoder)
     ttfts = iter([7e6, 1e6, 1e6])  # the first generation in the process is the cold one
 
     def fake_greedy(decoder, prompt, new_tokens):
@@ -321,12 +323,13 @@ def test_a_measuring_process_stores_its_cold_start_the_decoders_load_and_its_fir
     job = CellJob(threads=None, cell=Cell("torch", "eager", "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
                                           "generate", 1, 1), seed=0, data_dir=None, protocol={"max_time_s": 60},
                   settings=settings, extra={"phase": "measure"})
-    out = Generate().work(job)
+    generate_ = Generate()
+    out = generate_.work(job, generate_.settings_from(job))
     cold = out["cold_start"]
     assert (cold["convert_s"], cold["convert_cache"], cold["load_s"], cold["cold_ttft_s"]) == (1.5, "hit", 0.25, 0.007)
     assert cold["build_s"] > 0 and out["decoder"]["format"] == "stand-in"
     other = {**out, "cold_start": {**cold, "convert_s": 2.5, "cold_ttft_s": 0.009}}
-    m = figures(job.cell, [out, other], settings, seed=0)["generation"]["cold_start"]
+    m = figures(job.cell, [out, other], GenerationSettings(**settings), seed=0)["generation"]["cold_start"]
     assert (m["convert_s"], m["load_s"], m["cold_ttft_s"]) == pytest.approx((2.0, 0.25, 0.008))
     assert [p["convert_s"] for p in m["processes"]] == [1.5, 2.5]
     with pytest.raises(UnsupportedError, match="decoder builds at fp32 only, not bf16"):  # its own precisions, not all
@@ -405,7 +408,7 @@ def test_generate_server_runs_loadgen_in_token_latency_mode(tmp_path):
     job = CellJob(threads=None, cell=Cell("torch", "eager", "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
                                           "generate-server", 2, 1), seed=0, data_dir=None,
                   protocol={"max_time_s": 60}, settings=settings, extra={"phase": "measure", "outdir": str(tmp_path)})
-    out = server.work(job)
+    out = server.work(job, server.settings_from(job))
     f = parse_token_summary(out["summary"])
     assert f["scenario"] == "Server" and f["result"] in ("VALID", "INVALID")
     assert f["ttft_percentiles_ms"] and f["tpot_percentiles_ms"] and f["tokens_per_s"] > 0
@@ -454,7 +457,7 @@ def test_the_jax_decoder_on_a_gpu_keeps_float32_matmuls_at_full_precision(monkey
     is faked by the CPU device, so this runs anywhere."""
     import jax
 
-    from dlbench.generation.jax_decoder import JaxDecoder
+    from dlbench.frameworks.jax.decoder import JaxDecoder
 
     cpu = jax.local_devices(backend="cpu")
     monkeypatch.setattr(jax, "local_devices", lambda backend=None: cpu)
@@ -474,7 +477,7 @@ def test_the_tensorflow_device_of_a_gpu_turns_tf32_off(monkeypatch):
     and the decoder take their device from tf_device, which tells it."""
     import tensorflow as tf
 
-    from dlbench.frameworks.tf_util import tf_device
+    from dlbench.frameworks.tensorflow.tf_util import tf_device
 
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: ["fake GPU"])
     before = tf.config.experimental.tensor_float_32_execution_enabled()
@@ -484,3 +487,16 @@ def test_the_tensorflow_device_of_a_gpu_turns_tf32_off(monkeypatch):
         assert not tf.config.experimental.tensor_float_32_execution_enabled()
     finally:
         tf.config.experimental.enable_tensor_float_32_execution(before)
+
+
+def test_the_generate_scenarios_read_a_decoder_from_the_framework_declaration():
+    """Which frameworks decode is their folders' declaration (DECODERS, a table keyed by name, went): a
+    framework without one is unsupported with its folder's reason or the list of those that have one; a
+    pinned release stays unsupported, as before the folders."""
+    from dlbench.frameworks import framework_info
+
+    gen = Generate()
+    assert gen.unsupported(framework_info("torch")) is None and gen.unsupported(framework_info("openvino")) is None
+    assert "no Keras 3 decoder" in gen.unsupported(framework_info("keras"))
+    assert "(generate scenarios: torch, jax, onnxruntime, openvino, tensorflow)" in gen.unsupported(framework_info("mxnet"))
+    assert "has no key/value-cache decoder" in gen.unsupported(framework_info("jax==0.4.38"))

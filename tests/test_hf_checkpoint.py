@@ -95,7 +95,7 @@ def test_a_saved_folder_gives_the_logits_transformers_gives(folders, family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_torch_passes_the_gate_on_a_folder(folders, family):
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.gate.verify import verify_model
 
     result = verify_model(TorchBackend(), canonical_ref(f"hf:{folders[family]}"), optimizers=("sgd",))

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from dlbench.frameworks import torch_layers as TL
-from dlbench.frameworks.torch import Builder, TorchBackend
+from dlbench.frameworks.torch import layers as TL
+from dlbench.frameworks.torch.backend import Builder, TorchBackend
 from dlbench.gate.mask_checks import applies
 from dlbench.gate.verify import verify_model
 from dlbench.models import verify_spec

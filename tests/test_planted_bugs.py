@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from dlbench.frameworks.torch import Builder, TorchBackend, _same
+from dlbench.frameworks.torch.backend import Builder, TorchBackend, _same
 from dlbench.gate.verify import verify_model
 from dlbench.models import layers as L
 from tests.conftest import requires

@@ -15,7 +15,7 @@ from dlbench.core.cell import Cell
 from dlbench.core.errors import UsageError
 from dlbench.core.precision import PRECISIONS, cpu_support, parse_precisions
 from dlbench.data.synthetic import make_batch
-from dlbench.frameworks.torch import TorchBackend
+from dlbench.frameworks.torch.backend import TorchBackend
 from dlbench.gate.verify import TOLERANCES, loss_allowed, verify_model
 from dlbench.models import get_model
 from dlbench.models.weights import init_weights
@@ -216,7 +216,7 @@ def test_torch_int8_quantizes_the_embedding_that_holds_most_of_the_full_size_lst
 
 @requires("onnxruntime")
 def test_onnxruntime_quantizes_dynamically_and_offers_no_other_reduced_precision():
-    from dlbench.frameworks.onnxruntime import OnnxRuntimeBackend
+    from dlbench.frameworks.onnxruntime.backend import OnnxRuntimeBackend
 
     result = verify_model(OnnxRuntimeBackend(), "lenet", precision="int8")
     assert result.verdict == "pass" and result.dtypes == {"param_dtype": "int8", "compute_dtype": "int8"}
@@ -341,7 +341,7 @@ def test_a_float32_dense_layer_left_in_an_int8_model_fails_the_precision_check()
 def test_onnxruntime_int8_is_observed_in_the_graph_it_runs():
     """Regression: ONNX Runtime's int8 set compute_dtype from the initializers; its quantized lstm-imdb kept the
     LSTM in float32 (only its embedding and dense layer became int8) and passed as int8."""
-    from dlbench.frameworks.onnxruntime import OnnxRuntimeBackend, compute_dtype
+    from dlbench.frameworks.onnxruntime.backend import OnnxRuntimeBackend, compute_dtype
 
     assert compute_dtype(["ConvInteger", "DynamicQuantizeMatMul", "MaxPool"]) == "int8"
     assert compute_dtype(["DynamicQuantizeMatMul", "LSTM"]) == "mixed:float32,int8"
@@ -359,7 +359,7 @@ def test_onnxruntime_int8_judges_the_layers_with_weights_not_attentions_activati
     import onnx
     from onnx import TensorProto, helper
 
-    from dlbench.frameworks.onnxruntime import OnnxRuntimeBackend, weight_ops
+    from dlbench.frameworks.onnxruntime.backend import OnnxRuntimeBackend, weight_ops
 
     w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], [0.0] * 16)
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]),
@@ -376,7 +376,7 @@ def test_torch_int8_quantizes_a_tied_lm_head_as_the_linear_layer_it_is():
     """Regression: GPT-2's tied head stayed a float32 product with the embedding, so the precision check
     saw a mixed model and the gate failed it; Hugging Face's head is an nn.Linear, which dynamic
     quantization packs. The float network keeps its head tied."""
-    from dlbench.frameworks import torch_layers as TL
+    from dlbench.frameworks.torch import layers as TL
 
     backend = TorchBackend()
     backend.set_precision("int8")

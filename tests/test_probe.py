@@ -7,8 +7,8 @@ import pytest
 
 from dlbench import api
 from dlbench.cli.main import main
+from dlbench.engines import probe
 from dlbench.models import get_model
-from dlbench.report import probe
 from dlbench.storage.store import Store
 from tests.conftest import requires
 

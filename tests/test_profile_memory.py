@@ -31,7 +31,7 @@ def fat_profiler(backend, fn, job):  # a profiler that holds 300 MiB, as a trace
     return {"failed": "stand-in profiler"}
 
 timed._profile = fat_profiler
-out = scenario.work(job)
+out = scenario.work(job, scenario.settings_from(job))
 print(json.dumps({"peak": out["peak_rss_bytes"], "after": timed.peak_rss_bytes(),
                   "profiled": out["profile"].get("peak_rss_bytes")}))
 """

@@ -5,7 +5,8 @@ answer is a result or one line with exit 2: never a traceback nor "internal erro
 changes.
 
 Bounded for CI: few examples each, no deadline, derandomized (the same examples every run).
-Nothing here measures (``runner.start`` stops after validating, see tests/test_bad_input_flags.py).
+Nothing here measures (``runner.start`` stops at once, the plan having validated everything; see
+tests/test_bad_input_flags.py).
 """
 
 import hashlib

@@ -102,7 +102,7 @@ def test_the_gates_quality_figures_are_stored_in_the_cells_metrics():
 
 @requires("torch")
 def test_torch_int8_with_the_planted_defect_is_not_equivalent_with_the_figure():
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
 
     class WrongScale(TorchBackend):  # int8 whose weights went through the defect before torch quantizes them
         def build(self, spec, weights, device="cpu", variant=None):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dlbench.cli.main import main
+from dlbench.engines import reproduce as rep
 from dlbench.models import get_model
-from dlbench.report import reproduce as rep
 from tests.conftest import requires
 
 TARGETS = ["bahrampour2016-table3", "bahrampour2016-table4", "bahrampour2016-table5", "bahrampour2016-table6",

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlbench import bisect
 from dlbench.cli.main import main
+from dlbench.engines import bisect
 from dlbench.storage.store import Store
 from tests.conftest import requires
 from tests.test_changes import _runs

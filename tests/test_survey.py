@@ -276,11 +276,10 @@ def test_shipped_popularity_has_only_paper_numbers():
 
 # --- setup --------------------------------------------------------------------------------------
 def test_conversion_effort_is_a_diff_or_says_not_implemented(tmp_path):
-    (tmp_path / "frameworks").mkdir()
-    (tmp_path / "frameworks" / "fw.py").write_text("a\nb\nc\n")
+    (tmp_path / "frameworks" / "fw").mkdir(parents=True)
+    (tmp_path / "frameworks" / "fw" / "backend.py").write_text("a\nb\nc\n")
     assert setup.conversion_effort("fw", tmp_path)["status"] == "not yet implemented in dlbench"
-    (tmp_path / "distributed").mkdir()
-    (tmp_path / "distributed" / "fw.py").write_text("a\nB\nc\nd\n")
+    (tmp_path / "frameworks" / "fw" / "dp_worker.py").write_text("a\nB\nc\nd\n")
     res = setup.conversion_effort("fw", tmp_path)
     assert res["status"] == "measured" and (res["added"], res["removed"]) == (2, 1)
 

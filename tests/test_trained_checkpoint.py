@@ -65,7 +65,7 @@ def test_the_shipped_checkpoint_is_package_data():
 
 @requires("torch")
 def test_the_shipped_checkpoint_passes_the_torch_gate_with_its_quality_figures():
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.gate.verify import verify_model
 
     res = verify_model(TorchBackend(), f"hf:{SHIPPED}", precision="fp32")

@@ -184,7 +184,8 @@ def test_a_generate_cell_of_transformers_stores_its_conversion_load_and_first_tt
     job = CellJob(threads=None, cell=Cell("transformers", "sdpa", "gpt2:seq_len=8:layers=1:dim=32:vocab=64:heads=4",
                                           "generate", 1, 1), seed=0, data_dir=None, protocol={"max_time_s": 60},
                   settings=settings, extra={"phase": "measure"})
-    out = Generate().work(job)
+    generate = Generate()
+    out = generate.work(job, generate.settings_from(job))
     cold = out["cold_start"]
     assert cold["convert_s"] > 0 and cold["load_s"] > 0 and cold["cold_ttft_s"] > 0
     assert cold["build_s"] >= cold["convert_s"] + cold["load_s"] - 1e-3 and cold["convert_cache"] == "off"

@@ -81,7 +81,7 @@ torch_only = requires("torch")
 
 
 def _planted(make):
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
 
     class Planted(TorchBackend):
         @staticmethod
@@ -155,7 +155,7 @@ def test_gate_catches_a_planted_optimiser_bug(make, caught):
 @torch_only
 def test_gate_catches_a_wrong_epsilon_form():
     """torch's AdamW puts epsilon after the bias correction; declared as Kingma & Ba's form it fails."""
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.gate.verify import verify_model
 
     wrong = type("WrongForm", (TorchBackend,), {"adamw_eps": "hat"})()
@@ -165,7 +165,7 @@ def test_gate_catches_a_wrong_epsilon_form():
 
 @torch_only
 def test_gate_passes_the_unbroken_update_and_records_it():
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.gate.verify import verify_model
 
     result = verify_model(TorchBackend(), "sae:phase=pretrain1")  # frozen encoders must stay put
@@ -176,7 +176,7 @@ def test_gate_passes_the_unbroken_update_and_records_it():
 
 @torch_only
 def test_gate_skips_the_update_check_where_parameters_are_low_precision():
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
     from dlbench.gate.verify import verify_model
 
     result = verify_model(TorchBackend(), "lenet", precision="bf16")
@@ -188,8 +188,8 @@ def _training_frameworks():
     from dlbench.frameworks import FRAMEWORKS
     from tests.conftest import requires_framework
 
-    return [pytest.param(fw, marks=requires_framework(fw)) for fw, info in FRAMEWORKS.items()
-            if "gradient" in info.scenarios]
+    return [pytest.param(fw, marks=[requires_framework(fw), pytest.mark.xdist_group(f"gate-{fw}")])
+            for fw, info in FRAMEWORKS.items() if "gradient" in info.closures]
 
 
 #: the model of a framework that builds only Hugging Face's families (sae's otherwise)
@@ -197,15 +197,15 @@ UPDATE_MODEL = {"transformers": "gpt2"}
 
 
 @pytest.mark.parametrize("framework", _training_frameworks())
-def test_the_update_check_passes_in_every_training_framework(framework):
+def test_the_update_check_passes_in_every_training_framework(framework, shared_dir):
     """Both optimisers, two steps each, on the stacked autoencoder's last phase (a small MLP whose first
-    layers are frozen: they must not move), in the framework's first variant; Keras's other back ends and
-    TensorFlow's XLA variant run it on LeNet in tests/frameworks/closure_checks.py. transformers builds
-    only its families: gpt2."""
-    from dlbench.api import verify
+    layers are frozen: they must not move), in the framework's first variant, through ``dlbench verify``
+    (the framework's session gate of tests/frameworks/test_equivalence.py, which runs this model: one
+    gate process per framework, not two); Keras's other back ends and TensorFlow's XLA variant run it on
+    LeNet in tests/frameworks/closure_checks.py. transformers builds only its families: gpt2."""
+    from tests.frameworks.test_equivalence import gate_result
 
-    [result] = verify(models=[UPDATE_MODEL.get(framework, "sae:phase=pretrain3")], frameworks=[framework],
-                      timeout_s=900)
+    result = gate_result(framework, UPDATE_MODEL.get(framework, "sae:phase=pretrain3"), shared_dir)
     assert result.verdict == "pass", result.reason
     assert set(result.update) == {"sgd", "adamw"}, result.update
     assert all(len(r["errors"]) == 2 and max(r["errors"]) <= 1e-3 for r in result.update.values()), result.update

@@ -12,8 +12,8 @@ import pytest
 
 from dlbench import api, envs
 from dlbench.cli.main import main
-from dlbench.envs import companions, ondemand, versions
-from dlbench.frameworks import UnknownFrameworkError, check_frameworks, framework_info, installed_version
+from dlbench.envs import companions, versions
+from dlbench.frameworks import UnknownFrameworkError, check_frameworks, framework_info, installed_version, ondemand
 from dlbench.report.compare import compare_versions
 from dlbench.report.summary import summary_rows
 from dlbench.report.versions import history, run_series
@@ -37,7 +37,8 @@ def envs_dir(tmp_path, monkeypatch):
 
 def test_a_pinned_name_is_its_base_framework_at_that_version():
     info = framework_info("jax==0.4.38")
-    assert (info.name, info.base, info.version, info.module) == ("jax==0.4.38", "jax", "0.4.38", "dlbench.frameworks.jax")
+    assert (info.name, info.base, info.version, info.module) == ("jax==0.4.38", "jax", "0.4.38",
+                                                                 "dlbench.frameworks.jax.backend")
     assert framework_info("jax").version is None and framework_info("jax").base == "jax"
     assert versions.split("tensorflow==2.18.1") == ("tensorflow", "2.18.1")
     assert versions.split("onnxruntime") == ("onnxruntime", None)

@@ -42,21 +42,21 @@ class Toy(Scenario):
         return CellOutcome("ok", samples=[Sample(0, i, "measure", ns) for i, ns in enumerate(o.result["ns"])],
                            metrics={"worker_pid": o.result["pid"], "calls": len(o.result["ns"])}, seconds=o.seconds)
 
-    def work(self, job):
+    def work(self, job, settings: ToySettings):
         import os
 
         import numpy as np
 
         a = np.ones((job.cell.batch, job.cell.batch))
         ns = []
-        for _ in range(ToySettings(**job.settings).calls):
+        for _ in range(settings.calls):
             t0 = time.perf_counter_ns()
             a @ a
             ns.append(time.perf_counter_ns() - t0)
         return {"ns": ns, "pid": os.getpid()}
 
     def report_sections(self, res):
-        from dlbench.report.tables import Column, Section, Table, Value, fmt_num
+        from dlbench.core.document import Column, Section, Table, Value, fmt_num
 
         rows = [[Value(c.cell.key), Value(str(c.cell.metrics.get("calls", 0))),
                  Value(fmt_num(c.time_ms.median) if c.time_ms else "–")] for c in self.cells_of(res)]

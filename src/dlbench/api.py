@@ -10,14 +10,14 @@ from dlbench import envs
 from dlbench.core.cell import DEFAULT_DEVICE, DEFAULT_SEED
 from dlbench.core.errors import UsageError
 from dlbench.core.job import VerifyJob
-from dlbench.envs import ondemand
-from dlbench.frameworks import framework_info
+from dlbench.frameworks import framework_info, ondemand
 from dlbench.gate.verify import VerifyResult
 from dlbench.launch.subprocess import run_job
 from dlbench.planning import flags, resolve
 from dlbench.planning.plan import Suite
 from dlbench.report.results import RunResults, read_run
 from dlbench.running import runner
+from dlbench.running.runner import RunPlan
 from dlbench.storage.store import DEFAULT_DB
 
 
@@ -60,24 +60,16 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
     return results
 
 
-def run(suite: str | Suite | None = None, *, models: list[str] | None = None, frameworks: list[str] | None = None,
-        variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int | str] | None = None,
-        threads: list[int | str] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
-        seed: int | None = None, data: str | None = None, data_dir: str | None = None,
-        db: str | Path = DEFAULT_DB, resume: str | None = None, progress=None, argv: list[str] | None = None,
-        precisions: list[str] | None = None, optimizer: dict | None = None, **settings: dict | None) -> RunResults:
-    """Run a suite (the built-in ``quick`` by default) and return its analysed results.
-
-    Mirrors ``dlbench run``: ``suite`` is a name, a YAML file or a :class:`~dlbench.planning.plan.Suite`; flags
-    override the suite's axes; ``resume`` finishes a stored run; ``precisions`` the numeric precisions
-    (dlbench.core.precision); ``optimizer`` the update of every cell that trains
-    (:class:`~dlbench.planning.plan.OptimizerModel`: name sgd or adamw, lr, momentum, betas, eps, weight_decay).
-    Every other keyword is a scenario's settings section, as in a suite file: ``convergence`` (epochs,
-    lr...), ``distributed`` (the scaling scenario's workers, scaling, exchange,
-    launcher, cluster), ``serving`` (latency and LoadGen), a plug-in's own
-    (:func:`dlbench.scenarios.registry.sections`). A resumed run is measured as it was stored: any other
-    setting given with ``resume`` is refused."""
-    kwargs = {"progress": progress} if progress else {}
+def plan(suite: str | Suite | None = None, *, models: list[str] | None = None, frameworks: list[str] | None = None,
+         variants: list[str] | None = None, scenarios: list[str] | None = None, batches: list[int | str] | None = None,
+         threads: list[int | str] | None = None, devices: list[str] | None = None, protocol: dict | None = None,
+         seed: int | None = None, data: str | None = None, data_dir: str | None = None,
+         db: str | Path = DEFAULT_DB, resume: str | None = None, precisions: list[str] | None = None,
+         optimizer: dict | None = None, **settings: dict | None) -> RunPlan:
+    """What :func:`run` would measure, validated, with nothing written: the suite, its cells (those a
+    resume has stored left out), and, when read, the gates this host kept and the time it takes
+    (:class:`~dlbench.running.runner.RunPlan`). ``dlbench run --dry-run`` prints it; :func:`run` takes it,
+    so a dry run and the run it announces are one plan. Arguments as :func:`run`'s."""
     if resume:
         settings = {"suite": suite, "models": models, "frameworks": frameworks, "variants": variants,
                     "scenarios": scenarios, "batches": batches, "threads": threads, "devices": devices,
@@ -86,13 +78,50 @@ def run(suite: str | Suite | None = None, *, models: list[str] | None = None, fr
         given = [name for name, value in settings.items() if value is not None]
         if given:
             raise UsageError(f"resume measures run {resume} as it was stored; it takes no {', '.join(given)}")
-        handle = runner.resume(resume, db, **kwargs)
+        return runner.plan_resume(resume, db)
+    s = flags.build_suite(suite, models=models, frameworks=frameworks, variants=variants, scenarios=scenarios,
+                           batches=batches, threads=threads, devices=devices, protocol=protocol, seed=seed,
+                           data=data, data_dir=data_dir, precisions=precisions, optimizer=optimizer, **settings)
+    return runner.plan_new(s, db)
+
+
+def run(suite: str | Suite | RunPlan | None = None, *, models: list[str] | None = None,
+        frameworks: list[str] | None = None, variants: list[str] | None = None, scenarios: list[str] | None = None,
+        batches: list[int | str] | None = None, threads: list[int | str] | None = None,
+        devices: list[str] | None = None, protocol: dict | None = None, seed: int | None = None,
+        data: str | None = None, data_dir: str | None = None, db: str | Path = DEFAULT_DB,
+        resume: str | None = None, progress=None, argv: list[str] | None = None,
+        precisions: list[str] | None = None, optimizer: dict | None = None, **settings: dict | None) -> RunResults:
+    """Run a suite (the built-in ``quick`` by default) and return its analysed results.
+
+    Mirrors ``dlbench run``: ``suite`` is a name, a YAML file, a :class:`~dlbench.planning.plan.Suite` or a
+    plan (:func:`plan`, which takes no other argument here: it holds them); flags override the suite's
+    axes; ``resume`` finishes a stored run; ``precisions`` the numeric
+    precisions (dlbench.core.precision); ``optimizer`` the update of every cell that trains
+    (:class:`~dlbench.planning.plan.OptimizerModel`: name sgd or adamw, lr, momentum, betas, eps, weight_decay).
+    Every other keyword is a scenario's settings section, as in a suite file: ``convergence`` (epochs,
+    lr...), ``distributed`` (the scaling scenario's workers, scaling, exchange,
+    launcher, cluster), ``serving`` (latency and LoadGen), a plug-in's own
+    (:func:`dlbench.scenarios.registry.sections`). A resumed run is measured as it was stored: any other
+    setting given with ``resume`` is refused."""
+    arguments = {"models": models, "frameworks": frameworks, "variants": variants, "scenarios": scenarios,
+                 "batches": batches, "threads": threads, "devices": devices, "protocol": protocol, "seed": seed,
+                 "data": data, "data_dir": data_dir, "precisions": precisions, "optimizer": optimizer, **settings}
+    if isinstance(suite, RunPlan):
+        given = [name for name, value in arguments.items() if value is not None] + (["resume"] if resume else [])
+        if Path(db) not in (Path(DEFAULT_DB), suite.db):
+            given.append("db")
+        if given:
+            raise UsageError(f"a plan holds its settings and database; run it with no {', '.join(given)}")
+        run_plan = suite
     else:
-        s = flags.build_suite(suite, models=models, frameworks=frameworks, variants=variants, scenarios=scenarios,
-                               batches=batches, threads=threads, devices=devices, protocol=protocol, seed=seed,
-                               data=data, data_dir=data_dir, precisions=precisions, optimizer=optimizer, **settings)
-        handle = runner.start(s, db, argv, **kwargs)
-    return results(handle.run_id, db)
+        run_plan = plan(suite, db=db, resume=resume, **arguments)
+    kwargs = {"progress": progress} if progress else {}
+    if run_plan.resume:
+        handle = runner.resume(run_plan, **kwargs)
+    else:
+        handle = runner.start(run_plan, argv, **kwargs)
+    return results(handle.run_id, run_plan.db)
 
 
 def export_model(model: str, folder: str | Path, force: bool = False, seed: int = DEFAULT_SEED) -> list[str]:

@@ -18,7 +18,7 @@ import sys
 import traceback
 from typing import Any
 
-from dlbench.core.job import CellJob, PeakJob, SurveyJob, VerifyJob, decode
+from dlbench.core.job import CellJob, JobError, PeakJob, SurveyJob, VerifyJob, decode
 
 
 def pin_threads(threads: int | None) -> list[int]:
@@ -64,8 +64,9 @@ def run_scenario(job: CellJob) -> dict[str, Any]:
     from dlbench.frameworks.base import UnsupportedError
     from dlbench.scenarios import registry
 
+    scenario = registry.get(job.cell.scenario)
     try:
-        return registry.get(job.cell.scenario).work(job)
+        return scenario.work(job, scenario.settings_from(job))
     except UnsupportedError as exc:  # e.g. a precision the backend cannot build at (set in prepare)
         return {"unsupported": str(exc)}
 
@@ -83,6 +84,8 @@ def main(argv: list[str]) -> int:
     try:
         job = decode(data)
         cores = pin_threads(job.threads)
+        if job.kind not in JOBS:
+            raise JobError(f"a {job.kind} job is run by its own module, not by dlbench.worker")
         result = JOBS[job.kind](job)
         result["cores"] = cores
         code = 0

@@ -35,20 +35,21 @@ from dlbench.frameworks import FRAMEWORKS, installed_version
 from dlbench.models import list_models
 
 MODELS = list_models() + ["sae:phase=pretrain1", "sae:phase=pretrain3", "alexnet:lrn=0:groups=1"]
-ENV_MODELS = ["lenet", "fcn-r"]
+#: sae:phase=pretrain3 (a small MLP with frozen layers) is also read by test_update_gate.py's update check
+ENV_MODELS = ["lenet", "fcn-r", "sae:phase=pretrain3"]
 #: frameworks held to a few small models here to keep CI within its time budget (unless
 #: ``DLBENCH_TEST_ALL_MODELS=1``, the nightly run); their gate over the whole zoo (``dlbench verify
 #: --framework jax,onnxruntime,openvino,tensorflow,keras --variant all``) is in docs/fairness.md. torch is
 #: checked on every model here: ONNX Runtime's models are exported from it.
 SMALL = {"tensorflow", "keras", "jax", "onnxruntime", "openvino"}
-SMALL_MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain1", "bert-base", "smollm2-135m"]
+SMALL_MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain1", "sae:phase=pretrain3", "bert-base", "smollm2-135m"]
 _cache: dict = {}
 
-#: H2O builds multilayer perceptron classifiers only (frameworks/h2o.py ``plan_of``)
+#: H2O builds multilayer perceptron classifiers only (frameworks/h2o/backend.py ``plan_of``)
 _H2O_MLP_ONLY = "h2o deep learning builds multilayer perceptrons only (no convolution"
 _H2O_CLASSIFIERS = "h2o deep learning trains classifiers here (softmax output)"
 TRANSFORMERS = ("bert-base", "gpt2", "vit-b16", "smollm2-135m")
-#: MXNet, Chainer and PyTensor have no attention layer in dlbench (Paddle has: frameworks/paddle_layers.py)
+#: MXNet, Chainer and PyTensor have no attention layer in dlbench (Paddle has: frameworks/paddle/layers.py)
 _NO_TRANSFORMER_LAYERS = "backend has no rule for layer"
 #: (framework, model) -> words its ``unsupported`` reason holds: every pair the gate may call unsupported
 EXPECTED_UNSUPPORTED: dict[tuple[str, str], str] = {
@@ -80,16 +81,10 @@ def models_for(framework: str) -> list[str]:
     return MODELS
 
 
-CASES = [(fw, variant, model) for fw, info in FRAMEWORKS.items() for variant in info.variants[:1]
-         for model in models_for(fw)]
-
-
-@pytest.fixture(scope="session")
-def shared_dir(tmp_path_factory) -> Path:
-    """A folder every test process of this session sees: under pytest-xdist each process has its own
-    base temp inside the session's, so the session's is its parent."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+#: a framework's cases are one xdist group (scripts/test.sh's ``--dist loadgroup``): its gate runs in the test
+#: process that runs its cases, and the other never waits on :func:`verified_once` for it
+CASES = [pytest.param(fw, variant, model, marks=pytest.mark.xdist_group(f"gate-{fw}"))
+         for fw, info in FRAMEWORKS.items() for variant in info.variants[:1] for model in models_for(fw)]
 
 
 def results_for(framework: str, variant: str, shared: Path) -> dict:
@@ -99,6 +94,15 @@ def results_for(framework: str, variant: str, shared: Path) -> dict:
     if key not in _cache:
         _cache[key] = verified_once(framework, variant, shared)
     return _cache[key]
+
+
+def gate_result(framework: str, model: str, shared: Path):
+    """``model``'s verdict from ``framework``'s session gate (its first variant, both optimisers, fp32),
+    for a test elsewhere that checks a model this gate runs: read, not run again in another process.
+    Such a test joins the xdist group ``gate-FRAMEWORK``, so it never waits for the other test process."""
+    results = results_for(framework, FRAMEWORKS[framework].variants[0], shared)
+    assert model in results, f"{model} is not in {framework}'s session gate ({sorted(results)}): add it to models_for"
+    return results[model]
 
 
 def verified_once(framework: str, variant: str, shared: Path) -> dict:
@@ -131,7 +135,7 @@ def test_gate_passes(framework, variant, model, shared_dir):
     assert expected is None, f"{framework} now expresses {model} ({result.verdict}): unpin it from EXPECTED_UNSUPPORTED"
     assert result.verdict == "pass", result.reason
     assert result.forward_error <= 1e-4
-    if "gradient" in FRAMEWORKS[framework].scenarios:
+    if "gradient" in FRAMEWORKS[framework].closures:
         assert result.gradient_error <= 1e-3
     else:
         assert result.gradient_error is None and "forward only" in result.reason

@@ -29,7 +29,7 @@ def h2o_jvms() -> list[str]:
 def test_sigmoid_as_rescaled_tanh_is_exact_and_invertible():
     out = run_in_framework("h2o", """
         import json, numpy as np
-        from dlbench.frameworks.h2o import plan_of, to_h2o, from_h2o
+        from dlbench.frameworks.h2o.backend import plan_of, to_h2o, from_h2o
         from dlbench.models import get_model
         from dlbench.models.weights import init_weights
         from dlbench.data.synthetic import make_batch

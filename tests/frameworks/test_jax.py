@@ -153,7 +153,7 @@ def test_pooling_matches_reference(backend, pool):
 
 def test_flatten_permutation_is_what_keeps_nhwc_equivalent(backend):
     """Conv -> Flatten -> Dense matches the reference only with the Dense rows permuted at load time."""
-    from dlbench.frameworks.jax import Builder, JaxBackend
+    from dlbench.frameworks.jax.backend import Builder, JaxBackend
 
     class NoPermutation(Builder):
         def make_flatten(self, layer, shape):

@@ -21,7 +21,7 @@ def test_gate_passes_on_both_variants():
 def test_hybridize_caches_a_static_graph_and_a_train_step_learns():
     out = run_in_framework("mxnet", """
         import json, numpy as np
-        from dlbench.frameworks.mxnet import MxnetBackend
+        from dlbench.frameworks.mxnet.backend import MxnetBackend
         from dlbench.frameworks.base import OptimizerSpec
         from dlbench.models import get_model
         from dlbench.models.weights import init_weights

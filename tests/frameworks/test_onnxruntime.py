@@ -21,7 +21,7 @@ def backend():
 
 @pytest.fixture(scope="module")
 def torch_backend():
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
 
     return TorchBackend()
 
@@ -55,7 +55,7 @@ def test_registry_matches_backend(backend):
     from dlbench.frameworks import FRAMEWORKS
 
     info = FRAMEWORKS["onnxruntime"]
-    assert info.scenarios == backend.scenarios == ("forward",)
+    assert info.closures == backend.closures == ("forward",)
     assert info.variants == backend.variants
 
 
@@ -124,7 +124,7 @@ def test_training_scenarios_are_unsupported_with_reason(backend, lenet):
 
 def test_falls_back_to_torchscript_exporter(backend, monkeypatch, lenet):
     from dlbench.data import make_batch
-    from dlbench.frameworks import onnxruntime as ortb
+    from dlbench.frameworks.onnxruntime import backend as ortb
 
     def broken(module, spec):
         raise RuntimeError("planted export failure")
@@ -142,7 +142,7 @@ def test_falls_back_to_torchscript_exporter(backend, monkeypatch, lenet):
 
 def test_no_exporter_is_unsupported_with_both_reasons(backend, monkeypatch, lenet):
     from dlbench.frameworks import UnsupportedError
-    from dlbench.frameworks import onnxruntime as ortb
+    from dlbench.frameworks.onnxruntime import backend as ortb
 
     def broken(module, spec):
         raise RuntimeError("planted")
@@ -156,7 +156,7 @@ def test_no_exporter_is_unsupported_with_both_reasons(backend, monkeypatch, lene
 
 def test_optimized_graph_cache_is_reused(backend, monkeypatch, tmp_path, lenet):
     from dlbench.data import make_batch
-    from dlbench.frameworks import onnxruntime as ortb
+    from dlbench.frameworks.onnxruntime import backend as ortb
 
     spec, _, model = lenet
     exported = ortb.export_torchscript(ortb.ForwardOnly(_torch_net(spec, lenet[1])).eval(), spec)
@@ -170,13 +170,13 @@ def test_optimized_graph_cache_is_reused(backend, monkeypatch, tmp_path, lenet):
 
 
 def _torch_net(spec, weights):
-    from dlbench.frameworks.torch import TorchBackend
+    from dlbench.frameworks.torch.backend import TorchBackend
 
     return TorchBackend().build(spec, weights).net
 
 
 def test_gate_is_forward_only_and_still_catches_a_wrong_forward(backend):
-    from dlbench.frameworks import onnxruntime as ortb
+    from dlbench.frameworks.onnxruntime import backend as ortb
     from dlbench.gate.verify import verify_model
 
     fast = type("TorchScriptOnly", (ortb.OnnxRuntimeBackend,), {"exporters": ("torchscript",)})()
@@ -194,7 +194,7 @@ def test_export_cache_is_keyed_on_graph_and_weights(backend, monkeypatch, tmp_pa
     """A run's timed cells reuse one export per (graph, weights); other weights export afresh,
     and without DLBENCH_EXPORT_CACHE nothing is cached."""
     from dlbench.data import make_batch
-    from dlbench.frameworks import onnxruntime as ortb
+    from dlbench.frameworks.onnxruntime import backend as ortb
     from dlbench.models.weights import init_weights
 
     spec, weights, _ = lenet

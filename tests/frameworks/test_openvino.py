@@ -119,7 +119,7 @@ def test_params_read_back_and_training_unsupported(backend, lenet):
 
 
 def test_cuda_refused_and_no_exporter_is_unsupported_with_both_reasons(backend, lenet, monkeypatch):
-    from dlbench.frameworks import onnx_export
+    from dlbench.frameworks.onnxruntime import onnx_export
 
     spec, weights, _ = lenet
     with pytest.raises(UnsupportedError, match="Intel GPUs"):

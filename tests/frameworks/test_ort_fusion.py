@@ -10,7 +10,7 @@ pytestmark = [requires("onnxruntime"), requires("torch")]
 
 @pytest.fixture(scope="module")
 def backend():
-    from dlbench.frameworks.onnxruntime import OnnxRuntimeBackend
+    from dlbench.frameworks.onnxruntime.backend import OnnxRuntimeBackend
 
     return OnnxRuntimeBackend()
 

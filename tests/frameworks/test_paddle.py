@@ -16,7 +16,7 @@ def test_gate_passes_on_both_variants():
 
 
 def test_transformers_pass_the_gate_on_both_variants():
-    """Paddle's SDPA attention (frameworks/paddle_layers.py), with the gate's causal and padding mask checks
+    """Paddle's SDPA attention (frameworks/paddle/layers.py), with the gate's causal and padding mask checks
     and both optimisers' update check: GPT-2 (learned positions, tied head) and SmolLM2 (RoPE, grouped-query
     attention, RMSNorm, SwiGLU) here; BERT (padding mask, post-norm) and ViT (patches) in the nightly set."""
     results = verify(models=env_models(["gpt2", "smollm2-135m"], ["bert-base", "vit-b16"]), frameworks=["paddle"],
@@ -28,7 +28,7 @@ def test_transformers_pass_the_gate_on_both_variants():
 def test_to_static_train_step_computes_gradients_and_updates_every_parameter():
     out = run_in_framework("paddle", """
         import json, numpy as np
-        from dlbench.frameworks.paddle import PaddleBackend
+        from dlbench.frameworks.paddle.backend import PaddleBackend
         from dlbench.frameworks.base import OptimizerSpec
         from dlbench.models import get_model
         from dlbench.models.weights import init_weights

@@ -1,6 +1,6 @@
 """``dlbench bisect``: the first release of a framework that made a figure slower (or, ``--faster``,
 faster) or broke the gate
-(:mod:`dlbench.bisect`); ``--list`` shows the bisections stored in the database. Exit 0 when the
+(:mod:`dlbench.engines.bisect`); ``--list`` shows the bisections stored in the database. Exit 0 when the
 first bad release is named, 1 when the bisection ends otherwise (no change, inconclusive, ambiguous
 between skipped releases, an end that cannot be measured), 2 on bad input."""
 
@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 from rich.markup import escape
 from rich.table import Table
 
-from dlbench import bisect, models
+from dlbench import models
 from dlbench.cli.common import console, note_damage, texts
 from dlbench.core.errors import UsageError
+from dlbench.engines import bisect
 from dlbench.envs import releases, versions
 from dlbench.scenarios import registry
 from dlbench.storage.store import DEFAULT_DB

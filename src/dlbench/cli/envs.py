@@ -91,7 +91,7 @@ def register(sub) -> None:
     p.add_argument("action", choices=("create", "list", "remove", "lock"))
     p.add_argument("framework", nargs="?",
                    help="comma-separated frameworks or versions (jax==0.4.38), or 'all' (create, remove); "
-                        "lock: recipes only (refreshes requirements/NAME.lock from requirements/NAME.txt)")
+                        "lock: recipes only (refreshes frameworks/NAME/requirements.lock from its requirements.txt)")
     p.add_argument("--python", help="base interpreter of the new venv (default: the one running dlbench)")
     p.add_argument("--force", action="store_true", help="rebuild an environment that exists")
     p.add_argument("--json", action="store_true")

@@ -1,4 +1,4 @@
-"""``dlbench probe``: each framework's GEMM, convolution and per-call floor (see :mod:`dlbench.report.probe`)."""
+"""``dlbench probe``: each framework's GEMM, convolution and per-call floor (see :mod:`dlbench.engines.probe`)."""
 
 from __future__ import annotations
 
@@ -17,19 +17,18 @@ from dlbench.storage.store import DEFAULT_DB
 def cmd_probe(args: argparse.Namespace) -> int:
     from dlbench import api
     from dlbench.cli.run import RichProgress
+    from dlbench.engines import probe
     from dlbench.planning.estimate import Estimate
-    from dlbench.report import probe
-    from dlbench.running.runner import plan_cells
 
     protocol = {k: v for k, v in (("repeats", args.repeats),) if v is not None}
     threads = thread_list(args.threads) if args.threads is not None else None
     suite = probe.suite(names(args.framework, "--framework"), threads, protocol or None)
     if args.attach:
         probe.check_attach(args.db, args.attach)
-    _, cells = plan_cells(suite)
-    progress = None if args.json else RichProgress(Estimate(suite, cells, {}))
+    plan = api.plan(suite, db=args.db)  # planned once: the progress bar's cells are the run's
+    progress = None if args.json else RichProgress(Estimate(suite, plan.todo, {}))
     try:
-        res = api.run(suite, db=args.db, progress=progress, argv=sys.argv[1:])
+        res = api.run(plan, progress=progress, argv=sys.argv[1:])
     finally:
         if progress:
             progress.stop()

@@ -29,9 +29,10 @@ def _store_results(run_id: str | None, db: str):
 
 # --- report -------------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
-    from dlbench.report.build import load_survey, write_report
+    from dlbench.report.build import write_report
+    from dlbench.survey.output import appendix, load_survey
 
-    survey = load_survey(args.survey) if args.survey else None
+    survey = appendix(load_survey(args.survey)) if args.survey else None
     res = _store_results(args.run_id, args.db)
     files = write_report(res, args.out, survey, db=args.db)
     if args.json:
@@ -119,7 +120,7 @@ def _print_comparison(cmp) -> None:
 
 # --- reproduce ----------------------------------------------------------------------------------
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from dlbench.report import reproduce as rep
+    from dlbench.engines import reproduce as rep
 
     if args.list:
         return _list_targets(args.json)
@@ -144,7 +145,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _list_targets(as_json: bool) -> int:
-    from dlbench.report import reproduce as rep
+    from dlbench.engines import reproduce as rep
 
     rows = []
     backends = rep.installed_backends()
@@ -170,7 +171,7 @@ def _list_targets(as_json: bool) -> int:
 
 
 def _print_reproduction(r) -> None:
-    from dlbench.report import reproduce as rep
+    from dlbench.engines import reproduce as rep
 
     t = r.table
     console.print(f"[bold]{escape(r.target)}[/]: {escape(r.paper['cite'])}", highlight=False)

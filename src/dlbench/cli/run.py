@@ -23,16 +23,16 @@ from dlbench.core.outputs import check_file
 from dlbench.measure.adaptive import percent
 from dlbench.measure.stats import interval_text, summarize
 from dlbench.planning import estimate as est
-from dlbench.planning import flags, resolve
+from dlbench.planning import resolve
 from dlbench.planning.estimate import Estimate, format_duration
-from dlbench.planning.history import load_history
-from dlbench.planning.plan import Cell, Suite, suite_from_dict
+from dlbench.planning.plan import Cell
 from dlbench.report import cost, energy
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
 from dlbench.report.results import RunResults
 from dlbench.report.summary import optimizer_text, summary_dict, summary_rows, summary_scenarios
 from dlbench.report.tables import DASH, fmt_num
 from dlbench.report.tables import Table as ReportTable
+from dlbench.running.runner import RunPlan
 from dlbench.scenarios import registry
 from dlbench.storage.store import DEFAULT_DB, Sample, Store
 
@@ -227,24 +227,18 @@ def _refuse_flags_with_resume(args: argparse.Namespace) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from dlbench import api
-    from dlbench.running import runner
 
     if args.resume:
         _refuse_flags_with_resume(args)
-    suite, todo, stored = _plan(args)
-    left_out = _left_out(suite, args.suite or "quick")
-    estimate = Estimate(suite, todo, _epoch_samples(suite, todo), load_history(args.db),
-                        verified=runner.kept_gates(todo, suite.optimizer.name))
+    plan = _plan(args)
+    left_out = plan.left_out(args.suite or "quick")
     if args.dry_run:
-        return _print_plan(suite, todo, stored, estimate, left_out, args.json)
+        return _print_plan(plan, left_out, args.json)
     if left_out:
         print(left_out, file=sys.stderr if args.json else sys.stdout, flush=True)
-    progress = None if args.json else RichProgress(estimate)
+    progress = None if args.json else RichProgress(plan.estimate)
     try:
-        if args.resume:
-            res = api.run(resume=args.resume, db=args.db, progress=progress)
-        else:
-            res = api.run(suite, db=args.db, progress=progress, argv=sys.argv[1:])
+        res = api.run(plan, progress=progress, argv=sys.argv[1:])
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (dlbench.core.interrupt): the run is marked interrupted
         if progress:
             progress.stop()
@@ -260,84 +254,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     return print_summary(res, args.json, args.db)
 
 
-def _plan(args: argparse.Namespace) -> tuple[Suite, list[Cell], int]:
-    """The suite the flags (or the run to resume) describe, its cells still to measure, and how many
-    are stored already. Validates everything; writes nothing."""
-    from dlbench.running import runner
+def _plan(args: argparse.Namespace) -> RunPlan:
+    """The run the flags (or the run to resume) describe, planned by the API (:func:`dlbench.api.plan`).
+    Validates everything; writes nothing."""
+    from dlbench import api
 
     if args.resume:
-        store = Store(args.db, create=False)
-        try:
-            # a run stored before a bound was added holds values the suite model now refuses: exit 2, one line
-            run = store.get_run(args.resume)
-            # a damaged lease is a dead driver's: the resume takes it over (Store.lease); other damage refuses
-            if damage := [n for n in store.damage if not Store.is_lease_note(n)]:
-                raise UsageError(f"run {args.resume} cannot be resumed: {damage[0]}")
-            suite = suite_from_dict(run["suite"], f"run {args.resume}")
-            done = store.done_keys(args.resume)
-        finally:
-            store.close()
-    else:
-        suite = flags.build_suite(args.suite, models=names(args.model, "--model"),
-                                   frameworks=names(args.framework, "--framework"),
-                                   variants=names(args.variant, "--variant"), scenarios=names(args.scenario, "--scenario"),
-                                   batches=counts(args.batch, "--batch"), threads=counts(args.threads, "--threads"),
-                                   devices=names(args.device, "--device"), protocol=_protocol(args) or None,
-                                   seed=args.seed, data=args.data, data_dir=args.data_dir,
-                                   precisions=names(args.precision, "--precision"), optimizer=_optimizer(args) or None,
-                                   **registry.settings_from_flags(args))
-        done = set()
-    _, cells = runner.plan_cells(suite)
-    measured = sorted(set(suite.scenarios) | {c.scenario for c in cells})
-    if not args.resume and (unread := registry.unread_flag(args, measured)):
+        return api.plan(resume=args.resume, db=args.db)
+    plan = api.plan(args.suite, models=names(args.model, "--model"), frameworks=names(args.framework, "--framework"),
+                    variants=names(args.variant, "--variant"), scenarios=names(args.scenario, "--scenario"),
+                    batches=counts(args.batch, "--batch"), threads=counts(args.threads, "--threads"),
+                    devices=names(args.device, "--device"), protocol=_protocol(args) or None, seed=args.seed,
+                    data=args.data, data_dir=args.data_dir, precisions=names(args.precision, "--precision"),
+                    optimizer=_optimizer(args) or None, db=args.db, **registry.settings_from_flags(args))
+    if unread := registry.unread_flag(args, plan.measured):
         raise UsageError(unread)
-    todo = [c for c in cells if c.key not in done]
-    return suite, todo, len(cells) - len(todo)
+    return plan
 
 
-def _left_out(suite: Suite, name: str) -> str:
-    """A line naming the installed frameworks a suite of ``frameworks: installed`` leaves out
-    (``installed_except``) and how to include them in suite ``name`` (as given to --suite); empty
-    when it leaves none out."""
-    if suite.frameworks != "installed":
-        return ""
-    installed = resolve.installed()
-    out = [f for f in installed if f in suite.installed_except]
-    if not out:
-        return ""
-    every = ",".join(resolve.suite_frameworks(suite) + out)
-    what = f" ({suite.description.strip()})" if suite.description.strip() else ""
-    return (f"the {suite.name} suite{what} leaves out installed {', '.join(out)}; to include them, "
-            f"name every framework: dlbench run --suite {name} --framework {every}")
-
-
-def _epoch_samples(suite: Suite, cells: list[Cell]) -> dict[str, int]:
-    """Training samples of each real data set the cells use (what a training epoch costs, for the estimate):
-    a token stream's are its windows of the model's sequence length, not its tokens."""
-    from dlbench.data import DataError, load_dataset
-    from dlbench.models import get_model
-
-    out = {}
-    for c in cells:
-        if c.data == "synthetic" or c.data in out:
-            continue
-        try:
-            ds = load_dataset(c.data, suite.data_dir, "train")
-        except DataError:
-            continue  # plan_cells has checked it; a guess stands in
-        out[c.data] = len(ds) // get_model(c.model).input.shape[0] if ds.kind == "stream" else len(ds)
-    return out
-
-
-def _print_plan(suite: Suite, cells: list[Cell], stored: int, estimate: Estimate, left_out: str, as_json: bool) -> int:
+def _print_plan(plan: RunPlan, left_out: str, as_json: bool) -> int:
     """``--dry-run``: the cells and the estimate; nothing measured, nothing stored, no run created."""
-    from dlbench.envs.ondemand import estimate_builds
     from dlbench.planning.estimate import runs_a_process
 
-    setup = estimate.setup()
-    builds = estimate_builds([c.framework for c in cells])
+    suite, cells, stored, estimate = plan.suite, plan.todo, plan.stored, plan.estimate
+    setup, builds, total = estimate.setup(), plan.builds, plan.seconds
     building = sum(b.seconds or 0 for b in builds)
-    total = setup + estimate.remaining(cells) + building
     if as_json:
         print(json.dumps({"suite": suite.name, "cells": [{**c.to_dict(), "key": c.key, "runs_a_process": runs_a_process(c),
                                                           "estimate_s": estimate.predict(c)} for c in cells],

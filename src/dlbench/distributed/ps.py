@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.distributed import common
+from dlbench.core.job import JobError, ParameterServerJob
+from dlbench.frameworks import data_parallel as common
 
 
 def assign_shards(sizes: dict[str, int], shards: int) -> list[list[str]]:
@@ -91,19 +92,15 @@ class ShardCore:
 class WorkerCore:
     """One worker: the torch model, its data shard, and the pull / gradient / push step."""
 
-    def __init__(self, job: dict[str, Any], rank: int):
-        common.pin_cores(rank, job.get("threads"))
-        from dlbench.frameworks.torch import TorchBackend
-        from dlbench.models import get_model
-        from dlbench.models.weights import init_weights
+    def __init__(self, job: ParameterServerJob, rank: int):
+        common.pin_cores(rank, job.threads)
+        from dlbench.frameworks.torch.backend import TorchBackend
 
         self.backend = TorchBackend()
-        if job.get("threads"):
-            self.backend.set_threads(job["threads"])
-        spec = get_model(job["model"], small=bool(job.get("small")))
-        seed = int(job.get("seed", 0))
-        self.model = self.backend.build(spec, init_weights(spec, seed), "cpu", job.get("variant") or "eager")
-        self.batch = self.backend.place(common.shard(spec, int(job["global_batch"]), rank, int(job["workers"]), seed),
+        if job.threads:
+            self.backend.set_threads(job.threads)
+        spec, self.model = common.build_model(self.backend, job, "cpu")
+        self.batch = self.backend.place(common.shard(spec, job.cell.global_batch, rank, job.cell.workers, job.seed),
                                         self.model)
         self.trainable = spec.trainable_names()
         self.rank = rank
@@ -140,18 +137,18 @@ class WorkerCore:
         return out
 
 
-def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+def run(job: ParameterServerJob, out_dir: Path) -> dict[str, Any]:
     import ray
 
     from dlbench.models import get_model
     from dlbench.models.weights import init_weights
 
-    workers, threads = int(job["workers"]), int(job.get("threads") or 1)
-    mode = "sync" if job.get("exchange") == "ps-sync" else "async"
-    spec = get_model(job["model"], small=bool(job.get("small")))
-    weights = init_weights(spec, int(job.get("seed", 0)))
+    workers, threads = job.cell.workers, job.threads or 1
+    mode = "sync" if job.cell.exchange == "ps-sync" else "async"
+    spec = get_model(job.cell.model, small=job.small)
+    weights = init_weights(spec, job.seed)
     names = spec.trainable_names()
-    shard_names = assign_shards({n: weights.params[n].nbytes for n in names}, int(job.get("ps_shards", 2)))
+    shard_names = assign_shards({n: weights.params[n].nbytes for n in names}, job.ps_shards)
     shard_names = [s for s in shard_names if s]
     src = str(Path(__file__).resolve().parents[2])
     # Ray's sockets live in its session directory, and a Unix socket's path has at most 107 bytes: under
@@ -165,7 +162,7 @@ def run(job: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         lr = spec.learning_rate
         shards = [Shard.remote({n: weights.params[n] for n in group}, lr, 0.9, workers) for group in shard_names]
         pool = [Worker.remote(job, r) for r in range(workers)]
-        protocol = job.get("protocol", {})
+        protocol = job.protocol
         warm = max(1, int(protocol.get("warmup", 3)))
         if mode == "sync":
             result = _run_sync(ray, pool, shards, shard_names, warm, protocol)
@@ -205,7 +202,7 @@ def _run_sync(ray, pool, shards, shard_names, warm: int, protocol: dict) -> dict
             "updates": steps, "samples_per_s_wall": None}
 
 
-def _run_async(ray, pool, shards, shard_names, warm: int, protocol: dict, job: dict) -> dict[str, Any]:
+def _run_async(ray, pool, shards, shard_names, warm: int, protocol: dict, job: ParameterServerJob) -> dict[str, Any]:
     warm_stats = ray.get([w.loop.remote(shards, shard_names, warm) for w in pool])
     warmup_ns = [float(max(ws[i]["step_ns"] for ws in warm_stats)) for i in range(warm)]
     ray.get([s.take_lags.remote() for s in shards])
@@ -217,7 +214,7 @@ def _run_async(ray, pool, shards, shard_names, warm: int, protocol: dict, job: d
     step_ns = [float(s["step_ns"]) for per in stats for s in per]
     compute_ns = [float(s["compute_ns"]) for per in stats for s in per]
     comm_ns = [float(s["pull_ns"] + s["push_ns"]) for per in stats for s in per]
-    per_worker = int(job["global_batch"]) // int(job["workers"])
+    per_worker = job.cell.per_worker_batch
     return {"warmup_ns": warmup_ns, "step_ns": step_ns, "compute_ns": compute_ns, "comm_ns": comm_ns,
             "updates": steps * len(pool), "samples_per_s_wall": per_worker * steps * len(pool) / wall,
             "staleness": staleness(lags)}
@@ -235,7 +232,11 @@ def staleness(lags: list[int]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    job, out_dir = common.load_job(argv[1]), Path(argv[2])
+    out_dir = Path(argv[2])
+    try:
+        job = common.load_job(argv[1], ParameterServerJob)
+    except JobError as exc:
+        return common.refuse(out_dir, 0, exc)
     try:
         result = run(job, out_dir)
         common.write_json(out_dir / "result.json", result)

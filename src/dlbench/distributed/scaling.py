@@ -26,23 +26,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dlbench import frameworks
 from dlbench.core.cell import Cell
 from dlbench.core.errors import UsageError
+from dlbench.core.job import DataParallelJob, FaultAt, ParameterServerJob
 from dlbench.distributed import cluster as netns
 from dlbench.distributed import linkprobe
-from dlbench.distributed.common import combine_ranks, oversubscribed
+from dlbench.frameworks.data_parallel import combine_ranks, oversubscribed
 from dlbench.launch.group import GroupOutcome, Proc, run_group
 from dlbench.launch.subprocess import thread_env
 from dlbench.launch.torchrun import Node, free_port, run_agents
-from dlbench.scenarios.base import CellOutcome
+from dlbench.storage.cell_result import CellOutcome
 from dlbench.storage.store import Sample
 
 if TYPE_CHECKING:
-    from dlbench.scenarios.base import SuiteView  # the suite model (pydantic) is the parent's; annotations only
+    from dlbench.core.suite_view import SuiteView  # the suite model (pydantic) is the parent's; annotations only
 
-#: framework -> the module run by each data-parallel worker
-WORKERS = {"torch": "dlbench.distributed.torch_ddp", "jax": "dlbench.distributed.jax_dp",
-           "tensorflow": "dlbench.distributed.tf_dp", "tf": "dlbench.distributed.tf_dp"}
+#: the exchanges a parameter server runs (its driver's job: :class:`~dlbench.core.job.ParameterServerJob`)
+PS_EXCHANGES = ("ps-sync", "ps-async")
 
 
 class Network:
@@ -126,32 +127,44 @@ class Session:
 
 
 # --- one cell ---------------------------------------------------------------------------------------
-def _job(cell: Cell, suite: SuiteView) -> dict[str, Any]:
+def _job(cell: Cell, suite: SuiteView) -> DataParallelJob | ParameterServerJob:
+    """The typed job every process of one repeat of the cell reads: the parameter server's driver's, or
+    each data-parallel worker's."""
     protocol = suite.protocol.timer_fields()
-    job = {**cell.to_dict(), "seed": suite.seed, "protocol": protocol, "global_batch": cell.global_batch,
-           "per_worker_batch": cell.per_worker_batch, "ps_shards": suite.settings("distributed").ps_shards,
-           "collective_timeout_s": max(10.0, min(suite.protocol.timeout_s / 2, 300.0))}
+    if cell.exchange in PS_EXCHANGES:
+        return ParameterServerJob(threads=cell.threads, cell=cell, seed=suite.seed, protocol=protocol,
+                                  ps_shards=suite.settings("distributed").ps_shards)
+    fault = None
     if os.environ.get("DLBENCH_FAULT"):  # tests: {"rank": r, "step": k} kills rank r at step k
-        job["fault"] = json.loads(os.environ["DLBENCH_FAULT"])
-    return job
+        fault = FaultAt(**json.loads(os.environ["DLBENCH_FAULT"]))
+    return DataParallelJob(threads=cell.threads, cell=cell, seed=suite.seed, protocol=protocol,
+                           collective_timeout_s=max(10.0, min(suite.protocol.timeout_s / 2, 300.0)), fault=fault)
 
 
 def _rdzv_id(cell: Cell, repeat: int) -> str:
     return "dlbench-" + hashlib.sha1(cell.key.encode()).hexdigest()[:12] + f"-r{repeat}"
 
 
+def worker_module(framework: str) -> str:
+    """The module each data-parallel worker of ``framework`` runs: its folder's ``dp_worker``. A pinned
+    release (``jax==0.4.38``) has none: its workers would start in this Python, not its environment."""
+    module = frameworks.part_module(framework, "dp_worker")
+    if module is None or frameworks.framework_info(framework).version is not None:
+        raise _Unsupported(f"no data-parallel worker for {framework} "
+                           f"(written: {', '.join(sorted(frameworks.with_part('dp_worker')))})")
+    return module
+
+
 def launch(cell: Cell, suite: SuiteView, network: Network, job_dir: Path, repeat: int) -> GroupOutcome:
     """One repeat of a cell: the processes it needs, on the network the run uses."""
     job = _job(cell, suite)
     timeout = suite.protocol.timeout_s
-    if cell.exchange in ("ps-sync", "ps-async"):
+    if cell.exchange in PS_EXCHANGES:
         if cell.framework not in ("torch", "fakefw"):
             raise _Unsupported(f"the parameter server computes gradients with the torch backend only, not {cell.framework}")
         argv = [sys.executable, "-m", "dlbench.distributed.ps", str(job_dir / "job.json"), str(job_dir)]
         return run_group([Proc("ps-driver", argv)], job, job_dir, timeout, thread_env(cell.threads))
-    module = WORKERS.get(cell.framework)
-    if module is None:
-        raise _Unsupported(f"no data-parallel worker for {cell.framework} (written: {', '.join(sorted(WORKERS))})")
+    module = worker_module(cell.framework)
     d = suite.settings("distributed")
     if cell.framework != "torch":
         return _launch_plain(module, job, cell, network, job_dir, timeout)
@@ -179,7 +192,7 @@ def launch(cell: Cell, suite: SuiteView, network: Network, job_dir: Path, repeat
                       _rdzv_id(cell, repeat), timeout, cell.threads)
 
 
-def _launch_plain(module: str, job: dict[str, Any], cell: Cell, network: Network, job_dir: Path,
+def _launch_plain(module: str, job: DataParallelJob, cell: Cell, network: Network, job_dir: Path,
                   timeout: float) -> GroupOutcome:
     """JAX and TensorFlow: W plain processes that find each other through a coordinator address
     (``jax.distributed.initialize``) or ``TF_CONFIG``; one per namespace with ``--cluster``."""

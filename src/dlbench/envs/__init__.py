@@ -13,11 +13,12 @@ A pinned version (``jax==0.4.38``, see :mod:`dlbench.envs.versions`) gets its ow
 (``jax-0.4.38``), whose requirements are the framework at that version and the companion pins of its
 release line (:mod:`dlbench.envs.companions`); the rest is as for any environment.
 
-What goes in: a recipe's lock, kept in this package (``requirements/FRAMEWORK.lock``: every package and
-version with its hashes, compiled by ``uv pip compile`` from ``requirements/FRAMEWORK.txt``, the recipe,
-by ``dlbench envs lock FRAMEWORK``), installed by ``uv pip sync --require-hashes`` into a venv made by
-``uv venv``; if ``requirements/FRAMEWORK.build.txt`` exists, its lock constrains the build environment
-of an sdist (``--build-constraints``: Chainer's ``setup.py`` needs an old setuptools). An environment is
+What goes in: a recipe's lock, kept in the framework's folder
+(``dlbench/frameworks/FRAMEWORK/requirements.lock``: every package and version with its hashes,
+compiled by ``uv pip compile`` from the folder's ``requirements.txt``, the recipe, by ``dlbench envs
+lock FRAMEWORK``), installed by ``uv pip sync --require-hashes`` into a venv made by ``uv venv``; if
+the folder has ``requirements.build.txt``, its lock constrains the build environment of an sdist
+(``--build-constraints``: Chainer's ``setup.py`` needs an old setuptools). An environment is
 keyed by its lock: the record stores the lock's hash, and a changed lock rebuilds it. A pinned version's
 environment (no lock) is installed by pip. Then dlbench itself with ``--no-deps``; from a checkout, its
 ``src`` is put on the environment's path by a ``.pth`` file instead (an editable install without the
@@ -46,7 +47,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -103,18 +103,35 @@ def envs_dir() -> Path:
     return Path(os.environ.get("DLBENCH_ENVS_DIR") or Path.home() / ".cache" / "dlbench" / "envs").expanduser()
 
 
-def _requirements_root():
-    return resources.files("dlbench.envs").joinpath("requirements")
+#: framework -> the folder holding its recipe's files, and their names there: each framework folder
+#: declares its own (``dlbench/frameworks/NAME/requirements.txt``), which the registry adds here
+#: (:func:`dlbench.frameworks.register`), so this package never imports the frameworks
+_RECIPES: dict[str, tuple[Path, tuple[str, ...]]] = {}
+#: a recipe file's role -> its name in a framework folder; a role's name as hashed is ``FRAMEWORK.ROLE``
+#: (the names the recipes had before they moved into the folders, so no lock or environment went stale)
+FILES = {"txt": "requirements.txt", "lock": "requirements.lock", "build.txt": "requirements.build.txt",
+         "build.lock": "requirements.build.lock"}
+
+
+def add_recipe(framework: str, folder: Path, files: tuple[str, ...]) -> None:
+    """Register ``framework``'s recipe: its ``files`` (names of :data:`FILES`) in ``folder``."""
+    unknown = set(files) - set(FILES.values())
+    if unknown or FILES["txt"] not in files:
+        raise EnvError(f"{framework}'s recipe files must include {FILES['txt']} and be among "
+                       f"{', '.join(FILES.values())} (got {', '.join(files)})")
+    _RECIPES[framework] = (Path(folder), tuple(files))
+
+
+def _recipe_path(framework: str, role: str) -> Path:
+    return _RECIPES[framework][0] / FILES[role]
 
 
 def recipes() -> list[str]:
-    """Frameworks dlbench can build an environment for (those with a requirements file)."""
-    return sorted(p.name[: -len(".txt")] for p in _requirements_root().iterdir()
-                  if p.name.endswith(".txt") and not p.name.endswith(".build.txt"))
+    """Frameworks dlbench can build an environment for (those whose folder has a requirements file)."""
+    return sorted(_RECIPES)
 
 
-def _read_lines(name: str) -> list[str]:
-    path = _requirements_root().joinpath(name)
+def _read_lines(path: Path) -> list[str]:
     if not path.is_file():
         return []
     return [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
@@ -134,7 +151,7 @@ def requirements(framework: str) -> tuple[list[str], list[str]]:
         return companions.companions(base, version), []
     if framework not in recipes():
         raise EnvError(f"no environment recipe for {framework!r}; recipes: {', '.join(recipes())}")
-    return _read_lines(f"{framework}.txt"), _read_lines(f"{framework}.build.txt")
+    return _read_lines(_recipe_path(framework, "txt")), _read_lines(_recipe_path(framework, "build.txt"))
 
 
 # --- locks ------------------------------------------------------------------------------------
@@ -145,21 +162,26 @@ LOCK_PLATFORM = "x86_64-manylinux_2_28"
 _RECIPE_SHA = "# recipe-sha256: "
 
 
+def _shown(path: Path) -> str:
+    """A recipe file as messages name it: its framework's folder and its name (``paddle/requirements.lock``)."""
+    return f"{path.parent.name}/{path.name}"
+
+
 def _recipe_files(framework: str) -> list[str]:
-    return [f"{framework}.build.txt", f"{framework}.txt"] if _requirements_root().joinpath(
-        f"{framework}.build.txt").is_file() else [f"{framework}.txt"]
+    """The roles (:data:`FILES`) of the recipe's requirement files, build constraints first."""
+    return ["build.txt", "txt"] if _recipe_path(framework, "build.txt").is_file() else ["txt"]
 
 
 def lock_path(framework: str, build: bool = False) -> Path:
-    """``requirements/FRAMEWORK.lock`` (``FRAMEWORK.build.lock``: the build constraints' lock)."""
-    return Path(str(_requirements_root())) / f"{framework}{'.build' if build else ''}.lock"
+    """The folder's ``requirements.lock`` (``requirements.build.lock``: the build constraints' lock)."""
+    return _recipe_path(framework, "build.lock" if build else "lock")
 
 
 def _recipe_sha256(framework: str) -> str:
     """The hash of the recipe's files as they are now (its lock records the one it was compiled from)."""
     h = hashlib.sha256()
-    for name in _recipe_files(framework):
-        h.update(name.encode() + b"\0" + _requirements_root().joinpath(name).read_bytes() + b"\0")
+    for role in _recipe_files(framework):
+        h.update(f"{framework}.{role}".encode() + b"\0" + _recipe_path(framework, role).read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -172,7 +194,8 @@ def lock_sha256(framework: str) -> str:
     """The identity of a recipe's environment: the hash of its lock files (a changed lock rebuilds it)."""
     h = hashlib.sha256()
     for path in _lock_files(framework):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        role = "build.lock" if path.name == FILES["build.lock"] else "lock"
+        h.update(f"{framework}.{role}".encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -181,9 +204,9 @@ def lock_problem(framework: str) -> str | None:
     recipe), with the command that mends it; None when the lock is current."""
     for path in _lock_files(framework):
         if not path.is_file():
-            return f"{framework} has no lock ({path.name}): run `dlbench envs lock {framework}`"
+            return f"{framework} has no lock ({_shown(path)}): run `dlbench envs lock {framework}`"
         if f"{_RECIPE_SHA}{_recipe_sha256(framework)}" not in path.read_text():
-            return (f"{framework}'s recipe changed since {path.name} was compiled: "
+            return (f"{framework}'s recipe changed since {_shown(path)} was compiled: "
                     f"run `dlbench envs lock {framework}`")
     return None
 
@@ -197,7 +220,7 @@ def lock(framework: str, progress: Callable[[str], None] = lambda s: None) -> li
     root = lock_path(framework).parent
     recipe_sha = _recipe_sha256(framework)
     written = []
-    for name, build in ((f"{framework}.build.txt", True), (f"{framework}.txt", False)):
+    for name, build in ((FILES["build.txt"], True), (FILES["txt"], False)):
         if not (root / name).is_file():
             continue
         constraints = ["--build-constraints", lock_path(framework, build=True).name] \
@@ -496,11 +519,11 @@ def _create(info: FrameworkEntry, python: str | None, force: bool, progress: Cal
             progress(f"{framework}: creating a venv with {base} (uv venv)")
             _run([uv, "venv", "--quiet", "--python", base, str(path)], log, "creating the venv", path)
             constraints = ["--build-constraints", str(lock_path(framework, build=True))] if build else []
-            progress(f"{framework}: installing {lock_path(framework).name} (uv pip sync --require-hashes)")
+            progress(f"{framework}: installing {_shown(lock_path(framework))} (uv pip sync --require-hashes)")
             # --compile-bytecode: as pip does, so a measuring process's first import reads .pyc files
             # instead of writing them (uv leaves that to the first import by default)
             _run([uv, "pip", "sync", "--python", str(env_python), "--require-hashes", "--compile-bytecode",
-                  *constraints, str(lock_path(framework))], log, f"installing {lock_path(framework).name}", path)
+                  *constraints, str(lock_path(framework))], log, f"installing {_shown(lock_path(framework))}", path)
             pip = [uv, "pip", "install", "--python", str(env_python)]
         else:
             pip = _pip_venv(framework, base, python is not None, reqs, path, log, progress)

@@ -6,7 +6,7 @@ store), so two versions of one framework are two frameworks to every part of dlb
 schema changes. This module parses a name (one place, so the command line, suites, the API and a
 resumed run accept and refuse the same ones); :func:`dlbench.frameworks.framework_info` gives a
 pinned name the base framework's entry with the version set, and
-:func:`dlbench.envs.ondemand.ensure_envs` builds the environments a run needs (with the companion pins
+:func:`dlbench.frameworks.ondemand.ensure_envs` builds the environments a run needs (with the companion pins
 of :mod:`dlbench.envs.companions`).
 Nothing here imports a framework, and :mod:`packaging` is imported where a version is read: a
 measuring process in a framework's own environment (which has no ``packaging``) imports this module

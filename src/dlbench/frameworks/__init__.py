@@ -1,10 +1,11 @@
-"""Registry of framework backends.
+"""Registry of framework backends, built from the framework folders' declarations.
 
-A built-in backend's variants, devices and scenarios are its backend class's own declarations, read
-from its source (:mod:`dlbench.frameworks.declared`): one place to change them. Nothing here imports a
-framework: whether one is installed is read from package metadata, and
-a backend module is imported only by :func:`get_backend`, inside the process that measures it
-(thread settings must come before the import).
+Each framework is one package, ``dlbench/frameworks/<name>/``, whose ``__init__.py`` declares what it
+offers as plain data (:class:`~dlbench.frameworks.declaration.Declaration`): its variants, devices,
+closures, precisions and its parts (backend, decoder, data-parallel worker, survey probe, environment
+recipe). The registry imports those declarations only; nothing here imports a framework: whether one is
+installed is read from package metadata, and a part is imported only by :func:`get_backend` and
+:func:`load_part`, inside the process that uses it (thread settings must come before the import).
 """
 
 from __future__ import annotations
@@ -16,14 +17,22 @@ import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from dlbench import envs
 from dlbench.envs import versions
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.declared import declared
+from dlbench.frameworks.declaration import Declaration
 
 __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "FrameworkInfo", "list_frameworks",
-           "get_backend", "framework_info", "UnknownFrameworkError", "check_frameworks"]
+           "get_backend", "framework_info", "UnknownFrameworkError", "check_frameworks", "Declaration", "BUILTIN",
+           "load_part", "part_module", "with_part"]
+
+#: the built-in framework folders (each ``dlbench/frameworks/<name>/``), in the order they are listed
+BUILTIN = ("torch", "jax", "onnxruntime", "openvino", "tensorflow", "keras", "transformers",
+           # these usually live in a per-framework environment (dlbench envs create NAME), because their
+           # pins clash with the main Python's (see dlbench.envs and docs/environments.md)
+           "mxnet", "chainer", "pytensor", "paddle", "h2o")
 
 
 class UnknownFrameworkError(ValueError):
@@ -42,17 +51,45 @@ class FrameworkInfo:
     description: str
     #: environment a variant needs before the framework is imported (e.g. KERAS_BACKEND)
     variant_env: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: scenarios the backend can run (a built-in's: its ``Backend.scenarios``, read without the import)
-    scenarios: tuple[str, ...] = ("forward", "gradient", "train_step")
+    #: the closures the backend hands out (a built-in's: its declaration's, read without the import);
+    #: a scenario runs where the closure it requires is among them (``Scenario.requires``)
+    closures: tuple[str, ...] = ("forward", "gradient", "train_step")
     #: other import names the backend needs (onnxruntime's models are exported from torch)
     requires: tuple[str, ...] = ()
-    #: per-batch scenario -> the whole-data-set scenario measured in its place (H2O: train_step -> epoch)
+    #: per-batch closure -> the whole-data-set closure measured in its place (H2O: train_step -> epoch)
     stands_in: dict[str, str] = field(default_factory=dict)
-    #: devices the backend can build on (a built-in's: its ``Backend.devices``, read without the import);
+    #: devices the backend can build on (a built-in's: its declaration's, read without the import);
     #: ``cuda`` also admits ``cuda:N``
     devices: tuple[str, ...] = ("cpu",)
     #: the pinned version of a name like ``jax==0.4.38`` (dlbench.envs.versions); None: the main Python's
     version: str | None = None
+    #: the backend class's name in ``module``
+    backend_class: str = "Backend_"
+    #: the declaration's other parts, as absolute ``module`` or ``module:Class`` (None: no such part)
+    decoder: str | None = None
+    no_decoder: str | None = None
+    dp_worker: str | None = None
+    probe: str | None = None
+    precisions: tuple[str, ...] = ("fp32",)
+    runs_in: str = "main"
+    #: the folder holding the environment recipe's files, and their names (none: no recipe)
+    recipe_dir: Path | None = None
+    recipes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_declaration(cls, d: Declaration, package: str, folder: Path | None = None) -> FrameworkInfo:
+        """The entry of a framework folder: ``package`` is the module its parts are named relative to
+        (empty: they are absolute), ``folder`` where its recipe files are."""
+        def absolute(part: str | None) -> str | None:
+            return None if part is None else f"{package}.{part}" if package else part
+
+        backend_module, _, backend_class = absolute(d.backend).partition(":")
+        return cls(d.name, backend_module, d.distribution, d.import_name, d.variants, d.description,
+                   variant_env={k: dict(v) for k, v in d.variant_env.items()}, closures=d.closures,
+                   requires=d.requires, stands_in=dict(d.stands_in), devices=d.devices,
+                   backend_class=backend_class or "Backend_", decoder=absolute(d.decoder), no_decoder=d.no_decoder,
+                   dp_worker=absolute(d.dp_worker), probe=absolute(d.probe), precisions=d.precisions,
+                   runs_in=d.runs_in, recipe_dir=folder if d.recipes else None, recipes=d.recipes)
 
     @property
     def base(self) -> str:
@@ -60,61 +97,36 @@ class FrameworkInfo:
         return versions.base_of(self.name)
 
 
-def _builtin(name: str, distribution: str | tuple[str, ...], import_name: str, description: str,
-             **kw) -> FrameworkInfo:
-    """A built-in backend's entry: its variants, devices and scenarios as its backend class declares
-    them (read from dlbench.frameworks.NAME's source, :mod:`dlbench.frameworks.declared`)."""
-    module = f"dlbench.frameworks.{name}"
-    return FrameworkInfo(name, module, distribution, import_name, description=description, **declared(module, name),
-                         **kw)
+def _builtin(name: str) -> FrameworkInfo:
+    """A built-in folder's entry (its ``__init__`` imports nothing but the declaration module)."""
+    package = f"{__name__}.{name}"
+    module = importlib.import_module(package)
+    return FrameworkInfo.from_declaration(module.DECLARATION, package, Path(module.__file__).parent)
 
 
-FRAMEWORKS: dict[str, FrameworkInfo] = {i.name: i for i in (
-    _builtin("torch", "torch", "torch", "PyTorch (torch.nn, torch.compile)"),
-    _builtin("jax", "jax", "jax", "JAX + Flax + Optax (jax.jit)"),
-    _builtin("onnxruntime", ("onnxruntime", "onnxruntime-gpu"), "onnxruntime", "ONNX Runtime (exported from torch)",
-             requires=("torch", "onnx", "onnxscript")),
-    _builtin("openvino", "openvino", "openvino", "OpenVINO (Intel's inference engine, from the ONNX export)",
-             requires=("torch", "onnx", "onnxscript")),
-    _builtin("tensorflow", ("tensorflow-cpu", "tensorflow"), "tensorflow",
-             "TensorFlow 2 (Keras 3 layers, tf.function, XLA)", requires=("keras",)),
-    _builtin("keras", "keras", "keras",
-             "Keras 3 (one model on the JAX, TensorFlow and PyTorch backends; compile, train_on_batch)",
-             variant_env={"keras-jax": {"KERAS_BACKEND": "jax"}, "keras-tensorflow": {"KERAS_BACKEND": "tensorflow"},
-                          "keras-torch": {"KERAS_BACKEND": "torch"}}),
-    # The backends below usually live in a per-framework environment (dlbench envs create NAME),
-    # because their pins clash with the main Python's (see dlbench.envs and docs/environments.md).
-    _builtin("mxnet", "mxnet", "mxnet", "Apache MXNet 1.9 (Gluon; hybridize = static graph)"),
-    _builtin("chainer", "chainer", "chainer", "Chainer 7 (define-by-run)"),
-    _builtin("pytensor", "pytensor", "pytensor", "PyTensor (Theano's successor: compiled graphs; Numba or C linker)"),
-    _builtin("paddle", ("paddlepaddle", "paddlepaddle-gpu"), "paddle",
-             "PaddlePaddle 3 (dynamic graph; paddle.jit.to_static)"),
-    _builtin("h2o", "h2o", "h2o", "H2O-3 deep learning (JVM cluster; multilayer perceptrons, whole epochs)",
-             stands_in={"train_step": "epoch", "forward": "predict"}),
-    # TEMP wiring until the framework folders land: the transformers folder's backend, read as a built-in's
-    FrameworkInfo("transformers", "dlbench.frameworks.transformers.backend", "transformers", "transformers",
-                  description="Hugging Face transformers (its own GPT2/Llama/BERT/ViT classes from a folder of "
-                              "dlbench's weights; sdpa or eager attention, torch.compile; generate() with its cache)",
-                  requires=("torch",),
-                  **declared("dlbench.frameworks.transformers.backend", "transformers")),
-)}
+FRAMEWORKS: dict[str, FrameworkInfo] = {}
 
 
 def register(info: FrameworkInfo) -> None:
-    """Add a backend (plugins and tests use this; see :func:`load_plugins`)."""
+    """Add a backend (plugins and tests use this; see :func:`load_plugins`); its recipe, if it has one,
+    is what ``dlbench envs create NAME`` builds."""
     FRAMEWORKS[info.name] = info
+    if info.recipe_dir is not None:
+        envs.add_recipe(info.name, info.recipe_dir, info.recipes)
 
 
 def import_plugin(module: str):
-    """A module by dotted name, or a ``.py`` file by path (plugins outside any package)."""
-    if module.endswith(".py"):
+    """A module by dotted name, a ``.py`` file by path (plugins outside any package), or a framework
+    folder by path (its ``__init__.py``; its parts are imported as the package's modules)."""
+    folder = Path(module) if not module.endswith(".py") and os.sep in module else None
+    if module.endswith(".py") or folder is not None:
         import importlib.util as iu
-        import sys
 
         name = "dlbench_plugin_" + Path(module).stem
         if name in sys.modules:
             return sys.modules[name]
-        spec = iu.spec_from_file_location(name, module)
+        spec = (iu.spec_from_file_location(name, module) if folder is None else
+                iu.spec_from_file_location(name, folder / "__init__.py", submodule_search_locations=[str(folder)]))
         if spec is None or spec.loader is None:
             raise ImportError(f"cannot load plugin {module}")
         mod = iu.module_from_spec(spec)
@@ -126,12 +138,17 @@ def import_plugin(module: str):
 
 def load_plugins() -> None:
     """Backends outside dlbench: ``DLBENCH_PLUGINS`` lists modules or .py files that may define
-    ``FRAMEWORK_INFO`` (a FrameworkInfo, or a list of them) and ``SCENARIOS`` (see
+    ``FRAMEWORK_INFO`` (a :class:`Declaration`, whose parts are named relative to the module's package,
+    or a FrameworkInfo, or a list of them) and ``SCENARIOS`` (see
     :mod:`dlbench.scenarios.registry`). The variable reaches every measuring process, so a plugin
     backend runs there too. A plugin must not import its framework at top level."""
     for item in filter(None, (p.strip() for p in os.environ.get("DLBENCH_PLUGINS", "").split(","))):
-        infos = vars(import_plugin(item)).get("FRAMEWORK_INFO", ())
+        module = import_plugin(item)
+        infos = vars(module).get("FRAMEWORK_INFO", ())
         for info in infos if isinstance(infos, list | tuple) else [infos]:
+            if isinstance(info, Declaration):
+                package = module.__name__ if hasattr(module, "__path__") else (module.__package__ or "")
+                info = FrameworkInfo.from_declaration(info, package, Path(module.__file__).parent)
             register(info)
 
 
@@ -193,7 +210,7 @@ def list_frameworks() -> list[dict]:
 
 def check_frameworks(names: list[str]) -> None:
     """Raise :class:`UnknownFrameworkError` for an unknown or uninstalled framework. A pinned version
-    passes uninstalled: its environment is built when a run needs it (:func:`dlbench.envs.ondemand.ensure_envs`)."""
+    passes uninstalled: its environment is built when a run needs it (:func:`dlbench.frameworks.ondemand.ensure_envs`)."""
     for name in names:
         if framework_info(name).version is None and installed_version(name) is None:
             framework_info(name)  # unknown -> its own message
@@ -211,7 +228,38 @@ def get_backend(name: str) -> Backend:
             raise UnsupportedError(f"{name}: this interpreter ({sys.executable}) has {info.base} {here or 'missing'}, "
                                    f"not {info.version} (dlbench envs create {name})")
     module = import_plugin(info.module)
-    return module.Backend_()
+    return getattr(module, info.backend_class)()
+
+
+for _name in BUILTIN:
+    register(_builtin(_name))
+
+PARTS = ("decoder", "dp_worker", "probe")
+
+
+def part_module(name: str, part: str) -> str | None:
+    """The module of a framework's part (``decoder``, ``dp_worker``, ``probe``); None: the framework
+    has no such part, or dlbench does not know it."""
+    try:
+        where = getattr(framework_info(name), part) if part in PARTS else None
+    except UnknownFrameworkError:
+        return None
+    return None if where is None else where.partition(":")[0]
+
+
+def load_part(name: str, part: str) -> Any:
+    """A framework's part, imported (and so its framework): the class a ``module:Class`` part names,
+    else the module. None: the framework has no such part."""
+    if part_module(name, part) is None:
+        return None
+    module, _, attr = getattr(framework_info(name), part).partition(":")
+    loaded = importlib.import_module(module)
+    return getattr(loaded, attr) if attr else loaded
+
+
+def with_part(part: str) -> list[str]:
+    """The frameworks that have ``part``, in the registry's order."""
+    return [n for n, i in FRAMEWORKS.items() if part in PARTS and getattr(i, part) is not None]
 
 
 load_plugins()

@@ -27,13 +27,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.data.synthetic import Batch
+from dlbench.frameworks.declaration import Declaration
 from dlbench.measure.profile import ProfileTrace
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
@@ -86,12 +87,16 @@ class OptimizerSpec:
 
 
 class Backend(ABC):
+    #: the framework folder's declaration (``dlbench/frameworks/NAME/__init__.py``); a subclass that sets it
+    #: takes its name, variants, devices, closures and precisions from it: the declaration is their one source
+    declaration: ClassVar[Declaration | None] = None
     name: str = ""
     variants: tuple[str, ...] = ("default",)
     devices: tuple[str, ...] = ("cpu",)
-    #: what the backend can measure; an inference engine declares ("forward",) and the gate then
-    #: checks parameters and forward only
-    scenarios: tuple[str, ...] = ("forward", "gradient", "train_step")
+    #: the closures the backend hands out (dlbench.frameworks.declaration.CLOSURES; scenarios name the ones
+    #: they need, ``Scenario.requires``); an inference engine has ("forward",) and the gate then checks
+    #: parameters and forward only
+    closures: tuple[str, ...] = ("forward", "gradient", "train_step")
     #: import names whose versions are recorded with every result
     packages: tuple[str, ...] = ()
     #: what ``forward`` returns: ``logits`` (the spec's output), or ``probabilities`` for an API that
@@ -106,6 +111,13 @@ class Backend(ABC):
     #: ``lr_t * m / (sqrt(v) + eps)`` with the bias corrections folded into ``lr_t`` (Keras, TensorFlow's
     #: fused op, MXNet, Chainer); the gate's update check holds it to the one it declares
     adamw_eps: str = "corrected"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        d = cls.__dict__.get("declaration")
+        if d is not None:
+            cls.name, cls.variants, cls.devices, cls.precisions = d.name, d.variants, d.devices, d.precisions
+            cls.closures = d.closures
 
     # --- set-up -----------------------------------------------------------------
     @abstractmethod
@@ -144,7 +156,7 @@ class Backend(ABC):
         """One step of ``opt`` per call; making a closure starts a fresh optimiser state (zero momentum
         or moments, step count 0). A backend without ``opt.name`` raises :class:`UnsupportedError`."""
 
-    # --- whole-data-set scenarios (frameworks that cannot time one batch; see dlbench.scenarios) ---
+    # --- whole-data-set closures (frameworks that cannot time one batch; see dlbench.scenarios) ---
     def epoch(self, model: Any, batch: Any, opt: OptimizerSpec) -> Callable[[], Any]:
         """One training epoch over every sample of ``batch`` (a data set of ``batch.size`` samples)."""
         raise UnsupportedError(f"{self.name} times single batches; it has no whole-epoch scenario")

@@ -17,7 +17,7 @@ For one (framework, variant, model), on the model's small input and with the spe
     precision the softmax cross-entropy may also move as far as the forward tolerance lets the
     logits move (:func:`loss_allowed`): the loss check is never stricter than the forward check.
 
-A backend that declares itself forward-only (``scenarios = ("forward",)``, an inference engine such
+A backend that declares itself forward-only (``closures = ("forward",)``, an inference engine such
 as ONNX Runtime, or H2O, which exposes no gradients) gets (a) and (b); it passes on those, with
 ``gradient_error`` None and a reason that says the gradient and loss checks did not apply. A backend
 whose API returns class probabilities only (``output = "probabilities"``, H2O's predict) is compared
@@ -250,7 +250,7 @@ def verify_model(backend: Backend, model_ref: str, variant: str | None = None, d
 
         # (c) gradients and (d) loss, unless the backend is an inference engine or the precision is
         inference_only = get_precision(precision).inference_only
-        forward_only = "gradient" not in backend.scenarios or inference_only
+        forward_only = "gradient" not in backend.closures or inference_only
         if not forward_only:
             _check_gradients(backend, model, placed, spec, weights, batch, seed, res, failures, tol)
             update_tol = update_tolerance(precision, tol.gradient)

@@ -38,9 +38,10 @@ import numpy as np
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks import get_backend
 from dlbench.frameworks.base import UnsupportedError
+from dlbench.frameworks.decoding import Decoder, NotDecodable, check_decodable
 from dlbench.gate import reference
 from dlbench.gate.verify import TOLERANCES, Verdict, _rel
-from dlbench.generation.decoder import Decoder, NotDecodable, check_decodable, greedy, make_decoder
+from dlbench.generation.decoder import greedy, make_decoder
 from dlbench.models import get_model
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights, init_weights

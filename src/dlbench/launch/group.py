@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlbench.core.job import Job, encode
+
 
 @dataclass
 class Proc:
@@ -96,11 +98,11 @@ def cleanup(procs: list[subprocess.Popen], marker: str, grace_s: float = 5.0) ->
     return procs_naming(marker, sessions)
 
 
-def run_group(procs: list[Proc], job: dict[str, Any], job_dir: Path, timeout_s: float, base_env: dict[str, str],
+def run_group(procs: list[Proc], job: Job, job_dir: Path, timeout_s: float, base_env: dict[str, str],
               explain=None, fail_grace_s: float = 20.0) -> GroupOutcome:
     """Write ``job_dir/job.json``, start ``procs``, wait under ``timeout_s``, clean up, and read
     ``job_dir/result.json`` or explain the failure (``explain(job_dir, logs)``)."""
-    (job_dir / "job.json").write_text(json.dumps(job))
+    (job_dir / "job.json").write_text(json.dumps(encode(job)))
     marker = str(job_dir)
     running: list[subprocess.Popen] = []
     logs: list[Path] = []

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlbench.core.job import Job, encode
+from dlbench.core.job import Job, SurveyJob, encode
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
@@ -70,7 +70,9 @@ def _last_error_line(text: str) -> str:
 def run_job(job: Job | dict[str, Any], timeout_s: float, threads: int | None = None, python: str | None = None,
             extra_env: dict[str, str] | None = None) -> JobOutcome:
     """Run ``job`` in ``python -m dlbench.worker``; never raises for what the job does. A plain dict is
-    a survey's job (:func:`dlbench.core.job.encode`)."""
+    a survey's payload (:class:`~dlbench.core.job.SurveyJob`), pinned to ``threads``."""
+    if not isinstance(job, Job):
+        job = SurveyJob(threads=threads, payload=job)
     with tempfile.TemporaryDirectory(prefix="dlbench-job-") as tmp:
         tmpdir = Path(tmp)
         job_path, result_path, log_path = tmpdir / "job.json", tmpdir / "result.json", tmpdir / "log.txt"

@@ -16,8 +16,8 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from dlbench.core.job import Job
 from dlbench.launch.group import GroupOutcome, Proc, exit_reason, explain_errors, killed_by, last_error_line, run_group
 from dlbench.launch.subprocess import thread_env
 
@@ -74,7 +74,7 @@ def torchrun_argv(module: str, args: list[str], node: Node, nnodes: int, endpoin
     return [*argv, "-m", module, *args]
 
 
-def run_agents(module: str, job: dict[str, Any], job_dir: Path, nodes: list[Node], nnodes: int, endpoint: str,
+def run_agents(module: str, job: Job, job_dir: Path, nodes: list[Node], nnodes: int, endpoint: str,
                rdzv_id: str, timeout_s: float, threads: int | None) -> GroupOutcome:
     """One torchrun agent per entry of ``nodes`` (all on this machine; ``nnodes`` counts every
     machine's), under ``timeout_s``; the result is ``job_dir/result.json``."""

@@ -1,6 +1,6 @@
 """A bisection as it is stored (:meth:`dlbench.storage.store.Store.save_bisection`): its settings, the
 releases judged step by step and its outcome. Plain data, read by ``dlbench bisect`` (which runs the
-search, :mod:`dlbench.bisect`) and by the history site, which shows stored bisections."""
+search, :mod:`dlbench.engines.bisect`) and by the history site, which shows stored bisections."""
 
 from __future__ import annotations
 
@@ -60,10 +60,10 @@ class Step:
     against: tuple[str | None, str | None] = (None, None)  # (last good, first bad) measured beside it
 
 
-#: a test of one release against another as a step and the result keep it (dlbench.bisect._test, final_ratio)
+#: a test of one release against another as a step and the result keep it (dlbench.engines.bisect._test, final_ratio)
 TEST: dict[str, Any] = {"ratio": Real, "ci_low": Real, "ci_high": Real, "p": Real, "verdict": str,
                         "processes": tuple[int, int], "median_ms": tuple[Real, Real]}
-#: a bisection's result (dlbench.bisect): what the listing, the summary and the site read
+#: a bisection's result (dlbench.engines.bisect): what the listing, the summary and the site read
 RESULT: dict[str, Any] = {"first_bad": str, "last_good": str, "candidates": list[str], "message": str,
                           "skipped": list[dict[str, str]], "environments_built": int, "not_installable": list[str]}
 

@@ -6,9 +6,9 @@ cells.csv (the rows of ``dlbench export``)."""
 from __future__ import annotations
 
 import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dlbench.core.errors import UsageError
 from dlbench.core.outputs import OutputDir
@@ -34,29 +34,16 @@ class ReportFiles:
     skipped: list[Skipped] = field(default_factory=list)
 
 
-def load_survey(path: str | Path) -> dict:
-    """A saved survey: ``survey.json`` as ``dlbench survey --out DIR`` writes it, or that DIR."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "survey.json"
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read survey {p}: {getattr(exc, 'strerror', None) or exc}") from None
-    if not isinstance(data, dict) or "features" not in data or "frameworks" not in data:
-        raise UsageError(f"{p} is not a dlbench survey (write one with `dlbench survey --out DIR`)")
-    from dlbench.report.html import render_survey
-    from dlbench.survey.tables import markdown
+@dataclass(frozen=True)
+class Appendix:
+    """A part another command rendered for the end of the report, in both formats (``dlbench report
+    --survey``: the survey, :func:`dlbench.survey.output.appendix`); the report does not read it."""
 
-    try:  # rendering reads every field the report shows: a hand-made file missing one fails here, as bad input
-        markdown(data)
-        render_survey(data)
-    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
-        raise UsageError(f"{p} is not a readable dlbench survey ({type(exc).__name__}: {exc})") from None
-    return data
+    markdown: str
+    html: list[Any]
 
 
-def write_report(res: RunResults, out: str | Path | None = None, survey: dict | None = None,
+def write_report(res: RunResults, out: str | Path | None = None, appendix: Appendix | None = None,
                  db: str | Path | None = None) -> ReportFiles:
     """``db``: the database the run was read from; no file of the report may overwrite it. Every file
     is rendered and its path checked before the first is written (:class:`~dlbench.core.outputs.OutputDir`:
@@ -71,13 +58,12 @@ def write_report(res: RunResults, out: str | Path | None = None, survey: dict | 
     plots, skipped = make_plots(res, (precision.speed_error, versions.trend_plots, registry.report_plots))
     plot_files = {p.name: f"plots/{p.name}.svg" for p in plots}
     md = render_markdown(content, plots, skipped, plot_files)
-    if survey:
-        from dlbench.survey.tables import markdown as survey_markdown
-
-        md += "\n" + survey_markdown(survey).replace("# dlbench survey", "## Survey", 1)
+    if appendix:
+        md += "\n" + appendix.markdown
     csv = io.StringIO()
     write_csv(res, csv)
-    written = OutputDir(out, db=db).write({"index.html": render_report(content, plots, skipped, survey),
+    html = render_report(content, plots, skipped, appendix.html if appendix else ())
+    written = OutputDir(out, db=db).write({"index.html": html,
                                            "report.md": md, "cells.csv": csv.getvalue(),
                                            **{plot_files[p.name]: p.svg for p in plots}})
     return ReportFiles(out, *written[:3], plots=written[3:], skipped=skipped)

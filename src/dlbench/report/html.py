@@ -121,7 +121,8 @@ def plot_figure(p: Plot) -> Markup:
 
 # --- the run report --------------------------------------------------------------------------------
 def render_report(content: ReportContent, plots: list[Plot], skipped: list[Skipped],
-                  survey: dict | None = None) -> str:
+                  appendix: Iterable[Any] = ()) -> str:
+    """The run's page; ``appendix``: body elements another command rendered for its end (the survey)."""
     run_id = content.run["id"]
     body: list[Any] = [el("h1", f"dlbench report: run {run_id}")]
     body += [el("h2", "Environment"), kv_table(content.environment)]
@@ -162,32 +163,8 @@ def render_report(content: ReportContent, plots: list[Plot], skipped: list[Skipp
         body.append(el("ul", [el("li", el("code", key), ": ", w) for key, w in content.warnings], class_="warnings"))
     else:
         body.append(el("p", "None."))
-    if survey:
-        body += survey_section(survey)
+    body += list(appendix)
     return page(f"dlbench report {run_id}", *body)
-
-
-# --- the survey ----------------------------------------------------------------------------------
-def survey_section(data: dict) -> list[Any]:
-    """The qualitative survey (``dlbench survey``) as report body elements: feature matrix with what
-    ran, then API coverage, model zoo, setup and popularity."""
-    from dlbench.survey.tables import FEATURE_LEGEND, feature_matrices, sections, what_ran
-
-    body: list[Any] = [el("h2", "Survey"),
-                       el("p", f"From `dlbench survey` on {data.get('date', '?')}: {data.get('machine', '')}"),
-                       el("h3", "Feature matrix"), el("p", FEATURE_LEGEND)]
-    for title, heads, rows in feature_matrices(data):
-        body += [el("h4", title), rows_table(heads, rows)]
-    ran = what_ran(data)
-    if ran:
-        body += [el("h4", "What ran"), el("ul", [el("li", el("strong", w), f" {v}: {what}") for w, v, what in ran])]
-    for title, heads, rows in sections(data):
-        body += [el("h3", title), rows_table(heads, rows)]
-    return body
-
-
-def render_survey(data: dict) -> str:
-    return page(f"dlbench survey {data.get('date', '')}", el("h1", "dlbench survey"), *survey_section(data)[1:])
 
 
 # --- the comparison -------------------------------------------------------------------------------

@@ -166,7 +166,7 @@ def index_html(groups: list[Group], runs: list, bisections: list, title: str) ->
     if bisections:
         body.append(el("h2", "Bisections"))
         rows = []
-        for b in bisections:  # as stored by dlbench.bisect (Bisection.to_dict)
+        for b in bisections:  # as stored by dlbench.engines.bisect (Bisection.to_dict)
             s, r = b["settings"], b["result"]
             ratio = r.get("ratio") or {}
             figure = (f"{s['model']}: the gate" if s.get("gate") else

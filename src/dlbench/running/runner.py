@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,16 @@ from dlbench.core.job import PeakJob, VerifyJob
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.core.precision import unsupported as precision_unsupported
 from dlbench.data import DataError, adapt, list_datasets, load_dataset
-from dlbench.envs import ondemand
-from dlbench.frameworks import framework_info, installed_version
+from dlbench.frameworks import framework_info, installed_version, ondemand
+from dlbench.frameworks.ondemand import BuildEstimate, estimate_builds
 from dlbench.launch.subprocess import run_job, thread_env
 from dlbench.measure import environment, peak, reuse
 from dlbench.measure.cost import PARTS, cell_cost
 from dlbench.measure.peak import describe, setters
 from dlbench.models import get_model, hf_checkpoint
 from dlbench.planning import resolve
+from dlbench.planning.estimate import Estimate
+from dlbench.planning.history import load_history
 from dlbench.planning.plan import Cell, Suite, expand, suite_from_dict
 from dlbench.running.ray import RayLauncher
 from dlbench.scenarios import registry
@@ -98,6 +101,105 @@ def check_data(suite: Suite, cells: list[Cell]) -> None:
         largest = max(c.batch for c in cells if c.model == model and c.data == data)
         if dataset.num_batches(largest) < 1:
             raise UsageError(f"data set {data} has too few samples for batch {largest} of {model}")
+
+
+# --- the plan: computed once, before anything is written ---------------------------------------------
+@dataclass
+class RunPlan:
+    """A run as planned before anything is written (:func:`plan_new`, :func:`plan_resume`; the API's
+    :func:`dlbench.api.plan`): ``dlbench run --dry-run`` prints it and :func:`start` / :func:`resume`
+    measure it, so both see the same cells, kept gates and estimate. The estimate, the kept gates and
+    the environments to build are worked out when first read (a run through the API reads none)."""
+
+    suite: Suite  # validated; for a resume, the stored one
+    frameworks: list[str]  # the suite's, resolved
+    cells: list[Cell]  # every cell of the suite
+    todo: list[Cell]  # those still to measure (a resume: those not stored yet)
+    db: Path
+    resume: str | None = None  # the stored run this plan finishes
+
+    @property
+    def stored(self) -> int:
+        return len(self.cells) - len(self.todo)
+
+    @property
+    def measured(self) -> list[str]:
+        """The scenarios the run measures: the suite's and those a framework stands in with."""
+        return sorted(set(self.suite.scenarios) | {c.scenario for c in self.cells})
+
+    @cached_property
+    def kept_gates(self) -> frozenset[tuple[str, ...]]:
+        return kept_gates(self.todo, self.suite.optimizer.name)
+
+    @cached_property
+    def estimate(self) -> Estimate:
+        """How long the cells to measure take (:mod:`dlbench.planning.estimate`), knowing what this
+        machine measured before and which gates it kept."""
+        return Estimate(self.suite, self.todo, epoch_samples(self.suite, self.todo), load_history(self.db),
+                        verified=self.kept_gates)
+
+    @cached_property
+    def builds(self) -> list[BuildEstimate]:
+        """The environments the run builds first (a pinned release without one)."""
+        return estimate_builds([c.framework for c in self.todo])
+
+    @property
+    def seconds(self) -> float:
+        """The whole estimate: machine peak and gate, the cells, the environments to build."""
+        return self.estimate.setup() + self.estimate.remaining(self.todo) + sum(b.seconds or 0 for b in self.builds)
+
+    def left_out(self, name: str) -> str:
+        """A line naming the installed frameworks a suite of ``frameworks: installed`` leaves out
+        (``installed_except``) and how to include them in suite ``name`` (as given to --suite); empty
+        when it leaves none out."""
+        suite = self.suite
+        if suite.frameworks != "installed":
+            return ""
+        out = [f for f in resolve.installed() if f in suite.installed_except]
+        if not out:
+            return ""
+        every = ",".join(resolve.suite_frameworks(suite) + out)
+        what = f" ({suite.description.strip()})" if suite.description.strip() else ""
+        return (f"the {suite.name} suite{what} leaves out installed {', '.join(out)}; to include them, "
+                f"name every framework: dlbench run --suite {name} --framework {every}")
+
+
+def plan_new(suite: Suite, db: str | Path = DEFAULT_DB) -> RunPlan:
+    """A new run of ``suite``: validated against the registries and expanded (raises UsageError)."""
+    frameworks, cells = plan_cells(suite)
+    return RunPlan(suite, frameworks, cells, cells, Path(db))
+
+
+def plan_resume(run_id: str, db: str | Path = DEFAULT_DB) -> RunPlan:
+    """The stored run ``run_id`` as it was stored, its cells not stored yet still to measure. Refused
+    (UsageError): a run stored before a bound was added that holds a value the suite model now refuses,
+    and a database with damage other than a dead driver's lease (the resume takes that over)."""
+    store = Store(db, create=False)
+    try:
+        run = store.get_run(run_id)
+        if damage := [n for n in store.damage if not Store.is_lease_note(n)]:
+            raise UsageError(f"run {run_id} cannot be resumed: {damage[0]}")
+        suite = suite_from_dict(run["suite"], f"run {run_id}")
+        done = store.done_keys(run_id)
+    finally:
+        store.close()
+    frameworks, cells = plan_cells(suite)
+    return RunPlan(suite, frameworks, cells, [c for c in cells if c.key not in done], Path(db), run_id)
+
+
+def epoch_samples(suite: Suite, cells: list[Cell]) -> dict[str, int]:
+    """Training samples of each real data set the cells use (what a training epoch costs, for the estimate):
+    a token stream's are its windows of the model's sequence length, not its tokens."""
+    out = {}
+    for c in cells:
+        if c.data == "synthetic" or c.data in out:
+            continue
+        try:
+            ds = load_dataset(c.data, suite.data_dir, "train")
+        except DataError:
+            continue  # plan_cells has checked it; a guess stands in
+        out[c.data] = len(ds) // get_model(c.model).input.shape[0] if ds.kind == "stream" else len(ds)
+    return out
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -378,46 +480,47 @@ def measure_cell(cell: Cell, ctx: Context, verdict: dict[str, Any]) -> CellOutco
     return outcome if outcome is not None else registry.get(cell.scenario).measure(cell, ctx)
 
 
-def start(suite: Suite, db: str | Path = DEFAULT_DB, argv: list[str] | None = None,
-          progress: Progress = _quiet) -> RunHandle:
-    """Validate, create the run, and measure it."""
-    frameworks, cells = plan_cells(suite)
-    resolved = resolve.canonical_models(suite).model_copy(update={"frameworks": frameworks})
-    store = Store(db)
+def start(plan: RunPlan, argv: list[str] | None = None, progress: Progress = _quiet) -> RunHandle:
+    """Create the run ``plan`` describes (:func:`plan_new`) and measure it."""
+    resolved = resolve.canonical_models(plan.suite).model_copy(update={"frameworks": plan.frameworks})
+    store = Store(plan.db)
     try:
-        run_id = store.create_run(suite.name, resolved.model_dump(), argv)
+        run_id = store.create_run(plan.suite.name, resolved.model_dump(), argv)
         with _run(store, run_id, progress) as progress:
-            _version_envs(store, run_id, cells, frameworks, progress)
+            _version_envs(store, run_id, plan.cells, plan.frameworks, progress)
             progress("phase", text="environment")
-            store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
-            execute(store, run_id, resolved, cells, progress)
+            store.save_environment(run_id, environment.capture({f: installed_version(f) for f in plan.frameworks}))
+            execute(store, run_id, resolved, plan.cells, progress)
     finally:
         store.close()
-    return RunHandle(run_id, Path(db), len(cells))
+    return RunHandle(run_id, plan.db, len(plan.cells))
 
 
-def resume(run_id: str, db: str | Path = DEFAULT_DB, progress: Progress = _quiet) -> RunHandle:
-    """Finish a stored run; refused (UsageError) while the driver measuring it lives, and on a machine
-    other than the one its stored cells were measured on (their times would not compare)."""
-    store = Store(db, create=False)
+def resume(plan: RunPlan, progress: Progress = _quiet) -> RunHandle:
+    """Finish the stored run ``plan`` describes (:func:`plan_resume`); refused (UsageError) while the
+    driver measuring it lives, and on a machine other than the one its stored cells were measured on
+    (their times would not compare)."""
+    run_id = plan.resume
+    if run_id is None:
+        raise ValueError("a plan of a new run is started (runner.start), not resumed")
+    store = Store(plan.db, create=False)
     try:
-        run = store.get_run(run_id)
+        store.get_run(run_id)
         stored = store.environment(run_id)
         if stored:
             changed = environment.machine_differences(environment.machine(stored), environment.this_machine())
             if changed:
                 raise UsageError(f"run {run_id} was measured on another machine ({'; '.join(changed)}): cells "
                                  "measured here would not compare with its stored ones; start a new run")
-        suite = suite_from_dict(run["suite"], f"run {run_id}")
-        frameworks, cells = plan_cells(suite)
         with _run(store, run_id, progress) as progress:
-            _version_envs(store, run_id, cells, frameworks, progress)
+            _version_envs(store, run_id, plan.cells, plan.frameworks, progress)
             if not store.environment(run_id):
-                store.save_environment(run_id, environment.capture({f: installed_version(f) for f in frameworks}))
-            execute(store, run_id, suite, cells, progress)
+                store.save_environment(run_id, environment.capture({f: installed_version(f)
+                                                                    for f in plan.frameworks}))
+            execute(store, run_id, plan.suite, plan.cells, progress)
     finally:
         store.close()
-    return RunHandle(run_id, Path(db), len(cells))
+    return RunHandle(run_id, plan.db, len(plan.cells))
 
 
 @contextmanager

@@ -6,11 +6,12 @@ in one place:
 
 * **cells**: how a cell the suite names expands (``scaling``: one per worker count and exchange),
   its default batch, and what a suite using it must provide (``convergence``: a real data set);
-* **support**: which backend closure a framework must have to run it (``FrameworkInfo.scenarios``);
+* **support**: which backend closure a framework must have to run it (``FrameworkInfo.closures``);
 * **the parent's side** (:meth:`Scenario.measure`): which jobs, in which processes, and how their
   results become a :class:`CellOutcome` (status, raw samples, metrics) for the store;
 * **the measuring process's side** (:meth:`Scenario.work`): what runs inside a fresh worker
-  interpreter for one job;
+  interpreter for one job, given the job and the scenario's settings rebuilt from it
+  (:meth:`Scenario.settings_from`);
 * **settings** (:attr:`Scenario.settings_model`, :attr:`Scenario.flags`): a dataclass (or pydantic
   model) of its own settings, held by a suite file under :attr:`Scenario.section` and validated through
   the registry, and the ``dlbench run`` flags that set its fields; only these travel in its jobs;
@@ -42,6 +43,7 @@ from dlbench.core.cell import Cell
 from dlbench.core.errors import UsageError
 from dlbench.core.job import CellJob, Job
 from dlbench.core.outputs import OutputDir
+from dlbench.core.suite_view import SuiteView  # noqa: F401  (scenarios import it from here)
 from dlbench.frameworks import FrameworkInfo, framework_info
 from dlbench.launch.subprocess import JobOutcome
 from dlbench.measure.adaptive import prior_seconds
@@ -50,6 +52,7 @@ from dlbench.measure.stats import interval_text, summarize
 from dlbench.models import UnknownModelError, get_model
 from dlbench.models.flops import closure_flops_per_sample
 from dlbench.models.spec import ModelSpec
+from dlbench.storage.cell_result import CellOutcome  # noqa: F401  (scenarios import it from here)
 from dlbench.storage.store import Sample
 
 if TYPE_CHECKING:  # annotations only: a measuring process in a framework's own environment has no
@@ -58,22 +61,6 @@ if TYPE_CHECKING:  # annotations only: a measuring process in a framework's own 
     from dlbench.storage.cell_result import CellResult, RunResults
 
 Progress = Callable[..., None]
-
-
-class SuiteView(Protocol):
-    """What a scenario reads of a suite (:class:`dlbench.planning.suite.Suite`). A protocol, so that the
-    scenarios import no suite model: the suite model asks their registry to validate their settings."""
-
-    protocol: Any  # dlbench.planning.suite.ProtocolModel
-    optimizer: Any  # dlbench.planning.suite.OptimizerModel
-    seed: int
-    #: the batch sizes named ("default": each scenario's default batch; a dict: per model)
-    batch_sizes: Any
-    data_dir: str | None
-
-    def settings(self, section: str) -> Any:
-        """A scenario's settings, by its section (:attr:`Scenario.section`)."""
-        ...
 
 
 class JobRunner(Protocol):
@@ -116,22 +103,6 @@ class Shown:
 
 
 @dataclass
-class CellOutcome:
-    """What measuring one cell produced, as the store keeps it."""
-
-    status: str  # ok, failed, timeout, unsupported, not_equivalent
-    reason: str = ""
-    samples: list[Sample] = field(default_factory=list)
-    metrics: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    #: each process started: its wall time and the parts it reported (dlbench.measure.cost), or None
-    processes: list[tuple[float, dict[str, float] | None]] = field(default_factory=list)
-    #: what the cell reused (dlbench.measure.reuse): ``compilation_cache``, ``gate``
-    reused: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class Context:
     """The parent's side of a run, as a scenario's :meth:`Scenario.measure` sees it."""
 
@@ -155,7 +126,7 @@ class Scenario(ABC):
     name: str = ""
     #: one line for ``--help`` and the docs
     description: str = ""
-    #: the backend closure a framework must declare (``FrameworkInfo.scenarios``) to run this scenario
+    #: the backend closure a framework must declare (``FrameworkInfo.closures``) to run this scenario
     #: (``convergence`` and ``scaling`` train: ``train_step``); None: see :meth:`unsupported`
     requires: str | None = None
     #: FLOPs of one call as a multiple of the forward pass: 1.0 a forward; above 1 the call runs a
@@ -215,8 +186,9 @@ class Scenario(ABC):
 
     def unsupported(self, info: FrameworkInfo) -> str | None:
         """Why the framework cannot run this scenario at all (None: it can)."""
-        if self.requires is not None and self.requires not in info.scenarios:
-            return (f"{info.name} supports only the {', '.join(info.scenarios)} scenario(s), not {self.name}")
+        if self.requires is not None and self.requires not in info.closures:
+            needs = "" if self.requires == self.name else f", which {self.name} needs"
+            return f"{info.name} supports only the {', '.join(info.closures)} closure(s), not {self.requires}{needs}"
         return None
 
     # --- the parent's side -------------------------------------------------------------------------
@@ -261,8 +233,19 @@ class Scenario(ABC):
         return p.repeats * (start_s + warmup + sampling)
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: CellJob) -> dict[str, Any]:
-        """What a fresh worker interpreter does for one job of this scenario."""
+    def settings_from(self, job: CellJob) -> Any:
+        """The scenario's settings as its :meth:`work` gets them: an instance of :attr:`settings_model`
+        rebuilt from the job's data (None: the scenario has none). The one place a measuring process
+        rebuilds them, so that no scenario reads its settings as the job's dict."""
+        if self.settings_model is None:
+            return None
+        if dataclasses.is_dataclass(self.settings_model):
+            return self.settings_model(**job.settings)
+        return self.settings_model.model_validate(job.settings)
+
+    def work(self, job: CellJob, settings: Any) -> dict[str, Any]:
+        """What a fresh worker interpreter does for one job of this scenario; ``settings``: its own,
+        :meth:`settings_from` the job (None where it has none)."""
         raise NotImplementedError(f"the {self.name} scenario starts no worker job of its own")
 
     # --- results --------------------------------------------------------------------------------

@@ -39,9 +39,9 @@ class Compile(Scenario):
     updates = True  # train_step's first call
 
     def unsupported(self, info: FrameworkInfo) -> str | None:
-        if not set(info.scenarios) & set(CLOSURES):
+        if not set(info.closures) & set(CLOSURES):
             return (f"{info.name} has no per-batch closure whose first call the compile scenario could time "
-                    f"(it measures {', '.join(info.scenarios)})")
+                    f"(it measures {', '.join(info.closures)})")
         return None
 
     def measure(self, cell, ctx: Context) -> CellOutcome:
@@ -84,10 +84,10 @@ class Compile(Scenario):
 
     def estimate(self, cell, suite, step_s: float, start_s: float, epoch_samples: int) -> float:
         """A cold and a warm process per closure the framework has, per repeat."""
-        closures = len(set(framework_info(cell.framework).scenarios) & set(CLOSURES))
+        closures = len(set(framework_info(cell.framework).closures) & set(CLOSURES))
         return suite.protocol.repeats * closures * 2 * (start_s + step_s)
 
-    def work(self, job: CellJob) -> dict[str, Any]:
+    def work(self, job: CellJob, settings: None) -> dict[str, Any]:
         """First-call wall time of each of the job's ``closures`` in this process, and of compile work
         done in build when its ``build_compile``."""
         p = prepare(job)
@@ -98,7 +98,7 @@ class Compile(Scenario):
         build_ns = time.perf_counter_ns() - t0
         first = dict(backend.build_compile_ns(model)) if job.extra["build_compile"] else {}
         # what the backend cannot do at all is said for every closure, so the parent starts no process for it
-        unsupported = {s: f"{backend.name} does not support {s}" for s in CLOSURES if s not in backend.scenarios}
+        unsupported = {s: f"{backend.name} does not support {s}" for s in CLOSURES if s not in backend.closures}
         for closure in job.extra["closures"]:
             if closure in unsupported:
                 continue

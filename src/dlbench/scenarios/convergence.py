@@ -203,13 +203,12 @@ class Convergence(Scenario):
         steps = self.settings_of(suite).epochs * -(-epoch_samples // cell.batch)
         return suite.protocol.repeats * (start_s + steps * step_s)
 
-    def work(self, job: CellJob) -> dict[str, Any]:
+    def work(self, job: CellJob, settings: ConvergenceSettings) -> dict[str, Any]:
         """Train on the real data set for the configured epochs; curves measured by dlbench itself."""
         backend, readback = backend_for(job)
         spec = get_model(job.cell.model)
         train_set = adapt(load_dataset(job.cell.data, job.data_dir, "train"), spec)
         test_set = adapt(load_dataset(job.cell.data, job.data_dir, "test"), spec)
-        settings = ConvergenceSettings(**job.settings)
         config = ConvergenceConfig(epochs=settings.epochs, lr=settings.lr, log_steps=settings.log_steps,
                                    optimizer=job.optimizer)
         try:

@@ -42,14 +42,8 @@ import numpy as np
 from dlbench.core.errors import UsageError
 from dlbench.core.job import CellJob
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.generation.decoder import (
-    NotDecodable,
-    check_decodable,
-    context_length,
-    greedy,
-    make_decoder,
-    unsupported_reason,
-)
+from dlbench.frameworks.decoding import NotDecodable, check_decodable, context_length
+from dlbench.generation.decoder import greedy, make_decoder, unsupported_reason
 from dlbench.measure.cost import WorkClock
 from dlbench.measure.energy import Meter
 from dlbench.measure.memory import current_rss_bytes, peak_rss_bytes
@@ -212,7 +206,7 @@ class Generate(Scenario):
                              "the suite has neither")
 
     def unsupported(self, info: FrameworkInfo) -> str | None:
-        if decoder_class_name(info.name) is None:
+        if info.decoder is None or info.version is not None:  # a pinned release: not run in its environment yet
             return unsupported_reason(info.name)
         return None
 
@@ -281,7 +275,7 @@ class Generate(Scenario):
         per_process = run_in_turn(cell, ctx, jobs, suite.protocol.timeout_s, out)
         if out.status == "unsupported" or not per_process:
             return out
-        out.metrics = figures(cell, per_process, jobs[0].settings, suite.seed)
+        out.metrics = figures(cell, per_process, g, suite.seed)
         out.metrics["generation_gate"] = verdict
         out.metrics["energy"] = [r["energy"] for r in per_process]
         for r, result in enumerate(per_process):
@@ -304,16 +298,15 @@ class Generate(Scenario):
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: CellJob) -> dict[str, Any]:
+    def work(self, job: CellJob, settings: GenerationSettings) -> dict[str, Any]:
         if job.extra["phase"] == "gate":
             from dlbench.generation.gate import verify_generation
 
             c = job.cell
-            backend_for(CellJob(threads=job.threads, cell=replace(c, precision="fp32"), seed=job.seed,
-                                data_dir=job.data_dir, protocol=job.protocol, settings=job.settings))  # threads first
+            backend_for(replace(job, cell=replace(c, precision="fp32")))  # threads first
             return {"gate": verify_generation(c.framework, c.model, c.variant, c.precision, job.seed,
                                               c.device).to_dict()}
-        return measure_generation(job)
+        return measure_generation(job, settings)
 
     # --- results --------------------------------------------------------------------------------
     def analyse(self, res: CellResult, samples: list[Sample], peak: float | None) -> None:
@@ -369,43 +362,36 @@ class Generate(Scenario):
         return Shown(table, figures_rows(res), "generation") if table is not None else None
 
 
-def decoder_class_name(framework: str) -> str | None:
-    """The framework's decoder, named without importing it (the parent may not have the framework)."""
-    from dlbench.generation.decoder import DECODERS
-
-    return DECODERS.get(framework, (None, None))[1]
-
-
-def measure_generation(job: CellJob) -> dict[str, Any]:
+def measure_generation(job: CellJob, g: GenerationSettings) -> dict[str, Any]:
     """One measuring process: the decoder built, one untimed generation, then the timed ones."""
     clock = WorkClock()
-    g, c = job.settings, job.cell
+    c = job.cell
     backend, readback = backend_for(job)
-    spec = generation_spec(c.model, g["prompt"], g["new_tokens"])
+    spec = generation_spec(c.model, g.prompt, g.new_tokens)
     weights = init_weights(spec, job.seed)
     batch, seed = c.batch, job.seed
     clock.mark("prepare_s")
     rss_before = current_rss_bytes()
     t0 = time.perf_counter_ns()
     try:
-        decoder = make_decoder(c.framework, spec, weights, batch, g["prompt"] + g["new_tokens"], c.precision,
+        decoder = make_decoder(c.framework, spec, weights, batch, g.prompt + g.new_tokens, c.precision,
                                c.variant, c.device)
     except (UnsupportedError, NotDecodable) as exc:
         return {"unsupported": str(exc)}
     build_ns = time.perf_counter_ns() - t0
     del weights
     clock.mark("build_s")
-    warm = greedy(decoder, prompts(spec.input.vocab, batch, g["prompt"], seed, g["runs"]), g["new_tokens"])
+    warm = greedy(decoder, prompts(spec.input.vocab, batch, g.prompt, seed, g.runs), g.new_tokens)
     clock.mark("warmup_s")
     runs, truncated = [], False
     meter = Meter(c.device)
     meter.start()  # the window: the timed generations, no warm-up (dlbench.measure.energy)
     deadline = time.perf_counter() + job.protocol["max_time_s"]
-    for r in range(g["runs"]):
-        gen = greedy(decoder, prompts(spec.input.vocab, batch, g["prompt"], seed, r), g["new_tokens"])
+    for r in range(g.runs):
+        gen = greedy(decoder, prompts(spec.input.vocab, batch, g.prompt, seed, r), g.new_tokens)
         runs.append({"ttft_ns": gen.ttft_ns, "tpot_ns": gen.tpot_ns, "tokens": gen.tokens.tolist() if r == 0 else None})
         if time.perf_counter() > deadline:
-            truncated = r + 1 < g["runs"]
+            truncated = r + 1 < g.runs
             break
     meter.stop()
     meter.close()
@@ -415,10 +401,10 @@ def measure_generation(job: CellJob) -> dict[str, Any]:
            "cold_start": cold_start(decoder.info(), build_ns, warm.ttft_ns),
            "peak_rss_bytes": peak_rss_bytes(), "decoder": decoder.info(), "threads_readback": readback,
            "versions": versions(backend),
-           "energy": meter.record(len(runs), batch * g["new_tokens"], "token")}
+           "energy": meter.record(len(runs), batch * g.new_tokens, "token")}
     if "profile" in job.extra:
-        out["profile"] = _profile_steps(backend, decoder, prompts(spec.input.vocab, batch, g["prompt"], seed, 0),
-                                        g["new_tokens"], job.extra["profile"])
+        out["profile"] = _profile_steps(backend, decoder, prompts(spec.input.vocab, batch, g.prompt, seed, 0),
+                                        g.new_tokens, job.extra["profile"])
     return out
 
 
@@ -488,7 +474,7 @@ def _summary(values: list[float], groups: list[int]) -> dict[str, Any]:
     return {"median": s.median, "ci_low": s.ci_low, "ci_high": s.ci_high, "n": s.n, "mean": s.mean}
 
 
-def figures(cell, per_process: list[dict[str, Any]], settings: dict[str, Any], seed: int) -> dict[str, Any]:
+def figures(cell, per_process: list[dict[str, Any]], settings: GenerationSettings, seed: int) -> dict[str, Any]:
     """The cell's figures from its processes' generations (see the module docstring)."""
     ttft, ttft_g, tpot, tpot_g, seq_rate, seq_g = [], [], [], [], [], []
     for r, result in enumerate(per_process):
@@ -497,14 +483,14 @@ def figures(cell, per_process: list[dict[str, Any]], settings: dict[str, Any], s
             ttft_g.append(r)
             tpot += [v / 1e6 for v in run["tpot_ns"]]
             tpot_g += [r] * len(run["tpot_ns"])
-            seq_rate.append(settings["new_tokens"] / ((run["ttft_ns"] + sum(run["tpot_ns"])) / 1e9))
+            seq_rate.append(settings.new_tokens / ((run["ttft_ns"] + sum(run["tpot_ns"])) / 1e9))
             seq_g.append(r)
     tpot_summary = _summary(tpot, tpot_g) if tpot else {"median": None, "ci_low": None, "ci_high": None, "n": 0}
     per_seq = _summary(seq_rate, seq_g)
     first = per_process[0]
     return {
         "generation": {
-            "settings": {k: settings[k] for k in ("prompt", "new_tokens", "runs")},
+            "settings": {"prompt": settings.prompt, "new_tokens": settings.new_tokens, "runs": settings.runs},
             "ttft_ms": _summary(ttft, ttft_g), "tpot_ms": tpot_summary,
             "tokens_per_s_sequence": per_seq,
             "tokens_per_s_total": {k: (v * cell.batch if k in ("median", "ci_low", "ci_high", "mean") else v)

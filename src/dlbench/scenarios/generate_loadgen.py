@@ -31,10 +31,11 @@ import numpy as np
 
 from dlbench.core.job import CellJob
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.generation.decoder import Decoder, NotDecodable, greedy, make_decoder
+from dlbench.frameworks.decoding import Decoder, NotDecodable
+from dlbench.generation.decoder import greedy, make_decoder
 from dlbench.models.weights import init_weights
 from dlbench.scenarios.base import CellOutcome, Context, Shown, SuiteView, run_in_turn
-from dlbench.scenarios.generate import Generate, generation_spec, prompts
+from dlbench.scenarios.generate import Generate, GenerationSettings, generation_spec, prompts
 from dlbench.scenarios.loadgen import parse_summary
 from dlbench.scenarios.loadgen_harness import (
     QueueServer,
@@ -133,19 +134,19 @@ class GenerateLoadGen(Generate):
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: CellJob) -> dict[str, Any]:
+    def work(self, job: CellJob, settings: GenerationSettings) -> dict[str, Any]:
         if job.extra["phase"] == "gate":
-            return super().work(job)
+            return super().work(job, settings)
         lg, missing = import_loadgen()
         if missing is not None:
             return missing
-        g, c = job.settings, job.cell
+        g, c = settings, job.cell
         backend, readback = backend_for(job)
-        spec = generation_spec(c.model, g["prompt"], g["new_tokens"])
+        spec = generation_spec(c.model, g.prompt, g.new_tokens)
         weights = init_weights(spec, job.seed)
-        size, seed, length = c.batch, job.seed, g["prompt"] + g["new_tokens"]
+        size, seed, length = c.batch, job.seed, g.prompt + g.new_tokens
         count = max(SAMPLES, 2 * size) // size * size
-        library = prompts(spec.input.vocab, count, g["prompt"], seed, 0)
+        library = prompts(spec.input.vocab, count, g.prompt, seed, 0)
         try:
             build = {"precision": c.precision, "variant": c.variant, "device": c.device}
             single = make_decoder(c.framework, spec, weights, 1, length, **build)
@@ -153,22 +154,22 @@ class GenerateLoadGen(Generate):
         except (UnsupportedError, NotDecodable) as exc:
             return {"unsupported": str(exc)}
         del weights
-        single_s = _warm(single, library[:1], g["new_tokens"])
-        group_s = _warm(group, library[:size], g["new_tokens"]) if group is not None else single_s
-        settings, meets_rules = _settings(lg, self.mode, g, single_s, size / group_s)
-        sut = _TokenServer(lg, single, group, size, library, g["new_tokens"])
+        single_s = _warm(single, library[:1], g.new_tokens)
+        group_s = _warm(group, library[:size], g.new_tokens) if group is not None else single_s
+        test, meets_rules = _settings(lg, self.mode, g, single_s, size / group_s)
+        sut = _TokenServer(lg, single, group, size, library, g.new_tokens)
         tmp = tempdir()  # LoadGen writes here; what is kept is copied into the cell's folder
         try:
-            run_test(lg, sut, count, settings, tmp)
+            run_test(lg, sut, count, test, tmp)
             if sut.error is not None:
                 raise sut.error
             summary = read_summary(tmp)
         finally:
             kept, lost = keep_logs(tmp, job.extra["outdir"])
-        shown = {**described(settings), "use_token_latencies": True, "ttft_latency_ns": settings.ttft_latency,
-                     "tpot_latency_ns": settings.tpot_latency}
+        shown = {**described(test), "use_token_latencies": True, "ttft_latency_ns": test.ttft_latency,
+                 "tpot_latency_ns": test.tpot_latency}
         return {"summary": summary, "meets_rules": meets_rules, "settings": shown,
-                "generation": {k: g[k] for k in ("prompt", "new_tokens")},
+                "generation": {"prompt": g.prompt, "new_tokens": g.new_tokens},
                 "logs": kept, "logs_lost": lost,
                 "threads_readback": readback, "versions": {**versions(backend), "mlcommons-loadgen": lg_version()}}
 
@@ -204,18 +205,18 @@ def _warm(decoder: Decoder, prompt: np.ndarray, new_tokens: int) -> float:
     return time.perf_counter() - t0
 
 
-def _settings(lg, mode: str, g: dict[str, Any], single_s: float, group_rate: float) -> tuple[Any, bool]:
+def _settings(lg, mode: str, g: GenerationSettings, single_s: float, group_rate: float) -> tuple[Any, bool]:
     """LoadGen's TestSettings in token-latency mode, and whether they keep LoadGen's own rules."""
     s, defaults = base_settings(lg, mode, g)
     s.use_token_latencies = True
-    if g["ttft_ms"] is not None:
-        s.ttft_latency = int(g["ttft_ms"] * 1e6)
-    if g["tpot_ms"] is not None:
-        s.tpot_latency = int(g["tpot_ms"] * 1e6)
+    if g.ttft_ms is not None:
+        s.ttft_latency = int(g.ttft_ms * 1e6)
+    if g.tpot_ms is not None:
+        s.tpot_latency = int(g.tpot_ms * 1e6)
     s.offline_expected_qps = max(group_rate, 0.1)
     # LoadGen's peak search starts from a rate that meets the bounds: a tenth of one stream's rate
-    share = 0.1 if g["find_peak"] else 0.5
-    s.server_target_qps = g["qps"] if g["qps"] is not None else max(share / single_s, 0.1)
+    share = 0.1 if g.find_peak else 0.5
+    s.server_target_qps = g.qps if g.qps is not None else max(share / single_s, 0.1)
     return s, meets_rules(s, defaults)
 
 

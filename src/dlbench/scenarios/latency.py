@@ -17,7 +17,7 @@ Every framework with a ``forward`` closure runs it; nothing per framework.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dlbench.core.job import CellJob
@@ -126,7 +126,7 @@ class Latency(Scenario):
 
         def job(calls: int | None) -> CellJob:
             j = self.job(cell, suite)
-            j.calls = calls
+            j = replace(j, calls=calls)
             return j
 
         # with --target-ci the target is on the p99 of a process's calls (each needs 1,000 for one)
@@ -162,7 +162,7 @@ class Latency(Scenario):
         return out
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: CellJob) -> dict[str, Any]:
+    def work(self, job: CellJob, settings: ServingSettings) -> dict[str, Any]:
         clock = WorkClock()
         p = prepare(job)
         backend = p.backend
@@ -176,7 +176,7 @@ class Latency(Scenario):
         del p.weights
         clock.mark("build_s")
         protocol = job.protocol
-        calls_wanted = ServingSettings(**job.settings).latency_calls if job.calls is None else job.calls
+        calls_wanted = settings.latency_calls if job.calls is None else job.calls
         warmup = [_call(fn, backend.sync) for _ in range(max(protocol["warmup"], 1))]
         clock.mark("warmup_s")
         calls: list[float] = []

@@ -37,7 +37,7 @@ class Layers(Scenario):
     in_summary = False
 
     def cells(self, cell: Cell, suite: SuiteView) -> list[Cell]:
-        has = framework_info(cell.framework).scenarios
+        has = framework_info(cell.framework).closures
         parts = split(get_model(cell.model))
         out = []
         for scenario in (s for s in TIMED if s in has):

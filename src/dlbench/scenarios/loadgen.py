@@ -214,7 +214,7 @@ class LoadGen(Scenario):
         return ", ".join(parts)
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: CellJob) -> dict[str, Any]:
+    def work(self, job: CellJob, settings: ServingSettings) -> dict[str, Any]:
         lg, missing = import_loadgen()
         if missing is not None:
             return missing
@@ -235,18 +235,18 @@ class LoadGen(Scenario):
         warm = max(job.protocol["warmup"], 1)
         single_s = _warm(singles, backend.sync, warm)
         group_s = _warm(groups, backend.sync, warm) if groups else single_s
-        settings, meets_rules = _settings(lg, {**job.settings, "mode": self.mode}, single_s, size / group_s)
+        test, meets_rules = _settings(lg, self.mode, settings, single_s, size / group_s)
         del p.batch  # only the QSL's samples are served
         sut = _Server(lg, singles, groups, size, backend.sync)
         tmp = tempdir()  # LoadGen writes here; what is kept is copied into the cell's folder
         try:
-            run_test(lg, sut, count, settings, tmp)
+            run_test(lg, sut, count, test, tmp)
             summary = read_summary(tmp)
-            floor_summary = _floor(lg, settings, count, size, str(Path(tmp) / "floor")) if job.extra["floor"] else None
+            floor_summary = _floor(lg, test, count, size, str(Path(tmp) / "floor")) if job.extra["floor"] else None
         finally:
             kept, lost = keep_logs(tmp, job.extra["outdir"])
         return {"summary": summary, "floor_summary": floor_summary, "meets_rules": meets_rules,
-                "settings": described(settings), "logs": kept, "logs_lost": lost,
+                "settings": described(test), "logs": kept, "logs_lost": lost,
                 "threads_readback": p.readback, "versions": {**versions(backend), "mlcommons-loadgen": lg_version()}}
 
     # --- results --------------------------------------------------------------------------------
@@ -338,14 +338,14 @@ def _warm(closures: list, sync, calls: int) -> float:
     return float(np.median(times))
 
 
-def _settings(lg, opts: dict[str, Any], single_s: float, group_rate: float) -> tuple[Any, bool]:
-    """LoadGen's TestSettings for the cell, and whether they keep LoadGen's own rules."""
-    s, defaults = base_settings(lg, opts["mode"], opts)
+def _settings(lg, mode: str, settings: ServingSettings, single_s: float, group_rate: float) -> tuple[Any, bool]:
+    """LoadGen's TestSettings for the cell in ``mode``, and whether they keep LoadGen's own rules."""
+    s, defaults = base_settings(lg, mode, settings)
     s.single_stream_expected_latency_ns = max(int(single_s * 1e9), 1)
     s.offline_expected_qps = max(group_rate, 1.0)
-    s.server_target_qps = opts["qps"] if opts["qps"] is not None else max(0.5 / single_s, 1.0)
-    if opts["p99_ms"] is not None:
-        s.server_target_latency_ns = int(opts["p99_ms"] * 1e6)
+    s.server_target_qps = settings.qps if settings.qps is not None else max(0.5 / single_s, 1.0)
+    if settings.p99_ms is not None:
+        s.server_target_latency_ns = int(settings.p99_ms * 1e6)
     return s, meets_rules(s, defaults)
 
 

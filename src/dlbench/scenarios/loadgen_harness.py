@@ -12,7 +12,7 @@ import shutil
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dlbench.core.errors import UsageError
 from dlbench.core.outputs import OutputDir
@@ -31,17 +31,26 @@ def import_loadgen() -> tuple[Any, dict[str, str] | None]:
     return lg, None
 
 
-def base_settings(lg, mode: str, opts: dict[str, Any]) -> tuple[Any, tuple[int, int]]:
+class RunLength(Protocol):
+    """What both LoadGen scenarios' settings say of a test's mode and length (``ServingSettings``,
+    ``GenerationSettings``)."""
+
+    find_peak: bool
+    min_duration_s: float | None
+    min_queries: int | None
+
+
+def base_settings(lg, mode: str, length: RunLength) -> tuple[Any, tuple[int, int]]:
     """LoadGen's TestSettings for ``mode`` with the run's mode and length (``find_peak``,
     ``min_duration_s``, ``min_queries``) set, and LoadGen's own minimum duration and query count."""
     s = lg.TestSettings()
     s.scenario = getattr(lg.TestScenario, mode)
-    s.mode = lg.TestMode.FindPeakPerformance if opts["find_peak"] else lg.TestMode.PerformanceOnly
+    s.mode = lg.TestMode.FindPeakPerformance if length.find_peak else lg.TestMode.PerformanceOnly
     defaults = s.min_duration_ms, s.min_query_count
-    if opts["min_duration_s"] is not None:
-        s.min_duration_ms = int(opts["min_duration_s"] * 1000)
-    if opts["min_queries"] is not None:
-        s.min_query_count = opts["min_queries"]
+    if length.min_duration_s is not None:
+        s.min_duration_ms = int(length.min_duration_s * 1000)
+    if length.min_queries is not None:
+        s.min_query_count = length.min_queries
     return s, defaults
 
 

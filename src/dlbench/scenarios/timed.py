@@ -34,6 +34,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ class Timed(Scenario):
             if first and profiled:
                 j.extra["profile"] = {"calls": suite.protocol.profile_calls, "outdir": str(outdir)}
             first = False
-            j.calls = calls
+            j = replace(j, calls=calls)
             return j
 
         per_repeat, adaptive = run_processes(cell, ctx, out, job, lambda r: r["timing"]["samples_ns"],
@@ -178,13 +179,13 @@ class Timed(Scenario):
         return metrics
 
     # --- the measuring process's side -----------------------------------------------------------
-    def work(self, job: CellJob) -> dict[str, Any]:
+    def work(self, job: CellJob, settings: None) -> dict[str, Any]:
         """Time the closure under the protocol; report memory, thread read-back and first call."""
         clock = WorkClock()
         p = prepare(job)
         backend, device = p.backend, job.cell.device
         clock.mark("prepare_s")
-        if self.name not in backend.scenarios:
+        if self.requires not in backend.closures:
             return {"unsupported": f"{backend.name} does not support {self.name}"}
         rss_before = current_rss_bytes()
         t0 = time.perf_counter_ns()

@@ -2,7 +2,9 @@
 and a run of them (:class:`RunResults`, what the report and a scenario's report section read).
 
 Their own module so the scenarios, which fill and read them, do not import :mod:`dlbench.report.results`
-(which asks the scenario registry to analyse each cell of a run).
+(which asks the scenario registry to analyse each cell of a run). Beside them, what measuring a cell
+produced before it is stored (:class:`CellOutcome`): here, below the scenarios, so an engine a scenario
+drives (``distributed/scaling.py``) returns one without importing ``scenarios/``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.measure.peak import peak_for
 from dlbench.measure.stats import Summary
-from dlbench.storage.store import CellRecord
+from dlbench.storage.store import CellRecord, Sample
 
 
 @dataclass
@@ -113,3 +115,19 @@ class RunResults:
                                    "precision": k[4], **v}
                                   for k, v in self.verifications.items()],
                 "cells": [c.to_dict() for c in self.cells]}
+
+
+@dataclass
+class CellOutcome:
+    """What measuring one cell produced, as the store keeps it."""
+
+    status: str  # ok, failed, timeout, unsupported, not_equivalent
+    reason: str = ""
+    samples: list[Sample] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    #: each process started: its wall time and the parts it reported (dlbench.measure.cost), or None
+    processes: list[tuple[float, dict[str, float] | None]] = field(default_factory=list)
+    #: what the cell reused (dlbench.measure.reuse): ``compilation_cache``, ``gate``
+    reused: dict[str, Any] = field(default_factory=dict)

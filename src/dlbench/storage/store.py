@@ -73,7 +73,7 @@ LEASES = """CREATE TABLE IF NOT EXISTS leases (
     run_id TEXT PRIMARY KEY REFERENCES runs(id), pid INTEGER NOT NULL, host TEXT NOT NULL, token TEXT NOT NULL,
     heartbeat REAL NOT NULL)"""
 
-#: ``dlbench bisect``'s bisections (dlbench.bisect): settings and state as JSON, saved after every step so an
+#: ``dlbench bisect``'s bisections (dlbench.engines.bisect): settings and state as JSON, saved after every step so an
 #: interrupted one resumes. Made when the first is saved; no schema version of its own (a database without
 #: the table simply holds none, and an older dlbench ignores it)
 BISECTIONS = """CREATE TABLE IF NOT EXISTS bisections (
@@ -537,7 +537,7 @@ class Store:
         per run, made by whoever writes the first file, removed with nothing else."""
         return self.path.parent / "artifacts" / run_id
 
-    # --- bisections (dlbench.bisect) ------------------------------------------------------------
+    # --- bisections (dlbench.engines.bisect) ------------------------------------------------------------
     def save_bisection(self, bisection_id: str, started_at: float, status: str, data: dict) -> None:
         with self.conn:
             self.conn.execute(BISECTIONS)

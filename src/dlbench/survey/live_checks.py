@@ -111,7 +111,7 @@ def check_checkpoint(target: Target, timeout: float = 600) -> dict:
             if res is None:
                 return _result("failed", what, runs, f"{phase}: {err}")
             runs[phase] = res
-        from dlbench.survey.probes.common import compare_params
+        from dlbench.frameworks.probing import compare_params
 
         params = compare_params(runs["uninterrupted"]["params_file"], runs["resume"]["params_file"])
     half = TRAIN_STEPS // 2

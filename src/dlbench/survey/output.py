@@ -1,7 +1,8 @@
 """``dlbench survey --out DIR``: the survey's tables written as files, in Markdown, CSV, JSON and
 HTML (the HTML through the report's renderer, so both pages look alike). Nothing is written over
 a database or through a symbolic link (:class:`dlbench.core.outputs.OutputDir`), and every path is checked
-before the survey runs."""
+before the survey runs. And read back: a saved survey as the appendix of a run's report
+(``dlbench report --survey DIR``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 
 from dlbench.core.errors import UsageError
 from dlbench.core.outputs import OutputDir
-from dlbench.report.html import render_survey
+from dlbench.report.build import Appendix
+from dlbench.survey.html import render_survey, survey_section
 from dlbench.survey.tables import TABLES, TITLES, _csv, _md, features_md, markdown
 
 FILES = ("survey.md", "survey.html", "survey.json", "api_coverage.json",
@@ -37,3 +39,27 @@ def write(data: dict, out: Path) -> list[Path]:
         files[f"{name}.csv"] = _csv(heads, rows)
         files[f"{name}.md"] = features_md(data) if name == "features" else f"## {TITLES[name]}\n\n" + _md(heads, rows)
     return OutputDir(out).write(files)
+
+
+def load_survey(path: str | Path) -> dict:
+    """A saved survey: ``survey.json`` as ``dlbench survey --out DIR`` writes it, or that DIR."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "survey.json"
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read survey {p}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not isinstance(data, dict) or "features" not in data or "frameworks" not in data:
+        raise UsageError(f"{p} is not a dlbench survey (write one with `dlbench survey --out DIR`)")
+    try:  # rendering reads every field the report shows: a hand-made file missing one fails here, as bad input
+        markdown(data)
+        render_survey(data)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        raise UsageError(f"{p} is not a readable dlbench survey ({type(exc).__name__}: {exc})") from None
+    return data
+
+
+def appendix(data: dict) -> Appendix:
+    """The survey as the last section of a run's report (``dlbench report --survey``)."""
+    return Appendix(markdown=markdown(data).replace("# dlbench survey", "## Survey", 1), html=survey_section(data))

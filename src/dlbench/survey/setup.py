@@ -19,15 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dlbench.envs.ondemand import du
+from dlbench.frameworks.ondemand import du
 from dlbench.survey.catalog import Target, features_data, installed_distribution
 
 SRC = Path(__file__).resolve().parents[1]  # src/dlbench
-#: where dlbench's distributed code for a framework may live (first match wins)
-DISTRIBUTED_PATTERNS = ("distributed/{fw}.py", "distributed/{fw}_*.py", "distributed/{fw}/*.py",
-                        "frameworks/{fw}_distributed.py", "frameworks/{fw}_dist*.py", "launch/{fw}_dist*.py")
-#: short names the distributed modules use (distributed/tf_dp.py is TensorFlow's)
-SHORT_NAMES = {"tensorflow": "tf"}
 #: what to import when timing the import, and environment it needs
 IMPORTS = {"jax": "import jax, flax.nnx, optax", "keras": "import keras"}
 IMPORT_ENV = {"keras": {"KERAS_BACKEND": "jax"}}
@@ -119,13 +114,13 @@ def measure_target(target: Target, timeout: float = 1800) -> dict[str, Any]:
 
 
 def conversion_effort(framework: str, src: Path = SRC) -> dict[str, Any]:
-    """Lines changed between dlbench's single-worker backend and its distributed code."""
-    single = src / "frameworks" / f"{framework}.py"
-    names = [framework] + ([SHORT_NAMES[framework]] if framework in SHORT_NAMES else [])
-    looked = [p.format(fw=n) for n in names for p in DISTRIBUTED_PATTERNS]
-    dist = next((m for p in looked for m in sorted(src.glob(p)) if m != single), None)
-    if dist is None or not single.exists():
-        return {"status": "not yet implemented in dlbench", "looked_for": [f"src/dlbench/{p}" for p in looked],
+    """Lines changed between dlbench's single-worker backend and its distributed code: the framework
+    folder's ``backend.py`` and its ``dp_worker.py``."""
+    folder = src / "frameworks" / framework
+    single, dist = folder / "backend.py", folder / "dp_worker.py"
+    if not dist.exists() or not single.exists():
+        return {"status": "not yet implemented in dlbench",
+                "looked_for": [f"src/dlbench/{dist.relative_to(src).as_posix()}"],
                 "single": str(single.relative_to(src.parent)) if single.exists() else None}
     a, b = single.read_text().splitlines(), dist.read_text().splitlines()
     diff = list(difflib.unified_diff(a, b, lineterm="", n=3))

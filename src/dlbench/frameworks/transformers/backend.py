@@ -33,7 +33,8 @@ import transformers
 from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import OptimizerSpec, UnsupportedError
-from dlbench.frameworks.torch import TorchBackend
+from dlbench.frameworks.torch.backend import TorchBackend
+from dlbench.frameworks.transformers import DECLARATION
 from dlbench.frameworks.transformers.convert import FORMAT, Writer, convert, load
 from dlbench.gate.hf_transformers import hf_inputs, save_folder
 from dlbench.models.hf_layout import from_hf, layout
@@ -61,11 +62,8 @@ def file_names(spec: ModelSpec) -> dict[str, str]:
 
 
 class TransformersBackend(TorchBackend):
-    name = "transformers"
-    variants = ("sdpa", "eager", "compile")
-    devices = ("cpu",)
+    declaration = DECLARATION
     packages = ("transformers", "torch", "safetensors")
-    precisions = ("fp32", "bf16")
     #: writes the Hugging Face folder (tests plant defects with another writer)
     writer: Writer = staticmethod(save_folder)
 

@@ -35,10 +35,10 @@ from transformers import DynamicCache, StaticCache
 from transformers.generation.streamers import BaseStreamer
 
 from dlbench.frameworks.base import UnsupportedError
+from dlbench.frameworks.decoding import Decoder
+from dlbench.frameworks.decoding import cache_bytes as full_cache_bytes
 from dlbench.frameworks.transformers.convert import FORMAT, Writer, convert, load
 from dlbench.gate.hf_transformers import save_folder
-from dlbench.generation.decoder import Decoder
-from dlbench.generation.decoder import cache_bytes as full_cache_bytes
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 

@@ -1,0 +1,9 @@
+"""OpenVINO, running the torch model's ONNX export (the parts: backend, decoder)."""
+
+from dlbench.frameworks.declaration import Declaration
+
+DECLARATION = Declaration(
+    name="openvino", distribution="openvino", import_name="openvino",
+    description="OpenVINO (Intel's inference engine, from the ONNX export)", requires=("torch", "onnx", "onnxscript"),
+    variants=("default",), devices=("cpu",), closures=("forward",), precisions=("fp32", "bf16"),
+    decoder="decoder:OpenVINODecoder")
