@@ -18,7 +18,7 @@ pytestmark = [requires("transformers"), requires("torch")]
 
 def _swap_qk(spec, weights, folder: Path):
     """The export with the first block's query and key weights swapped (a planted converter defect)."""
-    from dlbench.gate.hf_transformers import save_folder
+    from dlbench.frameworks.transformers.hf_model import save_folder
     from dlbench.models.weights import Weights
 
     params = dict(weights.params)

@@ -36,7 +36,7 @@ from dlbench.frameworks.base import OptimizerSpec, UnsupportedError
 from dlbench.frameworks.torch.backend import TorchBackend
 from dlbench.frameworks.transformers import DECLARATION
 from dlbench.frameworks.transformers.convert import FORMAT, Writer, convert, load
-from dlbench.gate.hf_transformers import hf_inputs, save_folder
+from dlbench.frameworks.transformers.hf_model import hf_inputs, save_folder
 from dlbench.models.hf_layout import from_hf, layout
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights

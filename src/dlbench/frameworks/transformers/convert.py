@@ -1,5 +1,5 @@
 """dlbench's weights as the folder ``transformers`` loads: the Hugging Face folder ``dlbench export-model``
-writes (:func:`dlbench.gate.hf_transformers.save_folder`: the config of the spec, ``model.safetensors``),
+writes (:func:`.hf_model.save_folder`: the config of the spec, ``model.safetensors``),
 read back by the family's own class with ``from_pretrained`` (``dtype``, ``attn_implementation``).
 
 The folder is the runtime's format, so converting is writing it and loading is ``from_pretrained``; both
@@ -25,7 +25,7 @@ import torch
 import transformers
 
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.gate.hf_transformers import CLASSES, family, save_folder
+from dlbench.frameworks.transformers.hf_model import CLASSES, family, save_folder
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 

@@ -38,7 +38,7 @@ from dlbench.frameworks.base import UnsupportedError
 from dlbench.frameworks.decoding import Decoder
 from dlbench.frameworks.decoding import cache_bytes as full_cache_bytes
 from dlbench.frameworks.transformers.convert import FORMAT, Writer, convert, load
-from dlbench.gate.hf_transformers import save_folder
+from dlbench.frameworks.transformers.hf_model import save_folder
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
