@@ -117,13 +117,15 @@ def compare_pair(db: Path, slow_keys: tuple[str, ...] = (), factor: float = 1.3,
 
 
 def generate_cell(store: Store, run_id: str, levels_ms: tuple[float, ...], framework: str = "alpha",
-                  runs: int = 5, new_tokens: int = 4, batch: int = 1) -> None:
+                  runs: int = 5, new_tokens: int = 4, batch: int = 1, convert_s: float | None = None) -> None:
     """A ``generate`` cell stored as :meth:`dlbench.scenarios.generate.Generate.measure` stores one: one
     process per entry of ``levels_ms`` (its TTFT; each later token a tenth of it), ``runs`` generations
-    each, the figures in the metrics and the ttft, tpot and measure samples."""
+    each, the figures in the metrics and the ttft, tpot and measure samples. Each process's cold start:
+    its decoder converted in ``convert_s`` (None: it reports no conversion) and loaded in a tenth of it,
+    its first generation's TTFT twice its level."""
     from types import SimpleNamespace
 
-    from dlbench.scenarios.generate import GenerationSettings, figures
+    from dlbench.scenarios.generate import GenerationSettings, cold_start, figures
 
     rng = np.random.default_rng(len(levels_ms))
     per_process = []
@@ -132,9 +134,10 @@ def generate_cell(store: Store, run_id: str, levels_ms: tuple[float, ...], frame
         for _ in range(runs):
             ttft = level * (1 + 0.01 * rng.standard_normal()) * 1e6
             gens.append({"ttft_ns": ttft, "tpot_ns": [ttft / 10] * (new_tokens - 1), "tokens": [[1] * new_tokens]})
-        per_process.append({"runs": gens, "cache_bytes": 2**20, "decoder": {}, "peak_rss_bytes": 2**28,
+        info = {} if convert_s is None else {"convert_s": convert_s, "convert_cache": "miss", "load_s": convert_s / 10}
+        per_process.append({"runs": gens, "cache_bytes": 2**20, "decoder": info, "peak_rss_bytes": 2**28,
                             "rss_before_build_bytes": 2**27, "build_ns": 1e6, "threads_readback": {},
-                            "versions": {}})
+                            "versions": {}, "cold_start": cold_start(info, 1e6, 2 * level * 1e6)})
     m = figures(SimpleNamespace(batch=batch), per_process, GenerationSettings(prompt=8, new_tokens=new_tokens, runs=runs), 0)
     samples = []
     for r, result in enumerate(per_process):

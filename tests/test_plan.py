@@ -59,9 +59,11 @@ def test_quick_suite_leaves_keras_h2o_and_ctranslate2_out_unless_named(monkeypat
     CTranslate2 (language models only) would have too."""
     from dlbench.planning import flags, resolve
 
-    monkeypatch.setattr(resolve, "installed", lambda: ["torch", "keras", "jax", "mxnet", "h2o", "ctranslate2"])
+    monkeypatch.setattr(resolve, "installed", lambda: ["torch", "keras", "jax", "mxnet", "h2o", "ctranslate2",
+                                                      "transformers"])
     monkeypatch.setattr(resolve, "check_frameworks", lambda names: None)
-    assert resolve.suite_frameworks(flags.build_suite("quick")) == ["torch", "jax", "mxnet"]
+    assert resolve.suite_frameworks(flags.build_suite("quick")) == ["torch", "jax", "mxnet"]  # none builds LeNet
+    assert resolve.suite_frameworks(flags.build_suite("quick", frameworks=["transformers"])) == ["transformers"]
     assert resolve.suite_frameworks(flags.build_suite("quick", frameworks=["keras"])) == ["keras"]
     assert resolve.suite_frameworks(flags.build_suite("quick", frameworks=["h2o"])) == ["h2o"]
     assert resolve.suite_frameworks(flags.build_suite("quick", frameworks=["ctranslate2"])) == ["ctranslate2"]

@@ -267,6 +267,38 @@ def test_a_generate_cells_figures_are_in_every_json_output_and_the_export(tmp_db
     assert r["ttft_ms_processes_disagree"] == "False" and len(r["ttft_ms_process_medians"].split(";")) == 3
 
 
+def test_a_generate_cells_cold_start_is_stored_and_shown_in_show_its_json_and_the_report(tmp_db, tmp_path, capsys,
+                                                                                          wide):
+    """The seconds to convert and load a runtime's model and the first generation's TTFT, each a fresh
+    process's, are figures of the cell: medians over the processes in show's generation table, in
+    ``show --json``'s ``generation`` rows with each process's own, and in the report's cold-start table; a
+    decoder that reports no conversion shows a dash."""
+    from tests.synthetic_runs import generate_cell
+
+    store = Store(tmp_db)
+    run_id = new_run(store, peaks={1: 50.0})
+    generate_cell(store, run_id, (10.0, 12.0, 11.0), framework="alpha", convert_s=3.0)
+    generate_cell(store, run_id, (10.0, 10.1, 9.9), framework="beta")
+    finish(store, run_id)
+    store.close()
+    assert main(["show", "--db", str(tmp_db)]) == 0
+    out = capsys.readouterr().out
+    shown = {line.split("│")[2].strip(): [v.strip() for v in line.split("│")] for line in out.splitlines()
+             if "/eager" in line and line.count("│") > 10}
+    assert shown["alpha/eager"][-5:-1] == ["3.00", "0.300", "22.0", "0"]  # convert s, load s, first TTFT ms, ties
+    assert shown["beta/eager"][-5:-1] == ["–", "–", "20.0", "0"]
+    assert main(["show", "--json", "--db", str(tmp_db)]) == 0
+    rows = {r["framework"]: r for r in json.loads(capsys.readouterr().out)["generation"]}
+    cold = rows["alpha"]["cold_start"]
+    assert (cold["convert_s"], cold["load_s"], cold["cold_ttft_s"]) == pytest.approx((3.0, 0.3, 0.022))
+    assert [p["cold_ttft_s"] for p in cold["processes"]] == pytest.approx([0.02, 0.024, 0.022])
+    assert rows["beta"]["cold_start"]["convert_s"] is None and rows["beta"]["cold_start"]["build_s"] == 1e-3
+    assert rows["alpha"]["ttft_ms"]["median"] == pytest.approx(11.0, rel=0.05)
+    text = write_report(api.results(run_id, tmp_db), tmp_path / "out").markdown.read_text()
+    table = text.split("gpt2: cold start, medians over fresh processes")[1].split("\n\n")[1]
+    assert "first TTFT ms" in table and "3.00" in table and "22.0" in table, table
+
+
 def test_processes_that_disagree_are_shown_as_such_in_every_view(tmp_db, tmp_path, capsys, wide):
     """Two processes, one ten times the other (one ran beside other load): the t interval of one degree
     of freedom spans orders of magnitude. The summary, the generation table, the report, the JSON and

@@ -70,7 +70,14 @@ EXPECTED_UNSUPPORTED: dict[tuple[str, str], str] = {
 }
 
 
+#: frameworks that build only some families, checked on those (every other model is unsupported with the
+#: reason: tests/test_transformers_runtime.py)
+ONLY = {"transformers": list(TRANSFORMERS)}
+
+
 def models_for(framework: str) -> list[str]:
+    if framework in ONLY:
+        return ONLY[framework]
     except_ = os.environ.get("DLBENCH_TEST_ALL_MODELS_EXCEPT", "").split(",")
     if os.environ.get("DLBENCH_TEST_ALL_MODELS") == "1" and framework not in except_:
         return MODELS

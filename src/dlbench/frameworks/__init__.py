@@ -37,7 +37,7 @@ __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "Framew
 BUILTIN = ("torch", "jax", "onnxruntime", "openvino", "tensorflow", "keras",
            # the runtimes people deploy, converted from dlbench's weights (docs/runtimes.md); a folder's name is
            # its framework's with "_" for "-"
-           "ctranslate2", "onnxruntime_genai", "openvino_genai",
+           "transformers", "ctranslate2", "onnxruntime_genai", "openvino_genai",
            # these usually live in a per-framework environment (dlbench envs create NAME), because their
            # pins clash with the main Python's (see dlbench.envs and docs/environments.md)
            "mxnet", "chainer", "pytensor", "paddle", "h2o", "llamacpp")

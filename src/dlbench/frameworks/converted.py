@@ -53,7 +53,7 @@ def root() -> Path:
 
 def weights_key(spec: ModelSpec, weights: Weights) -> str:
     """A digest of the Hugging Face config the spec writes and every canonical array (name, shape, float32 bytes)."""
-    from dlbench.gate.hf_transformers import config
+    from dlbench.frameworks.transformers.hf_model import config
 
     h = hashlib.sha256(config(spec).to_json_string(use_diff=False).encode())
     for name in sorted(weights.params):
@@ -75,7 +75,7 @@ def write_tokenizer(folder: Path, vocab: int) -> None:
 
 def hf_folder(spec: ModelSpec, weights: Weights, folder: Path, tamper: Tamper | None = None) -> Path:
     """``spec`` with ``weights`` as a Hugging Face folder with a tokenizer, ``tamper`` applied last."""
-    from dlbench.gate.hf_transformers import save_folder
+    from dlbench.frameworks.transformers.hf_model import save_folder
 
     save_folder(spec, weights, folder)
     write_tokenizer(folder, json.loads((folder / "config.json").read_text())["vocab_size"])

@@ -30,7 +30,7 @@ from dlbench.models.weights import Weights
 #: blocks of causal attention and an MLP, a final norm, the tied LM head)
 DECODABLE = (L.Embedding, L.PositionEmbedding, L.LayerNorm, L.RMSNorm, L.GELU, L.Dense, L.Dropout,
              L.Attention, L.SwiGLU, L.SkipBlock, L.LMHead)
-#: precisions a decoder builds at unless it declares its own (Decoder.precisions)
+#: precisions a decoder builds at unless its class declares its own (:attr:`Decoder.precisions`)
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -141,7 +141,9 @@ class Decoder(ABC):
         """Bytes the key/value cache holds (allocated once, whatever the position)."""
 
     def info(self) -> dict[str, Any]:
-        """How the decoder was built (recorded with the cell)."""
+        """How the decoder was built (recorded with the cell). A runtime that converts the weights to its
+        format and loads them says how long each took, ``convert_s`` (with ``convert_cache``: ``hit``,
+        ``miss`` or ``off``) and ``load_s``: the generate scenario stores them as the cell's cold start."""
         return {}
 
     def stream(self, prompt: np.ndarray, new_tokens: int) -> Iterator[np.ndarray]:

@@ -17,7 +17,12 @@ prompt 128, 64 new tokens, batch 1 and 4 (a suite's default batch becomes both c
   total (x batch); TTFT and TPOT percentiles pooled over the processes
   (:mod:`dlbench.measure.percentiles`); the cache's bytes and the process's peak resident memory;
   energy per generated token where the machine has counters (:mod:`dlbench.measure.energy`: read
-  around the timed generations, stored raw per process).
+  around the timed generations, stored raw per process);
+* **the cold start** (:func:`cold_start`), each process being a fresh one: the seconds to convert the
+  weights to the runtime's format and to load them (``convert_s``, ``load_s``, as the decoder's
+  ``info()`` reports them; None for a decoder built from the weights in memory), the decoder's whole
+  build (``build_s``) and the first generation's TTFT (``cold_ttft_s``: the untimed warm-up's), medians
+  over the processes with each process's own.
 
 The stored samples: ``ttft`` (one per generation), ``tpot`` (one per later token) and ``measure`` (a
 whole generation's time, so comparisons and plots of per-call times apply). ``--profile`` profiles
@@ -375,10 +380,10 @@ class Generate(Scenario):
         return plots(res)
 
     def show(self, res, db) -> Shown | None:
-        from dlbench.scenarios.generate_report import figures_table
+        from dlbench.scenarios.generate_report import figures_rows, figures_table
 
         table = figures_table(res)
-        return Shown(table) if table is not None else None
+        return Shown(table, figures_rows(res), "generation") if table is not None else None
 
 
 def measure_generation(job: CellJob, g: GenerationSettings) -> dict[str, Any]:
@@ -417,6 +422,7 @@ def measure_generation(job: CellJob, g: GenerationSettings) -> dict[str, Any]:
     clock.mark("timed_s")
     out = {"cost": clock.to_dict(), "runs": runs, "truncated": truncated, "warmup_ns": warm.total_ns, "build_ns": build_ns,
            "cache_bytes": decoder.cache_bytes, "rss_before_build_bytes": rss_before,
+           "cold_start": cold_start(decoder.info(), build_ns, warm.ttft_ns),
            "peak_rss_bytes": peak_rss_bytes(), "decoder": decoder.info(), "threads_readback": readback,
            "versions": versions(backend),
            "energy": meter.record(len(runs), batch * g.new_tokens, "token")}
@@ -466,6 +472,27 @@ def analysed_figures(samples: list[Sample], new_tokens: int, batch: int) -> dict
     return {k: v for k, v in out.items() if v is not None}
 
 
+#: the cold start's figures, in seconds (:func:`cold_start`); the first two are the decoder's ``info()``'s
+COLD_START = ("convert_s", "load_s", "build_s", "cold_ttft_s")
+
+
+def cold_start(info: dict[str, Any], build_ns: float, first_ttft_ns: float) -> dict[str, Any]:
+    """One fresh process's cold start: the conversion and load its decoder reports (``info()``'s
+    ``convert_s``, with ``convert_cache`` where it says whether an earlier conversion was reused, and
+    ``load_s``), the decoder's build as timed here, and the TTFT of the process's first generation."""
+    return {"convert_s": info.get("convert_s"), "convert_cache": info.get("convert_cache"),
+            "load_s": info.get("load_s"), "build_s": build_ns / 1e9, "cold_ttft_s": first_ttft_ns / 1e9}
+
+
+def cold_start_figures(per_process: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cell's cold start: each figure's median over the processes (None where none reported it),
+    and every process's own."""
+    own = [p.get("cold_start", {}) for p in per_process]
+    out: dict[str, Any] = {k: (float(np.median(v)) if (v := [c[k] for c in own if c.get(k) is not None]) else None)
+                           for k in COLD_START}
+    return {**out, "processes": own}
+
+
 def _summary(values: list[float], groups: list[int]) -> dict[str, Any]:
     s = summarize(values, groups=groups)
     return {"median": s.median, "ci_low": s.ci_low, "ci_high": s.ci_high, "n": s.n, "mean": s.mean}
@@ -498,6 +525,7 @@ def figures(cell, per_process: list[dict[str, Any]], settings: GenerationSetting
             "cache_bytes": first["cache_bytes"],
             "tokens": first["runs"][0]["tokens"],
             "decoder": first["decoder"],
+            "cold_start": cold_start_figures(per_process),
         },
         "peak_rss_bytes": max(p["peak_rss_bytes"] for p in per_process),
         "rss_growth_bytes": max(p["peak_rss_bytes"] - p["rss_before_build_bytes"] for p in per_process),

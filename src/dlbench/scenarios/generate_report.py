@@ -27,7 +27,10 @@ INTRO = ("Greedy decoding with a key/value cache (dlbench's decoders, one per fr
          "generation's time, per sequence and x batch. Medians with 95% intervals over the fresh processes in "
          "brackets; percentiles pooled over the processes, refused with fewer than 10 samples above them. Every "
          "cell passed the generation gate (cached logits = recomputed, tokens = the float64 reference's outside "
-         "ties). LoadGen: its token-latency mode's own verdict and figures.")
+         "ties). Cold start, each measuring process a fresh one: the seconds to convert the weights to the "
+         "runtime's format and to load them (as the runtime's decoder reports them; – for a decoder built from "
+         "the weights in memory), the decoder's whole build, and the first generation's TTFT (before any "
+         "warm-up). LoadGen: its token-latency mode's own verdict and figures.")
 QS = ("50", "90", "99")
 LOADGEN_TITLE = "MLPerf LoadGen, token latencies"
 
@@ -70,14 +73,50 @@ def figures_table(res: RunResults) -> Table | None:
         return None
     cols = [Column("model", "model", numeric=False), *WHO, Column("ttft", "TTFT ms", better="low"),
             Column("tpot", "TPOT ms", better="low"), Column("total", "tokens/s total", better="high"),
-            Column("ties", "gate ties")]
+            *COLD_COLUMNS[:2], COLD_COLUMNS[3], Column("ties", "gate ties")]
     rows = []
     for c in cells:
         f = c.figures
+        cold = _cold_values(c)
         rows.append([Value(c.cell.model), *_who(c), interval_value(f.get("ttft_ms")), interval_value(f.get("tpot_ms")),
-                     interval_value(f.get("tokens_per_s_total")),
+                     interval_value(f.get("tokens_per_s_total")), *cold[:2], cold[3],
                      Value(str(len(c.cell.metrics.get("generation_gate", {}).get("ties", []))))])
-    return Table("generation: TTFT, TPOT and tokens/s [95% CI]", cols, rows)
+    return Table("generation: TTFT, TPOT and tokens/s [95% CI]; cold start (medians over fresh processes)", cols, rows)
+
+
+def figures_rows(res: RunResults) -> list[dict]:
+    """``dlbench show --json``'s ``generation``: every generate cell's figures (medians with their 95%
+    intervals) and its cold start."""
+    out = []
+    for c in _generate_cells(res):
+        f = c.figures
+        out.append({"key": c.cell.key, "model": c.cell.model, "framework": c.cell.framework,
+                    "variant": c.cell.variant, "precision": c.cell.precision, "batch": c.cell.batch,
+                    "threads": c.cell.threads,
+                    **{k: {"median": f[k].median, "ci_low": f[k].ci_low, "ci_high": f[k].ci_high} if k in f else None
+                       for k in ("ttft_ms", "tpot_ms", "tokens_per_s_total")},
+                    "cold_start": _cold(c)})
+    return out
+
+
+#: the cold start's columns (:func:`dlbench.scenarios.generate.cold_start`'s figures)
+COLD_COLUMNS = [Column("convert", "convert s", better="low"), Column("load", "load s", better="low"),
+                Column("build", "build s", better="low"), Column("cold_ttft", "first TTFT ms", better="low")]
+
+
+def _cold(c: CellResult) -> dict:
+    """The cell's stored cold start (empty: a cell stored before it was)."""
+    return c.cell.metrics["generation"].get("cold_start") or {}
+
+
+def _cold_values(c: CellResult) -> list[Value]:
+    """The cold start's four values (:data:`COLD_COLUMNS`); the conversion's cache state beside it."""
+    cold = _cold(c)
+    caches = sorted({p["convert_cache"] for p in cold.get("processes", []) if p.get("convert_cache")})
+    ttft_ms = cold["cold_ttft_s"] * 1e3 if cold.get("cold_ttft_s") is not None else None
+    return [Value(fmt_num(cold.get("convert_s")), cold.get("convert_s"),
+                  detail=f"cache: {', '.join(caches)}" if caches else ""),
+            *(Value(fmt_num(cold.get(k)), cold.get(k)) for k in ("load_s", "build_s")), Value(fmt_num(ttft_ms), ttft_ms)]
 
 
 def loadgen_table(res: RunResults) -> Table | None:
@@ -130,6 +169,9 @@ def tables(res: RunResults) -> list[Table]:
                                          detail=f"[{fmt_num(p['ci_low'])}, {fmt_num(p['ci_high'])}]"))
             rows.append(row)
         out.append(Table(f"{model}: TTFT and TPOT percentiles", cols, rows))
+        if any(_cold(c) for c in cells):
+            out.append(Table(f"{model}: cold start, medians over fresh processes", WHO + COLD_COLUMNS,
+                             [_who(c) + _cold_values(c) for c in cells]))
     lg = _loadgen_cells(res)
     if lg:
         cols = [Column("model", "model", numeric=False), Column("scenario", "scenario", numeric=False), *WHO,

@@ -91,7 +91,7 @@ def weights_digest(spec: ModelSpec, weights: Weights) -> str:
 
 def write_hf_folder(spec: ModelSpec, weights: Weights, folder: Path) -> None:
     """The Hugging Face folder the converter reads (tests replace it to plant a defect in the conversion)."""
-    from dlbench.gate.hf_transformers import save_folder
+    from dlbench.frameworks.transformers.hf_model import save_folder
 
     save_folder(spec, weights, folder)
 
