@@ -90,3 +90,18 @@ def test_installed_among_keeps_only_the_installed_frameworks_a_suite_compares(mo
     path.write_text("name: s\nframeworks: installed\ninstalled_among: [torchh]\nmodels: [lenet]\nscenarios: [forward]\n")
     with pytest.raises(UsageError, match="installed_among names unknown framework"):
         resolve.suite_frameworks(flags.build_suite(str(path)))
+
+
+def test_the_llm_perf_suite_holds_the_leaderboards_protocol(monkeypatch):
+    """--suite llm-perf: the Open LLM-Perf Leaderboard's shapes (batch 1, prompt 256, exactly 64 new tokens),
+    fp32 and bf16, generate only, on the installed ones of the runtimes it compares (every name known)."""
+    from dlbench.planning import flags, resolve
+
+    suite = flags.build_suite("llm-perf")
+    g = suite.settings("generation")
+    assert (g.prompt, g.new_tokens, suite.batch_sizes, suite.precisions, suite.scenarios) == (
+        256, 64, [1], ["fp32", "bf16"], ["generate"])
+    assert {"transformers", "llamacpp", "onnxruntime-genai", "openvino-genai", "ctranslate2"} <= set(
+        suite.installed_among)
+    monkeypatch.setattr(resolve, "installed", lambda: ["torch", "jax", "transformers", "ctranslate2", "mxnet"])
+    assert resolve.suite_frameworks(suite) == ["torch", "transformers", "ctranslate2"]

@@ -25,6 +25,7 @@ from dlbench.measure.stats import interval_text, summarize
 from dlbench.planning import estimate as est
 from dlbench.planning import resolve
 from dlbench.planning.estimate import Estimate, format_duration
+from dlbench.planning.plan import BUILTIN as BUILTIN_SUITES
 from dlbench.planning.plan import Cell
 from dlbench.report import cost, energy
 from dlbench.report.export import EXPORT_COLUMNS, export_rows, write_csv  # noqa: F401  (re-exported)
@@ -449,7 +450,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="measure a suite (default: quick) and store the results")
-    p.add_argument("--suite", help="built-in suite name (quick, bahrampour2016, shi2016, liu2018) or a YAML file")
+    p.add_argument("--suite", help=f"built-in suite name ({', '.join(BUILTIN_SUITES)}) or a YAML file")
     p.add_argument("--model", help="comma-separated models, e.g. lenet,resnet-56")
     p.add_argument("--framework", help="comma-separated frameworks (default: all installed)")
     p.add_argument("--variant", help="comma-separated variants, or 'all'")

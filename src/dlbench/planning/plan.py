@@ -25,7 +25,7 @@ __all__ = ["BUILTIN", "Cell", "OptimizerModel", "ProtocolModel", "Suite", "check
            "load_suite", "resolve_threads", "suite_from_dict"]
 
 
-BUILTIN = ("quick", "bahrampour2016", "shi2016", "liu2018")
+BUILTIN = ("quick", "bahrampour2016", "shi2016", "liu2018", "llm-perf")
 
 
 def load_suite(name_or_path: str) -> Suite:
