@@ -26,7 +26,7 @@ from dlbench.frameworks.declaration import Declaration
 
 __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "FrameworkInfo", "list_frameworks",
            "get_backend", "framework_info", "UnknownFrameworkError", "check_frameworks", "Declaration", "BUILTIN",
-           "load_part", "part_module", "with_part"]
+           "load_part", "part_module", "with_part", "probe_checks"]
 
 #: the built-in framework folders (each ``dlbench/frameworks/<name>/``), in the order they are listed
 BUILTIN = ("torch", "jax", "onnxruntime", "openvino", "tensorflow", "keras",
@@ -70,6 +70,8 @@ class FrameworkInfo:
     no_decoder: str | None = None
     dp_worker: str | None = None
     probe: str | None = None
+    #: the live checks the probe defines (its declaration's)
+    probe_checks: tuple[str, ...] = ()
     precisions: tuple[str, ...] = ("fp32",)
     runs_in: str = "main"
     #: the folder holding the environment recipe's files, and their names (none: no recipe)
@@ -88,7 +90,8 @@ class FrameworkInfo:
                    variant_env={k: dict(v) for k, v in d.variant_env.items()}, closures=d.closures,
                    requires=d.requires, stands_in=dict(d.stands_in), devices=d.devices,
                    backend_class=backend_class or "Backend_", decoder=absolute(d.decoder), no_decoder=d.no_decoder,
-                   dp_worker=absolute(d.dp_worker), probe=absolute(d.probe), precisions=d.precisions,
+                   dp_worker=absolute(d.dp_worker), probe=absolute(d.probe), probe_checks=d.probe_checks,
+                   precisions=d.precisions,
                    runs_in=d.runs_in, recipe_dir=folder if d.recipes else None, recipes=d.recipes)
 
     @property
@@ -255,6 +258,12 @@ def load_part(name: str, part: str) -> Any:
     module, _, attr = getattr(framework_info(name), part).partition(":")
     loaded = importlib.import_module(module)
     return getattr(loaded, attr) if attr else loaded
+
+
+def probe_checks(name: str) -> tuple[str, ...]:
+    """The survey's live checks a framework's probe defines, as its declaration lists them (none: no
+    probe, or dlbench does not know the framework)."""
+    return FRAMEWORKS[name].probe_checks if name in FRAMEWORKS else ()
 
 
 def with_part(part: str) -> list[str]:

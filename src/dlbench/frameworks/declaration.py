@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 CLOSURES = ("forward", "gradient", "train_step", "epoch", "predict")
 #: where a framework runs: dlbench's own Python, or an environment of its own (dlbench envs create NAME)
 RUNS_IN = ("main", "env")
+#: the survey's live checks a probe may define (dlbench.survey.live_checks runs and judges them)
+PROBE_CHECKS = ("forward", "onnx_export", "train", "allreduce")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,9 @@ class Declaration:
     no_decoder: str | None = None
     dp_worker: str | None = None
     probe: str | None = None
+    #: the live checks ``probe`` defines (:data:`PROBE_CHECKS`), read without importing it; the probe module
+    #: maps each to its function in ``CHECKS``
+    probe_checks: tuple[str, ...] = ()
     #: requirement files in the folder (``requirements.txt``, its ``.lock``; ``*.build.txt`` constrains an sdist's build)
     recipes: tuple[str, ...] = ()
 
@@ -64,3 +69,7 @@ class Declaration:
         if bad or self.runs_in not in RUNS_IN or not self.name or not self.variants:
             raise ValueError(f"framework declaration {self.name!r}: closures must be among {CLOSURES} "
                              f"(got {bad}), runs_in one of {RUNS_IN} (got {self.runs_in!r}), name and variants set")
+        checks = [c for c in self.probe_checks if c not in PROBE_CHECKS]
+        if checks or (self.probe_checks and self.probe is None):
+            raise ValueError(f"framework declaration {self.name!r}: probe_checks must be among {PROBE_CHECKS} "
+                             f"(got {checks}) and need a probe")

@@ -14,12 +14,24 @@ import numpy as np
 
 from dlbench.data.synthetic import make_batch
 from dlbench.models import get_model
+from dlbench.models.weights import init_weights
 
 LR, MOMENTUM, BATCH = 0.01, 0.9, 8
+#: the key of a forward check's device entry holding its output on :func:`reference_case`'s batch: the
+#: survey replaces it with the largest difference from the float64 reference (the reference is the gate's,
+#: a layer above the framework folders, so a probe hands its output up rather than importing it)
+OUTPUT = "output_on_reference_case"
 
 
 def lenet_spec():
     return get_model("lenet")
+
+
+def reference_case():
+    """LeNet, its canonical seed-0 weights and a seeded batch of 4: what a forward check runs when it
+    returns its output under :data:`OUTPUT` for the survey to compare with the float64 reference."""
+    spec = lenet_spec()
+    return spec, init_weights(spec, 0), make_batch(spec, 4, 0)
 
 
 def batch(step: int, channels_last: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -119,3 +119,7 @@ def allreduce(job: dict[str, Any]) -> dict[str, Any]:
         jax.distributed.shutdown()
     return {"pid": os.getpid(), "rank": rank, "world": world, "value": value, "processes_seen": processes,
             "api": "jax.distributed.initialize (CPU, gloo collectives) + shard_map(lax.psum) over a 2-process mesh"}
+
+
+#: the live checks this probe runs, by name (its declaration's ``probe_checks``)
+CHECKS = {"forward": forward, "onnx_export": onnx_export, "train": train, "allreduce": allreduce}

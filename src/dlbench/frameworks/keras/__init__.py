@@ -12,4 +12,5 @@ DECLARATION = Declaration(
                  "keras-torch": {"KERAS_BACKEND": "torch"}},
     no_decoder="no Keras 3 decoder is written in dlbench (its TensorFlow, JAX and torch back ends' own frameworks "
                "each have one)",
-    probe="probe")
+    probe="probe",
+    probe_checks=("forward", "onnx_export", "train", "allreduce"))

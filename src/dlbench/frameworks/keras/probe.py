@@ -101,3 +101,7 @@ def allreduce(job: dict[str, Any]) -> dict[str, Any]:
     value = float(model.get_weights()[0].ravel()[0])
     return {"pid": os.getpid(), "rank": rank, "world": world, "value": value, "devices": [str(d) for d in devices],
             "api": "keras.distribution.initialize + DataParallel (JAX backend, gloo) ; one SGD step, weight read back"}
+
+
+#: the live checks this probe runs, by name (its declaration's ``probe_checks``)
+CHECKS = {"forward": forward, "onnx_export": onnx_export, "train": train, "allreduce": allreduce}

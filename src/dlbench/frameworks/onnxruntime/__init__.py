@@ -7,4 +7,5 @@ DECLARATION = Declaration(
     name="onnxruntime", distribution=("onnxruntime", "onnxruntime-gpu"), import_name="onnxruntime",
     description="ONNX Runtime (exported from torch)", requires=("torch", "onnx", "onnxscript"),
     variants=("default", "fused"), devices=("cpu", "cuda"), closures=("forward",), precisions=("fp32", "int8"),
-    decoder="decoder:OnnxRuntimeDecoder", probe="probe")
+    decoder="decoder:OnnxRuntimeDecoder", probe="probe",
+    probe_checks=("forward",))

@@ -131,3 +131,7 @@ def allreduce(job: dict[str, Any]) -> dict[str, Any]:
     return {"pid": os.getpid(), "rank": rank, "world": world, "value": float(out[0]),
             "replicas_in_sync": int(strategy.num_replicas_in_sync),
             "api": "tf.distribute.MultiWorkerMirroredStrategy with TF_CONFIG on 127.0.0.1, ReplicaContext.all_reduce"}
+
+
+#: the live checks this probe runs, by name (its declaration's ``probe_checks``)
+CHECKS = {"forward": forward, "onnx_export": onnx_export, "train": train, "allreduce": allreduce}

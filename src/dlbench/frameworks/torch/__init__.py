@@ -6,4 +6,5 @@ DECLARATION = Declaration(
     name="torch", distribution="torch", import_name="torch", description="PyTorch (torch.nn, torch.compile)",
     variants=("eager", "compile"), devices=("cpu", "cuda"),
     precisions=("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "int8", "tf32"),
-    decoder="decoder:TorchDecoder", dp_worker="dp_worker", probe="probe")
+    decoder="decoder:TorchDecoder", dp_worker="dp_worker", probe="probe",
+    probe_checks=("forward", "onnx_export", "train", "allreduce"))
