@@ -116,7 +116,6 @@ def test_the_layers_table_is_the_contract():
 #: belong in its folder, dlbench/frameworks/NAME/)
 NAMES_A_FRAMEWORK = {
     "frameworks/__init__.py": "BUILTIN: the built-in folders, listed once (their order is the registry's)",
-    "frameworks/probing.py": "every probe's ONNX export check runs the export in ONNX Runtime",
     "distributed/scaling.py": "torch's data-parallel workers start under torchrun's agents, the others as plain "
                               "processes; the parameter server is torch's",
     "distributed/ps.py": "the parameter server computes its gradients with torch's backend",

@@ -12,6 +12,7 @@ import keras
 import numpy as np
 
 from dlbench.frameworks import probing as common
+from dlbench.frameworks.onnxruntime.export_check import onnx_compare
 
 
 def lenet() -> keras.Model:
@@ -51,7 +52,7 @@ def onnx_export(job: dict[str, Any]) -> dict[str, Any]:
             model.export(path, format="onnx", verbose=False)
         except ImportError as exc:  # the exporter needs tf2onnx (TF) or jax2onnx (JAX)
             return {"not_verified": f"keras {keras.backend.backend()} backend: {exc}"}
-        result = common.onnx_compare(path, x, expected)
+        result = onnx_compare(path, x, expected)
     return {"exporter": f"keras.Model.export(format='onnx'), keras {keras.__version__}, "
                         f"{keras.backend.backend()} backend", **result}
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from dlbench.frameworks import probing as common
+from dlbench.frameworks.onnxruntime.export_check import onnx_compare
 
 _SHAPES = {"conv1": (5, 5, 1, 20), "conv2": (5, 5, 20, 50), "fc1": (800, 500), "fc2": (500, 10)}
 
@@ -74,7 +75,7 @@ def onnx_export(job: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "lenet.onnx")
         tf2onnx.convert.from_function(fn, input_signature=fn.input_signature, output_path=path)
-        result = common.onnx_compare(path, x, expected)
+        result = onnx_compare(path, x, expected)
     return {"exporter": f"tf2onnx.convert.from_function {importlib.metadata.version('tf2onnx')}", **result}
 
 

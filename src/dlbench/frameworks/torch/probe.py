@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from dlbench.frameworks import probing as common
+from dlbench.frameworks.onnxruntime.export_check import onnx_compare
 from dlbench.models.weights import init_weights
 
 
@@ -51,7 +52,7 @@ def onnx_export(job: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "lenet.onnx")
         torch.onnx.export(module, (torch.from_numpy(x),), path, dynamo=True, input_names=["x"], output_names=["y"])
-        result = common.onnx_compare(path, x, expected)
+        result = onnx_compare(path, x, expected)
     return {"exporter": f"torch.onnx.export(dynamo=True), torch {torch.__version__}", **result}
 
 
