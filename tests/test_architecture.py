@@ -48,7 +48,7 @@ def test_the_root_keeps_a_handful_of_modules():
 def test_how_to_add_a_framework(monkeypatch):
     """One folder: a ``Declaration`` in its ``__init__.py`` and the parts it names (``backend.py`` with
     ``Backend_``, here a ``decoder.py`` too): tests/toyframework/, registered by its path in
-    ``DLBENCH_PLUGINS`` (a built-in folder is one name in ``frameworks.BUILTIN``). Nothing else is
+    ``DLBENCH_PLUGINS`` (a built-in folder is found by the registry: ``frameworks.BUILTIN``). Nothing else is
     edited: the registry, the scenarios' support, the gate and the decoder lookup read the declaration."""
     from dlbench.frameworks import FRAMEWORKS, framework_info, get_backend, load_plugins
     from dlbench.gate.verify import verify_model
@@ -115,7 +115,6 @@ def test_the_layers_table_is_the_contract():
 #: modules that still name a built-in framework, each with why (the aim is none: a framework's data and code
 #: belong in its folder, dlbench/frameworks/NAME/)
 NAMES_A_FRAMEWORK = {
-    "frameworks/__init__.py": "BUILTIN: the built-in folders, listed once (their order is the registry's)",
     "distributed/scaling.py": "torch's data-parallel workers start under torchrun's agents, the others as plain "
                               "processes; the parameter server is torch's",
     "distributed/ps.py": "the parameter server computes its gradients with torch's backend",

@@ -14,6 +14,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
+import pkgutil
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,11 +29,20 @@ __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "Framew
            "get_backend", "framework_info", "UnknownFrameworkError", "check_frameworks", "Declaration", "BUILTIN",
            "load_part", "part_module", "with_part", "probe_checks"]
 
+def _builtin_folders() -> tuple[str, ...]:
+    """The built-in framework folders: the subpackages of ``dlbench.frameworks`` whose ``__init__`` holds a
+    ``DECLARATION``, in their declarations' ``order`` (ties by name), so a new folder is found, not listed."""
+    found = []
+    for entry in pkgutil.iter_modules(__path__):
+        if entry.ispkg:
+            declaration = vars(importlib.import_module(f"{__name__}.{entry.name}")).get("DECLARATION")
+            if isinstance(declaration, Declaration):
+                found.append((declaration.order, entry.name))
+    return tuple(name for _, name in sorted(found))
+
+
 #: the built-in framework folders (each ``dlbench/frameworks/<name>/``), in the order they are listed
-BUILTIN = ("torch", "jax", "onnxruntime", "openvino", "tensorflow", "keras",
-           # these usually live in a per-framework environment (dlbench envs create NAME), because their
-           # pins clash with the main Python's (see dlbench.envs and docs/environments.md)
-           "mxnet", "chainer", "pytensor", "paddle", "h2o")
+BUILTIN = _builtin_folders()
 
 
 class UnknownFrameworkError(ValueError):

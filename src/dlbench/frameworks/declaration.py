@@ -36,6 +36,8 @@ class Declaration:
     #: the module the framework is imported as
     import_name: str
     description: str
+    #: where the registry lists it: lower first, ties by name (the built-ins: the main Python's first)
+    order: int = 100
     variants: tuple[str, ...] = ("default",)
     #: devices the backend builds on; ``cuda`` also admits ``cuda:N``
     devices: tuple[str, ...] = ("cpu",)

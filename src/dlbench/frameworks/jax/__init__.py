@@ -3,7 +3,7 @@
 from dlbench.frameworks.declaration import Declaration
 
 DECLARATION = Declaration(
-    name="jax", distribution="jax", import_name="jax", description="JAX + Flax + Optax (jax.jit)",
+    name="jax", order=1, distribution="jax", import_name="jax", description="JAX + Flax + Optax (jax.jit)",
     variants=("jit",), devices=("cpu", "cuda"), precisions=("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16"),
     decoder="decoder:JaxDecoder", dp_worker="dp_worker", probe="probe",
     probe_checks=("forward", "onnx_export", "train", "allreduce"))

@@ -4,7 +4,7 @@ layers and TensorFlow's share, probe)."""
 from dlbench.frameworks.declaration import Declaration
 
 DECLARATION = Declaration(
-    name="keras", distribution="keras", import_name="keras",
+    name="keras", order=5, distribution="keras", import_name="keras",
     description="Keras 3 (one model on the JAX, TensorFlow and PyTorch backends; compile, train_on_batch)",
     variants=("keras-jax", "keras-tensorflow", "keras-torch"), devices=("cpu", "cuda"),
     precisions=("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16"),

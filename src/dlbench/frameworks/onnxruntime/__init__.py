@@ -4,7 +4,7 @@ helpers, which OpenVINO shares, decoder, probe)."""
 from dlbench.frameworks.declaration import Declaration
 
 DECLARATION = Declaration(
-    name="onnxruntime", distribution=("onnxruntime", "onnxruntime-gpu"), import_name="onnxruntime",
+    name="onnxruntime", order=2, distribution=("onnxruntime", "onnxruntime-gpu"), import_name="onnxruntime",
     description="ONNX Runtime (exported from torch)", requires=("torch", "onnx", "onnxscript"),
     variants=("default", "fused"), devices=("cpu", "cuda"), closures=("forward",), precisions=("fp32", "int8"),
     decoder="decoder:OnnxRuntimeDecoder", probe="probe",

@@ -3,7 +3,7 @@
 from dlbench.frameworks.declaration import Declaration
 
 DECLARATION = Declaration(
-    name="tensorflow", distribution=("tensorflow-cpu", "tensorflow"), import_name="tensorflow",
+    name="tensorflow", order=4, distribution=("tensorflow-cpu", "tensorflow"), import_name="tensorflow",
     description="TensorFlow 2 (Keras 3 layers, tf.function, XLA)", requires=("keras",),
     variants=("function", "xla"), devices=("cpu", "cuda"), precisions=("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16"),
     decoder="decoder:TFDecoder", dp_worker="dp_worker", probe="probe",

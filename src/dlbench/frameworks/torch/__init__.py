@@ -3,7 +3,7 @@
 from dlbench.frameworks.declaration import Declaration
 
 DECLARATION = Declaration(
-    name="torch", distribution="torch", import_name="torch", description="PyTorch (torch.nn, torch.compile)",
+    name="torch", order=0, distribution="torch", import_name="torch", description="PyTorch (torch.nn, torch.compile)",
     variants=("eager", "compile"), devices=("cpu", "cuda"),
     precisions=("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "int8", "tf32"),
     decoder="decoder:TorchDecoder", dp_worker="dp_worker", probe="probe",
