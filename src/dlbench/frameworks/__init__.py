@@ -23,7 +23,7 @@ from typing import Any
 from dlbench import envs
 from dlbench.envs import versions
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.declaration import Declaration
+from dlbench.frameworks.declaration import CompilationCache, Declaration
 
 __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "FrameworkInfo", "list_frameworks",
            "get_backend", "framework_info", "UnknownFrameworkError", "check_frameworks", "Declaration", "BUILTIN",
@@ -73,6 +73,8 @@ class FrameworkInfo:
     devices: tuple[str, ...] = ("cpu",)
     #: the pinned version of a name like ``jax==0.4.38`` (dlbench.envs.versions); None: the main Python's
     version: str | None = None
+    #: variant -> its compiler's persistent cache (the declaration's)
+    compilation_caches: dict[str, CompilationCache] = field(default_factory=dict)
     #: the backend class's name in ``module``
     backend_class: str = "Backend_"
     #: the declaration's other parts, as absolute ``module`` or ``module:Class`` (None: no such part)
@@ -102,7 +104,8 @@ class FrameworkInfo:
                    backend_class=backend_class or "Backend_", decoder=absolute(d.decoder), no_decoder=d.no_decoder,
                    dp_worker=absolute(d.dp_worker), probe=absolute(d.probe), probe_checks=d.probe_checks,
                    precisions=d.precisions,
-                   runs_in=d.runs_in, recipe_dir=folder if d.recipes else None, recipes=d.recipes)
+                   runs_in=d.runs_in, compilation_caches=dict(d.compilation_caches),
+                   recipe_dir=folder if d.recipes else None, recipes=d.recipes)
 
     @property
     def base(self) -> str:

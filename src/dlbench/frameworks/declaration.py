@@ -25,6 +25,15 @@ PROBE_CHECKS = ("forward", "onnx_export", "train", "allreduce")
 
 
 @dataclass(frozen=True)
+class CompilationCache:
+    """A variant's compiler with a persistent cache, and the environment that points it at a directory
+    (``{dir}`` in a value stands for it): dlbench.measure.reuse offers it to timed cells' processes."""
+
+    compiler: str
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class Declaration:
     """One framework: what it is and what its folder offers. Literal data only."""
 
@@ -53,6 +62,8 @@ class Declaration:
     variant_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     #: per-batch closure -> the whole-data-set closure measured in its place (H2O: train_step -> epoch)
     stands_in: Mapping[str, str] = field(default_factory=dict)
+    #: variant -> its compiler's persistent cache (none: the variant compiles afresh in each process)
+    compilation_caches: Mapping[str, CompilationCache] = field(default_factory=dict)
     #: the parts, as ``module`` or ``module:Class`` relative to the folder; None: the folder has no such part
     backend: str = "backend:Backend_"
     decoder: str | None = None

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -355,6 +355,13 @@ def failure(outcome: JobOutcome) -> tuple[str, str]:
     return ("timeout" if outcome.status == "timeout" else "failed"), outcome.reason
 
 
+def compilation_cache(cell: Cell) -> tuple[str, str | None, Mapping[str, str]]:
+    """The cell's framework, its variant's compiler with a persistent cache (None: none) and the variables
+    that point it at a directory, as the framework declares them (dlbench.measure.reuse's arguments)."""
+    declared = framework_info(cell.framework).compilation_caches.get(cell.variant)
+    return (cell.framework, None, {}) if declared is None else (cell.framework, declared.compiler, declared.env)
+
+
 def run_in_turn(cell: Cell, ctx: Context, jobs: Iterable[CellJob], timeout_s: float,
                 out: CellOutcome) -> list[dict[str, Any]]:
     """One fresh process per job (in the framework's interpreter, with its variant's environment), in
@@ -362,11 +369,12 @@ def run_in_turn(cell: Cell, ctx: Context, jobs: Iterable[CellJob], timeout_s: fl
     fails ends the cell (``out``'s status and reason say why, the earlier results are kept); one that
     finds the cell unsupported makes it so."""
     results: list[dict[str, Any]] = []
+    cache = compilation_cache(cell)
     for job in jobs:
-        if "compilation_cache" not in out.reused and (mark := compilation_cache_mark(cell)) is not None:
+        if "compilation_cache" not in out.reused and (mark := compilation_cache_mark(*cache)) is not None:
             out.reused["compilation_cache"] = mark
         o = ctx.run_job(job, timeout_s, cell.threads, python=envs.python_for(cell.framework),
-                        extra_env={**(framework_env(cell) or {}), **compilation_cache_env(cell)} or None)
+                        extra_env={**(framework_env(cell) or {}), **compilation_cache_env(*cache)} or None)
         out.seconds += o.seconds
         out.processes.append((o.seconds, o.result.get("cost") if o.status == "ok" else None))
         if o.status != "ok":
