@@ -120,8 +120,6 @@ NAMES_A_FRAMEWORK = {
     "distributed/ps.py": "the parameter server computes its gradients with torch's backend",
     "envs/companions.py": "each framework's release lines and their companion pins (envs/ sits below the "
                           "framework folders, so it cannot read their declarations)",
-    "measure/peak.py": "the matrix-multiply peak engines are torch's, ONNX Runtime's and OpenVINO's GEMMs "
-                       "(measure/ sits below the framework folders)",
     "gate/hf_transformers.py": "Hugging Face transformers' models, the reference it checks against, run in torch",
     "scenarios/checkpoint_recipe.py": "the shipped checkpoint was trained in torch: its recorded recipe",
     "survey": "the survey catalogues frameworks, dlbench's and others', as data",

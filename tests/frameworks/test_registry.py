@@ -86,7 +86,7 @@ def test_a_folders_init_imports_only_the_declaration_and_names_parts_that_exist(
     assert [n.module for n in imports] == ["dlbench.frameworks.declaration"] and "Declaration" in [
         a.name for a in imports[0].names]
     d = importlib.import_module(f"dlbench.frameworks.{name}").DECLARATION
-    for part in (d.backend, d.decoder, d.dp_worker, d.probe):
+    for part in (d.backend, d.decoder, d.dp_worker, d.probe, d.gemm):
         if part is not None:
             module, _, cls = part.partition(":")
             source = (folder / f"{module}.py").read_text()

@@ -17,6 +17,7 @@ import os
 import pkgutil
 import sys
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,11 @@ from dlbench import envs
 from dlbench.envs import versions
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.declaration import CompilationCache, Declaration
+from dlbench.measure.peak import NUMPY, PeakEngine
 
 __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "FrameworkInfo", "list_frameworks",
            "get_backend", "framework_info", "UnknownFrameworkError", "check_frameworks", "Declaration", "BUILTIN",
-           "load_part", "part_module", "with_part", "probe_checks"]
+           "load_part", "part_module", "with_part", "probe_checks", "peak_engines"]
 
 def _builtin_folders() -> tuple[str, ...]:
     """The built-in framework folders: the subpackages of ``dlbench.frameworks`` whose ``__init__`` holds a
@@ -73,6 +75,9 @@ class FrameworkInfo:
     devices: tuple[str, ...] = ("cpu",)
     #: the pinned version of a name like ``jax==0.4.38`` (dlbench.envs.versions); None: the main Python's
     version: str | None = None
+    #: its GEMM part for the machine's peak, and the other modules that GEMM needs
+    gemm: str | None = None
+    gemm_requires: tuple[str, ...] = ()
     #: variant -> its compiler's persistent cache (the declaration's)
     compilation_caches: dict[str, CompilationCache] = field(default_factory=dict)
     #: the backend class's name in ``module``
@@ -105,6 +110,7 @@ class FrameworkInfo:
                    dp_worker=absolute(d.dp_worker), probe=absolute(d.probe), probe_checks=d.probe_checks,
                    precisions=d.precisions,
                    runs_in=d.runs_in, compilation_caches=dict(d.compilation_caches),
+                   gemm=absolute(d.gemm), gemm_requires=d.gemm_requires,
                    recipe_dir=folder if d.recipes else None, recipes=d.recipes)
 
     @property
@@ -250,11 +256,11 @@ def get_backend(name: str) -> Backend:
 for _name in BUILTIN:
     register(_builtin(_name))
 
-PARTS = ("decoder", "dp_worker", "probe")
+PARTS = ("decoder", "dp_worker", "probe", "gemm")
 
 
 def part_module(name: str, part: str) -> str | None:
-    """The module of a framework's part (``decoder``, ``dp_worker``, ``probe``); None: the framework
+    """The module of a framework's part (``decoder``, ``dp_worker``, ``probe``, ``gemm``); None: the framework
     has no such part, or dlbench does not know it."""
     try:
         where = getattr(framework_info(name), part) if part in PARTS else None
@@ -271,6 +277,20 @@ def load_part(name: str, part: str) -> Any:
     module, _, attr = getattr(framework_info(name), part).partition(":")
     loaded = importlib.import_module(module)
     return getattr(loaded, attr) if attr else loaded
+
+
+def peak_engines() -> dict[str, PeakEngine]:
+    """The engines the machine's peak is the fastest of (dlbench.measure.peak): NumPy's BLAS, then each
+    framework's ``gemm`` part in the registry's order, imported only when measured (in its own process)."""
+    engines = {NUMPY.name: NUMPY}
+    for name in with_part("gemm"):
+        info = FRAMEWORKS[name]
+        engines[name] = PeakEngine(name, (info.import_name, *info.gemm_requires), partial(_measure_gemm, name))
+    return engines
+
+
+def _measure_gemm(name: str, threads: int, flags: frozenset[str]) -> dict[str, float]:
+    return load_part(name, "gemm").measure(threads, flags)
 
 
 def probe_checks(name: str) -> tuple[str, ...]:

@@ -74,6 +74,10 @@ class Declaration:
     #: the live checks ``probe`` defines (:data:`PROBE_CHECKS`), read without importing it; the probe module
     #: maps each to its function in ``CHECKS``
     probe_checks: tuple[str, ...] = ()
+    #: its GEMM for the machine's peak (a module with ``measure(threads, flags)``, dlbench.measure.peak), and
+    #: the other import names that GEMM needs (ONNX Runtime's one-node graph is built with onnx)
+    gemm: str | None = None
+    gemm_requires: tuple[str, ...] = ()
     #: requirement files in the folder (``requirements.txt``, its ``.lock``; ``*.build.txt`` constrains an sdist's build)
     recipes: tuple[str, ...] = ()
 

@@ -8,4 +8,5 @@ DECLARATION = Declaration(
     description="ONNX Runtime (exported from torch)", requires=("torch", "onnx", "onnxscript"),
     variants=("default", "fused"), devices=("cpu", "cuda"), closures=("forward",), precisions=("fp32", "int8"),
     decoder="decoder:OnnxRuntimeDecoder", probe="probe",
-    probe_checks=("forward",))
+    probe_checks=("forward",),
+    gemm="gemm", gemm_requires=("onnx",))

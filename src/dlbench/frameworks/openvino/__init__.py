@@ -6,4 +6,5 @@ DECLARATION = Declaration(
     name="openvino", order=3, distribution="openvino", import_name="openvino",
     description="OpenVINO (Intel's inference engine, from the ONNX export)", requires=("torch", "onnx", "onnxscript"),
     variants=("default",), devices=("cpu",), closures=("forward",), precisions=("fp32", "bf16"),
-    decoder="decoder:OpenVINODecoder")
+    decoder="decoder:OpenVINODecoder",
+    gemm="gemm")

@@ -9,4 +9,5 @@ DECLARATION = Declaration(
     decoder="decoder:TorchDecoder", dp_worker="dp_worker", probe="probe",
     probe_checks=("forward", "onnx_export", "train", "allreduce"),
     compilation_caches={"compile": CompilationCache("inductor", {"TORCHINDUCTOR_CACHE_DIR": "{dir}",
-                                                                 "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"})})
+                                                                 "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"})},
+    gemm="gemm")
