@@ -118,8 +118,6 @@ NAMES_A_FRAMEWORK = {
     "distributed/scaling.py": "torch's data-parallel workers start under torchrun's agents, the others as plain "
                               "processes; the parameter server is torch's",
     "distributed/ps.py": "the parameter server computes its gradients with torch's backend",
-    "envs/companions.py": "each framework's release lines and their companion pins (envs/ sits below the "
-                          "framework folders, so it cannot read their declarations)",
     "gate/hf_transformers.py": "Hugging Face transformers' models, the reference it checks against, run in torch",
     "scenarios/checkpoint_recipe.py": "the shipped checkpoint was trained in torch: its recorded recipe",
     "survey": "the survey catalogues frameworks, dlbench's and others', as data",

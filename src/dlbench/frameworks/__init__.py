@@ -24,7 +24,7 @@ from typing import Any
 from dlbench import envs
 from dlbench.envs import versions
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.declaration import CompilationCache, Declaration
+from dlbench.frameworks.declaration import CompilationCache, Declaration, ReleaseLine
 from dlbench.measure.peak import NUMPY, PeakEngine
 
 __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "FrameworkInfo", "list_frameworks",
@@ -78,6 +78,9 @@ class FrameworkInfo:
     #: its GEMM part for the machine's peak, and the other modules that GEMM needs
     gemm: str | None = None
     gemm_requires: tuple[str, ...] = ()
+    #: the release lines a pinned version is built from, and why releases before them are refused
+    release_lines: tuple[ReleaseLine, ...] = ()
+    releases_before: str = ""
     #: variant -> its compiler's persistent cache (the declaration's)
     compilation_caches: dict[str, CompilationCache] = field(default_factory=dict)
     #: the backend class's name in ``module``
@@ -110,7 +113,8 @@ class FrameworkInfo:
                    dp_worker=absolute(d.dp_worker), probe=absolute(d.probe), probe_checks=d.probe_checks,
                    precisions=d.precisions,
                    runs_in=d.runs_in, compilation_caches=dict(d.compilation_caches),
-                   gemm=absolute(d.gemm), gemm_requires=d.gemm_requires,
+                   gemm=absolute(d.gemm), gemm_requires=d.gemm_requires, release_lines=d.release_lines,
+                   releases_before=d.releases_before,
                    recipe_dir=folder if d.recipes else None, recipes=d.recipes)
 
     @property
@@ -133,6 +137,9 @@ def register(info: FrameworkInfo) -> None:
     """Add a backend (plugins and tests use this; see :func:`load_plugins`); its recipe, if it has one,
     is what ``dlbench envs create NAME`` builds."""
     FRAMEWORKS[info.name] = info
+    if info.release_lines:
+        distribution = info.distribution if isinstance(info.distribution, str) else info.distribution[0]
+        envs.companions.register(info.name, distribution, info.release_lines, info.releases_before)
     if info.recipe_dir is not None:
         envs.add_recipe(info.name, info.recipe_dir, info.recipes)
 

@@ -16,6 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dlbench.envs.companions import Line as ReleaseLine
+
+__all__ = ["CLOSURES", "RUNS_IN", "PROBE_CHECKS", "CompilationCache", "Declaration", "ReleaseLine"]
+
 #: the closures a backend can hand out (dlbench.frameworks.base.Backend); scenarios name the ones they need
 CLOSURES = ("forward", "gradient", "train_step", "epoch", "predict")
 #: where a framework runs: dlbench's own Python, or an environment of its own (dlbench envs create NAME)
@@ -78,6 +82,11 @@ class Declaration:
     #: the other import names that GEMM needs (ONNX Runtime's one-node graph is built with onnx)
     gemm: str | None = None
     gemm_requires: tuple[str, ...] = ()
+    #: the release lines a pinned version (``jax==0.4.38``) builds its environment from, oldest first, each
+    #: with its companion pins (none: its version cannot be pinned), and why releases before the first are
+    #: refused; the pin installs the first of ``distribution``
+    release_lines: tuple[ReleaseLine, ...] = ()
+    releases_before: str = ""
     #: requirement files in the folder (``requirements.txt``, its ``.lock``; ``*.build.txt`` constrains an sdist's build)
     recipes: tuple[str, ...] = ()
 
