@@ -115,9 +115,6 @@ def test_the_layers_table_is_the_contract():
 #: modules that still name a built-in framework, each with why (the aim is none: a framework's data and code
 #: belong in its folder, dlbench/frameworks/NAME/)
 NAMES_A_FRAMEWORK = {
-    "distributed/scaling.py": "torch's data-parallel workers start under torchrun's agents, the others as plain "
-                              "processes; the parameter server is torch's",
-    "distributed/ps.py": "the parameter server computes its gradients with torch's backend",
     "gate/hf_transformers.py": "Hugging Face transformers' models, the reference it checks against, run in torch",
     "scenarios/checkpoint_recipe.py": "the shipped checkpoint was trained in torch: its recorded recipe",
     "survey": "the survey catalogues frameworks, dlbench's and others', as data",

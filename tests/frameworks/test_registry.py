@@ -86,7 +86,7 @@ def test_a_folders_init_imports_only_the_declaration_and_names_parts_that_exist(
     assert [n.module for n in imports] == ["dlbench.frameworks.declaration"] and "Declaration" in [
         a.name for a in imports[0].names]
     d = importlib.import_module(f"dlbench.frameworks.{name}").DECLARATION
-    for part in (d.backend, d.decoder, d.dp_worker, d.probe, d.gemm):
+    for part in (d.backend, d.decoder, d.dp_worker, d.parameter_server, d.probe, d.gemm):
         if part is not None:
             module, _, cls = part.partition(":")
             source = (folder / f"{module}.py").read_text()
@@ -128,3 +128,16 @@ def test_declared_precisions_are_the_tables_the_backends_build_from():
 
     assert fw.FRAMEWORKS["jax"].precisions == tuple(_FLAX_DTYPES)
     assert fw.FRAMEWORKS["keras"].precisions == fw.FRAMEWORKS["tensorflow"].precisions == tuple(POLICIES)
+
+
+def test_the_scaling_engine_asks_the_declaration_how_workers_start_and_who_serves_parameters():
+    """distributed/ names no framework: torch's workers start under torchrun because its declaration says
+    so, and the parameter server computes with the frameworks that declare its worker side."""
+    from dlbench.frameworks.declaration import Declaration
+
+    assert fw.framework_info("torch").dp_launcher == "torchrun"
+    assert {fw.framework_info(n).dp_launcher for n in fw.with_part("dp_worker") if n != "torch"} == {"processes"}
+    assert fw.with_part("parameter_server") == ["torch"]
+    assert fw.part_module("torch", "parameter_server") == "dlbench.frameworks.torch.ps_worker"
+    with pytest.raises(ValueError, match="dp_launcher"):
+        Declaration(name="x", distribution="x", import_name="x", description="x", dp_launcher="mpirun")

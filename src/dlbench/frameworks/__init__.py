@@ -64,7 +64,7 @@ class FrameworkInfo:
     #: environment a variant needs before the framework is imported (e.g. KERAS_BACKEND)
     variant_env: dict[str, dict[str, str]] = field(default_factory=dict)
     #: the closures the backend hands out (a built-in's: its declaration's, read without the import);
-    #: a scenario runs where the closure it requires is among them (``Scenario.requires``)
+    #: a scenario runs where a closure it requires is among them (``Scenario.requires``)
     closures: tuple[str, ...] = ("forward", "gradient", "train_step")
     #: other import names the backend needs (onnxruntime's models are exported from torch)
     requires: tuple[str, ...] = ()
@@ -89,6 +89,8 @@ class FrameworkInfo:
     decoder: str | None = None
     no_decoder: str | None = None
     dp_worker: str | None = None
+    dp_launcher: str = "processes"
+    parameter_server: str | None = None
     probe: str | None = None
     #: the live checks the probe defines (its declaration's)
     probe_checks: tuple[str, ...] = ()
@@ -110,7 +112,8 @@ class FrameworkInfo:
                    variant_env={k: dict(v) for k, v in d.variant_env.items()}, closures=d.closures,
                    requires=d.requires, stands_in=dict(d.stands_in), devices=d.devices,
                    backend_class=backend_class or "Backend_", decoder=absolute(d.decoder), no_decoder=d.no_decoder,
-                   dp_worker=absolute(d.dp_worker), probe=absolute(d.probe), probe_checks=d.probe_checks,
+                   dp_worker=absolute(d.dp_worker), dp_launcher=d.dp_launcher,
+                   parameter_server=absolute(d.parameter_server), probe=absolute(d.probe), probe_checks=d.probe_checks,
                    precisions=d.precisions,
                    runs_in=d.runs_in, compilation_caches=dict(d.compilation_caches),
                    gemm=absolute(d.gemm), gemm_requires=d.gemm_requires, release_lines=d.release_lines,
@@ -263,7 +266,7 @@ def get_backend(name: str) -> Backend:
 for _name in BUILTIN:
     register(_builtin(_name))
 
-PARTS = ("decoder", "dp_worker", "probe", "gemm")
+PARTS = ("decoder", "dp_worker", "parameter_server", "probe", "gemm")
 
 
 def part_module(name: str, part: str) -> str | None:

@@ -18,12 +18,15 @@ from dataclasses import dataclass, field
 
 from dlbench.envs.companions import Line as ReleaseLine
 
-__all__ = ["CLOSURES", "RUNS_IN", "PROBE_CHECKS", "CompilationCache", "Declaration", "ReleaseLine"]
+__all__ = ["CLOSURES", "RUNS_IN", "DP_LAUNCHERS", "PROBE_CHECKS", "CompilationCache", "Declaration", "ReleaseLine"]
 
 #: the closures a backend can hand out (dlbench.frameworks.base.Backend); scenarios name the ones they need
 CLOSURES = ("forward", "gradient", "train_step", "epoch", "predict")
 #: where a framework runs: dlbench's own Python, or an environment of its own (dlbench envs create NAME)
 RUNS_IN = ("main", "env")
+#: how a framework's data-parallel workers start (dlbench.distributed.scaling): under torchrun's agents (which
+#: set the rendezvous), or as plain processes that find each other through a coordinator address
+DP_LAUNCHERS = ("processes", "torchrun")
 #: the survey's live checks a probe may define (dlbench.survey.live_checks runs and judges them)
 PROBE_CHECKS = ("forward", "onnx_export", "train", "allreduce")
 
@@ -74,6 +77,11 @@ class Declaration:
     #: why there is no decoder, when that is worth saying (None: the registry's default reason)
     no_decoder: str | None = None
     dp_worker: str | None = None
+    #: how its data-parallel workers start (:data:`DP_LAUNCHERS`)
+    dp_launcher: str = "processes"
+    #: the parameter server's worker side (a module with ``load_params(model, params)``): the server's
+    #: workers build the model with this framework's backend and load each pull with it
+    parameter_server: str | None = None
     probe: str | None = None
     #: the live checks ``probe`` defines (:data:`PROBE_CHECKS`), read without importing it; the probe module
     #: maps each to its function in ``CHECKS``
@@ -95,6 +103,8 @@ class Declaration:
         if bad or self.runs_in not in RUNS_IN or not self.name or not self.variants:
             raise ValueError(f"framework declaration {self.name!r}: closures must be among {CLOSURES} "
                              f"(got {bad}), runs_in one of {RUNS_IN} (got {self.runs_in!r}), name and variants set")
+        if self.dp_launcher not in DP_LAUNCHERS:
+            raise ValueError(f"framework declaration {self.name!r}: dp_launcher must be one of {DP_LAUNCHERS}")
         checks = [c for c in self.probe_checks if c not in PROBE_CHECKS]
         if checks or (self.probe_checks and self.probe is None):
             raise ValueError(f"framework declaration {self.name!r}: probe_checks must be among {PROBE_CHECKS} "
