@@ -126,9 +126,11 @@ class Scenario(ABC):
     name: str = ""
     #: one line for ``--help`` and the docs
     description: str = ""
-    #: the backend closure a framework must declare (``FrameworkInfo.closures``) to run this scenario
-    #: (``convergence`` and ``scaling`` train: ``train_step``); None: see :meth:`unsupported`
-    requires: str | None = None
+    #: the backend closures this scenario measures (``FrameworkInfo.closures``): a framework that offers none
+    #: of them has its cells unsupported, with the reason; one that offers some is measured on those
+    #: (:meth:`closures_of`; ``compile`` times each per-batch closure, ``layers`` forward and gradient,
+    #: ``convergence`` and ``scaling`` train: ``train_step``). Empty: the scenario needs no closure
+    requires: tuple[str, ...] = ()
     #: FLOPs of one call as a multiple of the forward pass: 1.0 a forward; above 1 the call runs a
     #: backward too, counted from what it computes (:mod:`dlbench.models.flops`: weight gradients and the
     #: input gradients needed, about 3x the forward, less where the first layer's input is the data; an
@@ -184,11 +186,16 @@ class Scenario(ABC):
         """Raise :class:`~dlbench.core.errors.UsageError` for what the suite lacks (nothing is stored yet)."""
         return None
 
+    def closures_of(self, info: FrameworkInfo) -> tuple[str, ...]:
+        """The closures of :attr:`requires` the framework offers, in the scenario's order."""
+        return tuple(c for c in self.requires if c in info.closures)
+
     def unsupported(self, info: FrameworkInfo) -> str | None:
         """Why the framework cannot run this scenario at all (None: it can)."""
-        if self.requires is not None and self.requires not in info.closures:
-            needs = "" if self.requires == self.name else f", which {self.name} needs"
-            return f"{info.name} supports only the {', '.join(info.closures)} closure(s), not {self.requires}{needs}"
+        if self.requires and not self.closures_of(info):
+            needs = "" if self.requires == (self.name,) else f", which {self.name} needs"
+            return (f"{info.name} supports only the {', '.join(info.closures)} closure(s), "
+                    f"not {' or '.join(self.requires)}{needs}")
         return None
 
     # --- the parent's side -------------------------------------------------------------------------
