@@ -63,6 +63,7 @@ def test_every_framework_folder_is_registered_once_from_its_declaration():
     for name in fw.BUILTIN:
         d = importlib.import_module(f"dlbench.frameworks.{name}").DECLARATION
         info = fw.FRAMEWORKS[name]
+        assert info.declaration is d  # the registry holds the declaration it read
         assert d.name == name and (info.variants, info.devices, info.closures, info.precisions) == (
             d.variants, d.devices, d.closures, d.precisions)
 
@@ -141,3 +142,15 @@ def test_the_scaling_engine_asks_the_declaration_how_workers_start_and_who_serve
     assert fw.part_module("torch", "parameter_server") == "dlbench.frameworks.torch.ps_worker"
     with pytest.raises(ValueError, match="dp_launcher"):
         Declaration(name="x", distribution="x", import_name="x", description="x", dp_launcher="mpirun")
+
+
+def test_a_part_is_looked_up_through_the_typed_accessor():
+    """The parts are one typed list (``frameworks.Part``), read through ``FrameworkInfo.part``, not by
+    attribute name: every declared part resolves, an unknown one is no part."""
+    import typing
+
+    assert fw.PARTS == typing.get_args(fw.Part) and "gemm" in fw.PARTS
+    torch = fw.framework_info("torch")
+    assert torch.part("decoder") == "dlbench.frameworks.torch.decoder:TorchDecoder"
+    assert torch.part("gemm") == "dlbench.frameworks.torch.gemm" and torch.part("nosuchpart") is None
+    assert fw.part_module("torch", "nosuchpart") is None and fw.with_part("nosuchpart") == []

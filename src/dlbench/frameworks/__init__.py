@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from dlbench import envs
 from dlbench.envs import versions
@@ -29,7 +29,7 @@ from dlbench.measure.peak import NUMPY, PeakEngine
 
 __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "FrameworkInfo", "list_frameworks",
            "get_backend", "framework_info", "UnknownFrameworkError", "check_frameworks", "Declaration", "BUILTIN",
-           "load_part", "part_module", "with_part", "probe_checks", "peak_engines"]
+           "load_part", "part_module", "with_part", "Part", "PARTS", "probe_checks", "peak_engines"]
 
 def _builtin_folders() -> tuple[str, ...]:
     """The built-in framework folders: the subpackages of ``dlbench.frameworks`` whose ``__init__`` holds a
@@ -49,6 +49,11 @@ BUILTIN = _builtin_folders()
 
 class UnknownFrameworkError(ValueError):
     """A framework name dlbench does not know, or one that is not installed."""
+
+
+#: a framework's optional parts, each a module of its folder named by its declaration
+Part = Literal["decoder", "dp_worker", "parameter_server", "probe", "gemm"]
+PARTS: tuple[Part, ...] = get_args(Part)
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,14 @@ class FrameworkInfo:
     recipe_dir: Path | None = None
     recipes: tuple[str, ...] = ()
 
+    #: the folder's declaration this entry was read from (None: a plug-in's entry written as a FrameworkInfo)
+    declaration: Declaration | None = None
+
+    def part(self, part: Part) -> str | None:
+        """Where one of its parts is, as an absolute ``module`` or ``module:Class`` (None: it has no such part)."""
+        return {"decoder": self.decoder, "dp_worker": self.dp_worker, "parameter_server": self.parameter_server,
+                "probe": self.probe, "gemm": self.gemm}.get(part)
+
     @classmethod
     def from_declaration(cls, d: Declaration, package: str, folder: Path | None = None) -> FrameworkInfo:
         """The entry of a framework folder: ``package`` is the module its parts are named relative to
@@ -117,7 +130,7 @@ class FrameworkInfo:
                    precisions=d.precisions,
                    runs_in=d.runs_in, compilation_caches=dict(d.compilation_caches),
                    gemm=absolute(d.gemm), gemm_requires=d.gemm_requires, release_lines=d.release_lines,
-                   releases_before=d.releases_before,
+                   releases_before=d.releases_before, declaration=d,
                    recipe_dir=folder if d.recipes else None, recipes=d.recipes)
 
     @property
@@ -266,25 +279,22 @@ def get_backend(name: str) -> Backend:
 for _name in BUILTIN:
     register(_builtin(_name))
 
-PARTS = ("decoder", "dp_worker", "parameter_server", "probe", "gemm")
-
-
-def part_module(name: str, part: str) -> str | None:
+def part_module(name: str, part: Part) -> str | None:
     """The module of a framework's part (``decoder``, ``dp_worker``, ``probe``, ``gemm``); None: the framework
     has no such part, or dlbench does not know it."""
     try:
-        where = getattr(framework_info(name), part) if part in PARTS else None
+        where = framework_info(name).part(part)
     except UnknownFrameworkError:
         return None
     return None if where is None else where.partition(":")[0]
 
 
-def load_part(name: str, part: str) -> Any:
+def load_part(name: str, part: Part) -> Any:
     """A framework's part, imported (and so its framework): the class a ``module:Class`` part names,
     else the module. None: the framework has no such part."""
     if part_module(name, part) is None:
         return None
-    module, _, attr = getattr(framework_info(name), part).partition(":")
+    module, _, attr = framework_info(name).part(part).partition(":")
     loaded = importlib.import_module(module)
     return getattr(loaded, attr) if attr else loaded
 
@@ -309,9 +319,9 @@ def probe_checks(name: str) -> tuple[str, ...]:
     return FRAMEWORKS[name].probe_checks if name in FRAMEWORKS else ()
 
 
-def with_part(part: str) -> list[str]:
+def with_part(part: Part) -> list[str]:
     """The frameworks that have ``part``, in the registry's order."""
-    return [n for n, i in FRAMEWORKS.items() if part in PARTS and getattr(i, part) is not None]
+    return [n for n, i in FRAMEWORKS.items() if i.part(part) is not None]
 
 
 load_plugins()
