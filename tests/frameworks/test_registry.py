@@ -70,11 +70,11 @@ def test_every_framework_folder_is_registered_once_from_its_declaration():
 
 def test_the_builtin_folders_are_found_in_their_declarations_order():
     """No list of names: every folder holding a DECLARATION is found, listed by its declared ``order``
-    (the main Python's frameworks before those that live in environments of their own)."""
+    (today's order: the main Python's frameworks before those that live in environments of their own)."""
     declared = {n: importlib.import_module(f"dlbench.frameworks.{n}").DECLARATION for n in fw.BUILTIN}
-    assert list(fw.BUILTIN) == sorted(declared, key=lambda n: (declared[n].order, n)) == list(fw.FRAMEWORKS)[:len(declared)]
-    runs_in = [declared[n].runs_in for n in fw.BUILTIN]
-    assert fw.BUILTIN[0] == "torch" and runs_in == sorted(runs_in, key=("main", "env").index)
+    assert list(fw.BUILTIN) == sorted(declared, key=lambda n: (declared[n].order, n))
+    assert [d.name for d in declared.values()] == list(fw.FRAMEWORKS)[:len(declared)]  # a folder's name may differ
+    assert fw.BUILTIN[:6] == ("torch", "jax", "onnxruntime", "openvino", "tensorflow", "keras")
 
 
 @pytest.mark.parametrize("name", fw.BUILTIN)
