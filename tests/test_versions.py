@@ -340,8 +340,8 @@ def test_the_release_lines_are_the_framework_folders_data():
 
     from dlbench.frameworks import BUILTIN
 
-    declared = {n: importlib.import_module(f"dlbench.frameworks.{n}").DECLARATION for n in BUILTIN}
-    pinnable = {n: d for n, d in declared.items() if d.release_lines}
+    declared = [importlib.import_module(f"dlbench.frameworks.{folder}").DECLARATION for folder in BUILTIN]
+    pinnable = {d.name: d for d in declared if d.release_lines}
     assert set(pinnable) == {"torch", "jax", "onnxruntime", "tensorflow"} <= set(companions.pinnable())
     for name, d in pinnable.items():
         assert companions.LINES[name] == d.release_lines and companions.BEFORE[name] == d.releases_before
