@@ -341,3 +341,7 @@ def test_a_scenario_requires_a_tuple_of_closures_and_the_base_checks_them():
     assert layers.closures_of(ort) == compile_.closures_of(ort) == ("forward",) and compile_.unsupported(ort) is None
     assert "not forward or gradient or train_step, which compile needs" in compile_.unsupported(h2o)
     assert "unsupported" not in vars(type(compile_)) and "unsupported" not in vars(type(layers))
+    old_style = type(forward)("forward", "x", 1.0)
+    old_style.requires = "forward"  # one closure's name, as plug-ins wrote it before
+    with pytest.raises(TypeError, match="requires must be a tuple"):
+        registry.register(old_style)
