@@ -100,13 +100,17 @@ def test_compilation_caches_only_for_timed_cells_of_frameworks_that_have_one(tmp
 
     monkeypatch.setenv("DLBENCH_COMPILATION_CACHE", str(tmp_path))
 
-    def cell(fw, variant, scenario):
-        return Cell(fw, variant, "lenet", scenario, 4, 1, "cpu")
+    from dlbench.scenarios.base import compilation_cache
 
-    assert "JAX_COMPILATION_CACHE_DIR" in reuse.compilation_cache_env(cell("jax", "jit", "forward"))
-    assert "TORCHINDUCTOR_CACHE_DIR" in reuse.compilation_cache_env(cell("torch", "compile", "train_step"))
-    assert reuse.compilation_cache_env(cell("torch", "eager", "forward")) == {}
-    mark = reuse.compilation_cache_mark(cell("jax", "jit", "forward"))
+    def cell(fw, variant, scenario):  # the framework, the variant's declared compiler and its variables
+        return compilation_cache(Cell(fw, variant, "lenet", scenario, 4, 1, "cpu"))
+
+    assert "JAX_COMPILATION_CACHE_DIR" in reuse.compilation_cache_env(*cell("jax", "jit", "forward"))
+    assert "TORCHINDUCTOR_CACHE_DIR" in reuse.compilation_cache_env(*cell("torch", "compile", "train_step"))
+    assert reuse.compilation_cache_env(*cell("torch", "eager", "forward")) == {}
+    assert "JAX_COMPILATION_CACHE_DIR" in reuse.compilation_cache_env(*cell("keras", "keras-jax", "forward"))
+    assert reuse.compilation_cache_env(*cell("keras", "keras-torch", "forward")) == {}
+    mark = reuse.compilation_cache_mark(*cell("jax", "jit", "forward"))
     assert mark["entries_before"] == 0 and mark["compiler"] == "jax"
     monkeypatch.setenv("DLBENCH_COMPILATION_CACHE", "off")
-    assert reuse.compilation_cache_mark(cell("jax", "jit", "forward")) is None
+    assert reuse.compilation_cache_mark(*cell("jax", "jit", "forward")) is None

@@ -48,8 +48,8 @@ def test_the_root_keeps_a_handful_of_modules():
 def test_how_to_add_a_framework(monkeypatch):
     """One folder: a ``Declaration`` in its ``__init__.py`` and the parts it names (``backend.py`` with
     ``Backend_``, here a ``decoder.py`` too): tests/toyplugin/toyframework/, registered by the entry
-    point its distribution declares (``toyfw = "toyframework:DECLARATION"``; a built-in folder is one
-    name in ``frameworks.BUILTIN``). Nothing else is edited: the registry, the scenarios' support, the
+    point its distribution declares (``toyfw = "toyframework:DECLARATION"``; a built-in folder is found by
+    the registry: ``frameworks.BUILTIN``). Nothing else is edited: the registry, the scenarios' support, the
     gate and the decoder lookup read the declaration. Installed for real and run through the command
     line: tests/test_entry_points.py::test_an_installed_plugin_runs_end_to_end."""
     from importlib.metadata import EntryPoint
@@ -119,23 +119,14 @@ def test_the_layers_table_is_the_contract():
 #: modules that still name a built-in framework, each with why (the aim is none: a framework's data and code
 #: belong in its folder, dlbench/frameworks/NAME/)
 NAMES_A_FRAMEWORK = {
-    "frameworks/__init__.py": "BUILTIN: the built-in folders, listed once (their order is the registry's)",
-    "frameworks/profilers.py": "the torch and JAX profilers, shared by their folders and Keras's torch and JAX back ends",
-    "frameworks/probing.py": "every probe's ONNX export check runs the export in ONNX Runtime",
-    "distributed/scaling.py": "torch's data-parallel workers start under torchrun's agents, the others as plain "
-                              "processes; the parameter server is torch's",
-    "distributed/ps.py": "the parameter server computes its gradients with torch's backend",
-    "envs/companions.py": "each framework's release lines and their companion pins (envs/ sits below the "
-                          "framework folders, so it cannot read their declarations)",
-    "measure/peak.py": "the matrix-multiply peak engines are torch's, ONNX Runtime's and OpenVINO's GEMMs "
-                       "(measure/ sits below the framework folders)",
-    "measure/reuse.py": "JAX's and TorchInductor's persistent compilation caches (measure/ sits below the "
-                        "framework folders)",
-    "gate/hf_transformers.py": "Hugging Face transformers' models, the reference it checks against, run in torch",
-    "scenarios/checkpoint_recipe.py": "the shipped checkpoint was trained in torch: its recorded recipe",
-    "survey": "the survey catalogues frameworks, dlbench's and others', as data",
+    "gate/hf_transformers.py": "Hugging Face transformers' models, the reference it checks against, run in torch; "
+                               "it re-exports the transformers folder's builders (frameworks/transformers/"
+                               "hf_model.py) for the fidelity checks and export-model",
+    "scenarios/checkpoint_recipe.py": "the shipped checkpoint was trained in torch: its recorded recipe names the "
+                                      "framework it was trained with as data, as a stored run does",
+    "survey": "the survey catalogues frameworks, dlbench's and others', as data (its per-framework judging, e.g. "
+              "Keras's three back ends for the ONNX export, reads its own catalogue)",
 }
-
 
 def names_of_frameworks(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
     """String literals equal to a framework's name, and imports of a framework or of its folder's modules."""

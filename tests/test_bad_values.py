@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from dlbench import api
+from dlbench import api, frameworks
 from dlbench.cli.main import main
 from dlbench.core.errors import UsageError
 from dlbench.envs import versions
@@ -114,7 +114,7 @@ def test_a_wrongly_shaped_peak_cache_is_read_as_empty(tmp_path, tmp_db, monkeypa
     cache.write_text(content.replace("h/1", f"{platform.node()}/1"))
     monkeypatch.setenv("DLBENCH_PEAK_CACHE", str(cache))
     jobs = []
-    monkeypatch.setattr(peak, "ENGINES", {"numpy": peak.ENGINES["numpy"]})  # one process per thread count
+    monkeypatch.setattr(frameworks, "peak_engines", lambda: {"numpy": peak.NUMPY})  # one process per thread count
 
     def fake_job(job, timeout, threads):
         jobs.append(threads)

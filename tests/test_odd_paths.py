@@ -2,7 +2,7 @@
 ``trace.json.tmp`` behind after a profiled torch cell (Kineto renamed its temporary file to a name
 stripped of the newline, and failed)."""
 
-from dlbench.frameworks.profilers import torch_profile
+from dlbench.frameworks.torch.profiler import torch_profile
 from tests.conftest import requires
 
 

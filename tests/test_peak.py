@@ -4,7 +4,7 @@ import importlib.util
 
 import pytest
 
-from dlbench import api
+from dlbench import api, frameworks
 from dlbench.measure import peak
 from dlbench.models import get_model
 from dlbench.report.summary import summary_dict
@@ -29,9 +29,9 @@ def test_each_precision_has_its_own_peak():
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_reduced_precision_peaks_are_measured_where_the_cpu_has_them(monkeypatch):
     monkeypatch.setattr(peak, "SIZE", 128)
-    plain = peak.measure_peak_gflops(1, flags=frozenset({"avx2"}))
+    plain = peak.measure_peak_gflops(frameworks.peak_engines().values(), 1, flags=frozenset({"avx2"}))
     assert set(plain) - {"onnxruntime", "openvino"} == {"numpy", "torch"}
-    amx = peak.measure_peak_gflops(1, flags=frozenset({"amx_bf16", "amx_int8"}))
+    amx = peak.measure_peak_gflops(frameworks.peak_engines().values(), 1, flags=frozenset({"amx_bf16", "amx_int8"}))
     assert {"torch:bf16", "torch:int8"} <= set(amx) and all(r > 0 for r in amx.values())
 
 
@@ -93,11 +93,13 @@ def test_the_float32_peak_counts_onnx_runtimes_gemm_too(monkeypatch):
     import numpy as np
 
     monkeypatch.setattr(peak, "SIZE", 64)
-    rates = peak.measure_peak_gflops(1, flags=frozenset())
+    rates = peak.measure_peak_gflops(frameworks.peak_engines().values(), 1, flags=frozenset())
     assert rates["onnxruntime"] > 0 and peak.peak_for(rates, "fp32")[1] == max(
         r for e, r in rates.items() if peak.engine_precision(e) == "fp32")
     a, b = (np.random.default_rng(i).standard_normal((64, 64), dtype=np.float32) for i in (0, 1))
-    np.testing.assert_allclose(peak._ort_matmul(1)(a, b), a @ b, rtol=1e-4, atol=1e-4)  # it multiplies
+    from dlbench.frameworks.onnxruntime.gemm import matmul
+
+    np.testing.assert_allclose(matmul(1)(a, b), a @ b, rtol=1e-4, atol=1e-4)  # it multiplies
 
 
 def test_the_peak_is_the_fastest_engine_each_in_its_own_process(tmp_db, monkeypatch):
@@ -112,7 +114,7 @@ def test_the_peak_is_the_fastest_engine_each_in_its_own_process(tmp_db, monkeypa
     def engine(name: str, module: str = "numpy") -> peak.PeakEngine:
         return peak.PeakEngine(name, (module,), lambda threads, flags: {})  # measured by run_job below
 
-    monkeypatch.setattr(peak, "ENGINES", {e.name: e for e in (
+    monkeypatch.setattr(frameworks, "peak_engines", lambda: {e.name: e for e in (
         engine("numpy"), engine("fast"), engine("absent", "dlbench_no_such_engine"), engine("broken"))})
     monkeypatch.delenv("DLBENCH_PEAK_CACHE", raising=False)
     jobs, lines = [], []
@@ -158,5 +160,17 @@ def test_openvino_s_gemm_multiplies_at_float32(monkeypatch):
 
     monkeypatch.setattr(peak, "SIZE", 64)
     a, b = (np.random.default_rng(i).standard_normal((64, 64), dtype=np.float32) for i in (0, 1))
-    np.testing.assert_allclose(peak._openvino_matmul(1)(a, b), a @ b, rtol=1e-5, atol=1e-4)
-    assert peak.measure_engine("openvino", 1, frozenset())["openvino"] > 0
+    from dlbench.frameworks.openvino.gemm import matmul
+
+    np.testing.assert_allclose(matmul(1)(a, b), a @ b, rtol=1e-5, atol=1e-4)
+    assert peak.measure_engine(frameworks.peak_engines()["openvino"], 1, frozenset())["openvino"] > 0
+
+
+def test_the_peak_engines_are_numpy_then_the_folders_gemm_parts():
+    """measure/ names no framework: the GEMM engines are the framework folders' ``gemm`` parts, declared as
+    data and gathered by the registry (NumPy's BLAS first, then the registry's order), each needing its
+    framework's module and what its declaration adds."""
+    engines = frameworks.peak_engines()
+    assert list(engines) == ["numpy", *frameworks.with_part("gemm")] and engines["numpy"] is peak.NUMPY
+    assert {"torch", "onnxruntime", "openvino"} <= set(engines)
+    assert engines["onnxruntime"].modules == ("onnxruntime", "onnx") and engines["torch"].modules == ("torch",)

@@ -327,3 +327,21 @@ def test_no_module_outside_a_scenario_compares_against_a_scenario_name():
         offenders += [f"{rel}:{line}: {name!r}" for line, name in scenario_name_comparisons(ast.parse(path.read_text()),
                                                                                            names - allowed_in(rel))]
     assert not offenders, "compared against a scenario's name:\n" + "\n".join(offenders)
+
+
+def test_a_scenario_requires_a_tuple_of_closures_and_the_base_checks_them():
+    """``requires`` is the closures a scenario measures: none offered, the cells are unsupported with the
+    reason; some offered, ``closures_of`` gives them (compile and layers no longer check closures themselves)."""
+    from dlbench.frameworks import framework_info
+    from dlbench.scenarios import registry
+
+    compile_, layers, forward = registry.get("compile"), registry.get("layers"), registry.get("forward")
+    assert all(isinstance(s.requires, tuple) for s in (compile_, layers, forward)) and forward.requires == ("forward",)
+    ort, h2o = framework_info("onnxruntime"), framework_info("h2o")
+    assert layers.closures_of(ort) == compile_.closures_of(ort) == ("forward",) and compile_.unsupported(ort) is None
+    assert "not forward or gradient or train_step, which compile needs" in compile_.unsupported(h2o)
+    assert "unsupported" not in vars(type(compile_)) and "unsupported" not in vars(type(layers))
+    old_style = type(forward)("forward", "x", 1.0)
+    old_style.requires = "forward"  # one closure's name, as plug-ins wrote it before
+    with pytest.raises(TypeError, match="requires must be a tuple"):
+        registry.register(old_style)

@@ -2,6 +2,7 @@ import sqlite3
 
 import pytest
 
+from dlbench import frameworks
 from dlbench.core.errors import UsageError
 from dlbench.measure import peak
 from dlbench.storage.store import SCHEMA_VERSION, Sample, Store
@@ -86,7 +87,7 @@ def test_peak_cache_measures_once_per_thread_count_and_is_off_by_default(tmp_db,
     cells = [Cell("torch", "eager", "lenet", "forward", 8, t, "cpu") for t in (1, 2)]
     s = Store(tmp_db)
     monkeypatch.setenv("DLBENCH_PEAK_CACHE", str(tmp_path / "peaks.json"))
-    monkeypatch.setattr(peak, "ENGINES", {"numpy": peak.ENGINES["numpy"]})  # one process per thread count
+    monkeypatch.setattr(frameworks, "peak_engines", lambda: {"numpy": peak.NUMPY})  # one process per thread count
     for _ in range(2):
         run = s.create_run("x", {})
         runner._peaks(s, run, cells, lambda *a, **k: None, fake_job)

@@ -73,6 +73,38 @@ def test_torch_gloo_allreduce_two_processes():
     assert "gloo" in ranks[0]["api"]
 
 
+def test_a_probes_checks_are_its_declarations_data():
+    """Which checks a probe runs is its declaration's ``probe_checks`` (read without importing it, not its
+    source text), each mapped to its function in the probe's ``CHECKS``; the worker runs no other."""
+    import ast
+    import importlib.util
+
+    from dlbench import frameworks
+    from dlbench.survey import probes
+
+    for name in frameworks.with_part("probe"):
+        tree = ast.parse(Path(importlib.util.find_spec(frameworks.part_module(name, "probe")).origin).read_text())
+        (table,) = [n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "CHECKS"]
+        assert tuple(k.value for k in table.keys) == frameworks.probe_checks(name), name
+    assert probes.has_check("torch", "train") and not probes.has_check("onnxruntime", "train")
+    assert not probes.has_check("caffe", "forward")  # a surveyed framework dlbench does not run
+    with pytest.raises(ValueError, match="declares no 'train' check"):
+        probes.run_probe({"framework": "onnxruntime", "check": "train"})
+
+
+def test_a_forward_output_is_compared_with_the_float64_reference_above_the_probe():
+    """Probes sit below the gate, so a forward check hands up its output on the reference case and the
+    survey replaces it with the difference from the float64 reference."""
+    from dlbench.frameworks.probing import OUTPUT, reference_case
+    from dlbench.gate.reference import forward
+    from dlbench.survey.probes import compared_with_reference
+
+    spec, weights, batch = reference_case()
+    reference, _ = forward(spec, weights, batch)
+    result = compared_with_reference({"gpu_visible": False, "cpu": {OUTPUT: (reference + 0.25).tolist()}})
+    assert result["cpu"] == {"max_abs_diff_vs_numpy_reference": pytest.approx(0.25)}
+
+
 def test_live_verdicts_reject_bad_evidence(monkeypatch):
     """The judge, not just the probe: a resume in the same process or a wrong sum is a failure."""
     monkeypatch.setattr(live_checks, "_job", lambda *a, **k: ({"rank": k.get("rank"), "pid": 7, "value": 3.0,

@@ -330,3 +330,19 @@ def test_one_release_twice_in_a_run_reads_as_two_rows_and_the_terminal_names_ver
     assert main(["show", run_id, "--db", str(tmp_db)]) == 0
     out = capsys.readouterr().out
     assert "torch 2.11.0" in out and "torch==2.11.0" not in out
+
+
+def test_the_release_lines_are_the_framework_folders_data():
+    """envs/ sits below the framework folders, so each folder declares its release lines and the registry
+    hands them down: the companion table holds exactly the declared ones, the pin installing the first of
+    the declared distributions (TensorFlow's CPU wheel)."""
+    import importlib
+
+    from dlbench.frameworks import BUILTIN
+
+    declared = [importlib.import_module(f"dlbench.frameworks.{folder}").DECLARATION for folder in BUILTIN]
+    pinnable = {d.name: d for d in declared if d.release_lines}
+    assert set(pinnable) == {"torch", "jax", "onnxruntime", "tensorflow"} <= set(companions.pinnable())
+    for name, d in pinnable.items():
+        assert companions.LINES[name] == d.release_lines and companions.BEFORE[name] == d.releases_before
+    assert companions.DISTRIBUTION["tensorflow"] == "tensorflow-cpu"

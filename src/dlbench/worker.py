@@ -47,9 +47,10 @@ def run_verify(job: VerifyJob) -> dict[str, Any]:
 
 
 def run_peak(job: PeakJob) -> dict[str, Any]:
+    from dlbench.frameworks import peak_engines
     from dlbench.measure.peak import measure_engine
 
-    return {"gflops": measure_engine(job.engine, job.threads)}
+    return {"gflops": measure_engine(peak_engines()[job.engine], job.threads)}
 
 
 def run_survey(job: SurveyJob) -> dict[str, Any]:

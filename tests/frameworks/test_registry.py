@@ -63,8 +63,18 @@ def test_every_framework_folder_is_registered_once_from_its_declaration():
     for name in fw.BUILTIN:
         d = importlib.import_module(f"dlbench.frameworks.{name}").DECLARATION
         info = fw.FRAMEWORKS[d.name]
+        assert info.declaration is d  # the registry holds the declaration it read
         assert d.name.replace("-", "_") == name and (info.variants, info.devices, info.closures, info.precisions) == (
             d.variants, d.devices, d.closures, d.precisions)
+
+
+def test_the_builtin_folders_are_found_in_their_declarations_order():
+    """No list of names: every folder holding a DECLARATION is found, listed by its declared ``order``
+    (today's order: the main Python's frameworks before those that live in environments of their own)."""
+    declared = {n: importlib.import_module(f"dlbench.frameworks.{n}").DECLARATION for n in fw.BUILTIN}
+    assert list(fw.BUILTIN) == sorted(declared, key=lambda n: (declared[n].order, n))
+    assert [d.name for d in declared.values()] == list(fw.FRAMEWORKS)[:len(declared)]  # a folder's name may differ
+    assert fw.BUILTIN[:6] == ("torch", "jax", "onnxruntime", "openvino", "tensorflow", "keras")
 
 
 @pytest.mark.parametrize("name", fw.BUILTIN)
@@ -74,10 +84,10 @@ def test_a_folders_init_imports_only_the_declaration_and_names_parts_that_exist(
     folder = FOLDERS / name
     tree = ast.parse((folder / "__init__.py").read_text())
     imports = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
-    assert [(n.module, [a.name for a in n.names]) for n in imports] == [
-        ("dlbench.frameworks.declaration", ["Declaration"])]
+    assert [n.module for n in imports] == ["dlbench.frameworks.declaration"] and "Declaration" in [
+        a.name for a in imports[0].names]
     d = importlib.import_module(f"dlbench.frameworks.{name}").DECLARATION
-    for part in (d.backend, d.decoder, d.dp_worker, d.probe):
+    for part in (d.backend, d.decoder, d.dp_worker, d.parameter_server, d.probe, d.gemm):
         if part is not None:
             module, _, cls = part.partition(":")
             source = (folder / f"{module}.py").read_text()
@@ -119,3 +129,28 @@ def test_declared_precisions_are_the_tables_the_backends_build_from():
 
     assert fw.FRAMEWORKS["jax"].precisions == tuple(_FLAX_DTYPES)
     assert fw.FRAMEWORKS["keras"].precisions == fw.FRAMEWORKS["tensorflow"].precisions == tuple(POLICIES)
+
+
+def test_the_scaling_engine_asks_the_declaration_how_workers_start_and_who_serves_parameters():
+    """distributed/ names no framework: torch's workers start under torchrun because its declaration says
+    so, and the parameter server computes with the frameworks that declare its worker side."""
+    from dlbench.frameworks.declaration import Declaration
+
+    assert fw.framework_info("torch").dp_launcher == "torchrun"
+    assert {fw.framework_info(n).dp_launcher for n in fw.with_part("dp_worker") if n != "torch"} == {"processes"}
+    assert fw.with_part("parameter_server") == ["torch"]
+    assert fw.part_module("torch", "parameter_server") == "dlbench.frameworks.torch.ps_worker"
+    with pytest.raises(ValueError, match="dp_launcher"):
+        Declaration(name="x", distribution="x", import_name="x", description="x", dp_launcher="mpirun")
+
+
+def test_a_part_is_looked_up_through_the_typed_accessor():
+    """The parts are one typed list (``frameworks.Part``), read through ``FrameworkInfo.part``, not by
+    attribute name: every declared part resolves, an unknown one is no part."""
+    import typing
+
+    assert fw.PARTS == typing.get_args(fw.Part) and "gemm" in fw.PARTS
+    torch = fw.framework_info("torch")
+    assert torch.part("decoder") == "dlbench.frameworks.torch.decoder:TorchDecoder"
+    assert torch.part("gemm") == "dlbench.frameworks.torch.gemm" and torch.part("nosuchpart") is None
+    assert fw.part_module("torch", "nosuchpart") is None and fw.with_part("nosuchpart") == []

@@ -5,7 +5,7 @@ fresh worker process, stored, analysed, shown and reported, with its own setting
 section, all in this one module.
 
 ``toy``: the time of a float64 NumPy matrix product of the batch's size, ``calls`` times in one
-process. It needs no framework closure (``requires = None``), so any framework's cells can run it.
+process. It needs no framework closure (``requires = ()``), so any framework's cells can run it.
 Its settings: ``toy: {calls: N}`` in a suite file, ``--toy-calls N`` on ``dlbench run``,
 ``toy={"calls": N}`` in :func:`dlbench.api.run`.
 """

@@ -104,7 +104,7 @@ class PeakJob(Job):
     """One engine's matmul peaks at ``threads`` (:mod:`dlbench.measure.peak`), alone in its process."""
 
     kind: ClassVar[str] = "peak"
-    #: the engine (:data:`dlbench.measure.peak.ENGINES`)
+    #: the engine (:func:`dlbench.frameworks.peak_engines`)
     engine: str
 
 

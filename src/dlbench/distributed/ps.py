@@ -2,8 +2,9 @@
 
 Parameters are sharded by parameter over S shard actors (greedy by size, so the shards hold
 about equal bytes); each shard applies SGD with momentum (the optimiser of every other cell) to
-its parameters. W worker actors each build the model with the dlbench torch backend from the same
-canonical weights and compute gradients with it (``Backend.loss_and_grads``, canonical layout).
+its parameters. W worker actors each build the model with the framework's dlbench backend from the same
+canonical weights and compute gradients with it (``Backend.loss_and_grads``, canonical layout); the
+framework's ``parameter_server`` part loads pulled parameters into its model (torch's today).
 
 * ``ps-async``: each worker loops pull (all shards) -> load -> gradient -> push (all shards, its
   own acknowledgement awaited, nobody else's): no barrier between workers. A shard counts its
@@ -33,6 +34,7 @@ import numpy as np
 
 from dlbench.core.job import JobError, ParameterServerJob
 from dlbench.frameworks import data_parallel as common
+from dlbench.frameworks import framework_info
 
 
 def assign_shards(sizes: dict[str, int], shards: int) -> list[list[str]]:
@@ -90,13 +92,14 @@ class ShardCore:
 
 
 class WorkerCore:
-    """One worker: the torch model, its data shard, and the pull / gradient / push step."""
+    """One worker: the framework's model, its data shard, and the pull / gradient / push step."""
 
     def __init__(self, job: ParameterServerJob, rank: int):
         common.pin_cores(rank, job.threads)
-        from dlbench.frameworks.torch.backend import TorchBackend
+        from dlbench import frameworks
 
-        self.backend = TorchBackend()
+        self.backend = frameworks.get_backend(job.cell.framework)
+        self.part = frameworks.load_part(job.cell.framework, "parameter_server")
         if job.threads:
             self.backend.set_threads(job.threads)
         spec, self.model = common.build_model(self.backend, job, "cpu")
@@ -106,12 +109,7 @@ class WorkerCore:
         self.rank = rank
 
     def load(self, params: dict[str, np.ndarray]) -> None:
-        import torch
-
-        with torch.no_grad():
-            for name, value in params.items():
-                tensor, to_torch, _ = self.model.bindings[name]
-                tensor.copy_(torch.from_numpy(np.ascontiguousarray(to_torch(value))))
+        self.part.load_params(self.model, params)
 
     def step(self, shards, shard_names: list[list[str]], sync: bool) -> dict[str, float]:
         import ray
@@ -144,6 +142,7 @@ def run(job: ParameterServerJob, out_dir: Path) -> dict[str, Any]:
     from dlbench.models.weights import init_weights
 
     workers, threads = job.cell.workers, job.threads or 1
+    module = framework_info(job.cell.framework).import_name
     mode = "sync" if job.cell.exchange == "ps-sync" else "async"
     spec = get_model(job.cell.model, small=job.small)
     weights = init_weights(spec, job.seed)
@@ -173,7 +172,7 @@ def run(job: ParameterServerJob, out_dir: Path) -> dict[str, Any]:
             "mode": mode, "ps_shards": len(shards), "shard_bytes": [sum(weights.params[n].nbytes for n in g)
                                                                    for g in shard_names],
             "grad_bytes": grad_bytes, "pull_bytes_per_step": grad_bytes, "push_bytes_per_step": grad_bytes,
-            "param_count": spec.param_count, "versions": common.versions(("torch", "ray")),
+            "param_count": spec.param_count, "versions": common.versions((module, "ray")),
             "comm_method": "pull + push round trips of each worker (Ray actor calls, object store)" if mode == "async"
             else "round time minus the slowest worker's gradient computation (pull, push, shard update, barrier)",
             "compute_method": "Backend.loss_and_grads inside the worker's step",

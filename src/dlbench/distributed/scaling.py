@@ -160,13 +160,14 @@ def launch(cell: Cell, suite: SuiteView, network: Network, job_dir: Path, repeat
     job = _job(cell, suite)
     timeout = suite.protocol.timeout_s
     if cell.exchange in PS_EXCHANGES:
-        if cell.framework not in ("torch", "fakefw"):
-            raise _Unsupported(f"the parameter server computes gradients with the torch backend only, not {cell.framework}")
+        if frameworks.part_module(cell.framework, "parameter_server") is None:
+            raise _Unsupported(f"no parameter-server worker for {cell.framework} "
+                               f"(written: {', '.join(frameworks.with_part('parameter_server'))})")
         argv = [sys.executable, "-m", "dlbench.distributed.ps", str(job_dir / "job.json"), str(job_dir)]
         return run_group([Proc("ps-driver", argv)], job, job_dir, timeout, thread_env(cell.threads))
     module = worker_module(cell.framework)
     d = suite.settings("distributed")
-    if cell.framework != "torch":
+    if frameworks.framework_info(cell.framework).dp_launcher != "torchrun":
         return _launch_plain(module, job, cell, network, job_dir, timeout)
     if d.launcher == "torchrun" and d.nnodes > 1:
         if cell.workers % d.nnodes:

@@ -17,34 +17,50 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
+import pkgutil
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from dlbench import envs
 from dlbench.core import plugins
 from dlbench.envs import versions
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.declaration import Declaration
+from dlbench.frameworks.declaration import CompilationCache, Declaration, ReleaseLine
+from dlbench.measure.peak import NUMPY, PeakEngine
 
 __all__ = ["Backend", "OptimizerSpec", "UnsupportedError", "FRAMEWORKS", "FrameworkInfo", "list_frameworks",
            "get_backend", "framework_info", "UnknownFrameworkError", "check_frameworks", "Declaration", "BUILTIN",
-           "load_part", "part_module", "with_part", "load_entry_points", "BROKEN"]
+           "load_part", "part_module", "with_part", "load_entry_points", "BROKEN", "Part", "PARTS", "probe_checks",
+           "peak_engines"]
+
+
+def _builtin_folders() -> tuple[str, ...]:
+    """The built-in framework folders: the subpackages of ``dlbench.frameworks`` whose ``__init__`` holds a
+    ``DECLARATION``, in their declarations' ``order`` (ties by name), so a new folder is found, not listed."""
+    found = []
+    for entry in pkgutil.iter_modules(__path__):
+        if entry.ispkg:
+            declaration = vars(importlib.import_module(f"{__name__}.{entry.name}")).get("DECLARATION")
+            if isinstance(declaration, Declaration):
+                found.append((declaration.order, entry.name))
+    return tuple(name for _, name in sorted(found))
+
 
 #: the built-in framework folders (each ``dlbench/frameworks/<name>/``), in the order they are listed
-BUILTIN = ("torch", "jax", "onnxruntime", "openvino", "tensorflow", "keras",
-           # the runtimes people deploy, converted from dlbench's weights (docs/runtimes.md); a folder's name is
-           # its framework's with "_" for "-"
-           "transformers", "ctranslate2", "onnxruntime_genai", "openvino_genai",
-           # these usually live in a per-framework environment (dlbench envs create NAME), because their
-           # pins clash with the main Python's (see dlbench.envs and docs/environments.md)
-           "mxnet", "chainer", "pytensor", "paddle", "h2o", "llamacpp")
+BUILTIN = _builtin_folders()
 
 
 class UnknownFrameworkError(ValueError):
     """A framework name dlbench does not know, or one that is not installed."""
+
+
+#: a framework's optional parts, each a module of its folder named by its declaration
+Part = Literal["decoder", "dp_worker", "parameter_server", "probe", "gemm"]
+PARTS: tuple[Part, ...] = get_args(Part)
 
 
 @dataclass(frozen=True)
@@ -60,7 +76,7 @@ class FrameworkInfo:
     #: environment a variant needs before the framework is imported (e.g. KERAS_BACKEND)
     variant_env: dict[str, dict[str, str]] = field(default_factory=dict)
     #: the closures the backend hands out (a built-in's: its declaration's, read without the import);
-    #: a scenario runs where the closure it requires is among them (``Scenario.requires``)
+    #: a scenario runs where a closure it requires is among them (``Scenario.requires``)
     closures: tuple[str, ...] = ("forward", "gradient", "train_step")
     #: other import names the backend needs (onnxruntime's models are exported from torch)
     requires: tuple[str, ...] = ()
@@ -71,18 +87,38 @@ class FrameworkInfo:
     devices: tuple[str, ...] = ("cpu",)
     #: the pinned version of a name like ``jax==0.4.38`` (dlbench.envs.versions); None: the main Python's
     version: str | None = None
+    #: its GEMM part for the machine's peak, and the other modules that GEMM needs
+    gemm: str | None = None
+    gemm_requires: tuple[str, ...] = ()
+    #: the release lines a pinned version is built from, and why releases before them are refused
+    release_lines: tuple[ReleaseLine, ...] = ()
+    releases_before: str = ""
+    #: variant -> its compiler's persistent cache (the declaration's)
+    compilation_caches: dict[str, CompilationCache] = field(default_factory=dict)
     #: the backend class's name in ``module``
     backend_class: str = "Backend_"
     #: the declaration's other parts, as absolute ``module`` or ``module:Class`` (None: no such part)
     decoder: str | None = None
     no_decoder: str | None = None
     dp_worker: str | None = None
+    dp_launcher: str = "processes"
+    parameter_server: str | None = None
     probe: str | None = None
+    #: the live checks the probe defines (its declaration's)
+    probe_checks: tuple[str, ...] = ()
     precisions: tuple[str, ...] = ("fp32",)
     runs_in: str = "main"
     #: the folder holding the environment recipe's files, and their names (none: no recipe)
     recipe_dir: Path | None = None
     recipes: tuple[str, ...] = ()
+
+    #: the folder's declaration this entry was read from (None: a plug-in's entry written as a FrameworkInfo)
+    declaration: Declaration | None = None
+
+    def part(self, part: Part) -> str | None:
+        """Where one of its parts is, as an absolute ``module`` or ``module:Class`` (None: it has no such part)."""
+        return {"decoder": self.decoder, "dp_worker": self.dp_worker, "parameter_server": self.parameter_server,
+                "probe": self.probe, "gemm": self.gemm}.get(part)
 
     @classmethod
     def from_declaration(cls, d: Declaration, package: str, folder: Path | None = None) -> FrameworkInfo:
@@ -96,8 +132,13 @@ class FrameworkInfo:
                    variant_env={k: dict(v) for k, v in d.variant_env.items()}, closures=d.closures,
                    requires=d.requires, stands_in=dict(d.stands_in), devices=d.devices,
                    backend_class=backend_class or "Backend_", decoder=absolute(d.decoder), no_decoder=d.no_decoder,
-                   dp_worker=absolute(d.dp_worker), probe=absolute(d.probe), precisions=d.precisions,
-                   runs_in=d.runs_in, recipe_dir=folder if d.recipes else None, recipes=d.recipes)
+                   dp_worker=absolute(d.dp_worker), dp_launcher=d.dp_launcher,
+                   parameter_server=absolute(d.parameter_server), probe=absolute(d.probe), probe_checks=d.probe_checks,
+                   precisions=d.precisions,
+                   runs_in=d.runs_in, compilation_caches=dict(d.compilation_caches),
+                   gemm=absolute(d.gemm), gemm_requires=d.gemm_requires, release_lines=d.release_lines,
+                   releases_before=d.releases_before, declaration=d,
+                   recipe_dir=folder if d.recipes else None, recipes=d.recipes)
 
     @property
     def base(self) -> str:
@@ -119,6 +160,9 @@ def register(info: FrameworkInfo) -> None:
     """Add a backend (plugins and tests use this; see :func:`load_plugins`); its recipe, if it has one,
     is what ``dlbench envs create NAME`` builds."""
     FRAMEWORKS[info.name] = info
+    if info.release_lines:
+        distribution = info.distribution if isinstance(info.distribution, str) else info.distribution[0]
+        envs.companions.register(info.name, distribution, info.release_lines, info.releases_before)
     if info.recipe_dir is not None:
         envs.add_recipe(info.name, info.recipe_dir, info.recipes)
 
@@ -276,32 +320,49 @@ def get_backend(name: str) -> Backend:
 for _name in BUILTIN:
     register(_builtin(_name))
 
-PARTS = ("decoder", "dp_worker", "probe")
-
-
-def part_module(name: str, part: str) -> str | None:
-    """The module of a framework's part (``decoder``, ``dp_worker``, ``probe``); None: the framework
+def part_module(name: str, part: Part) -> str | None:
+    """The module of a framework's part (``decoder``, ``dp_worker``, ``probe``, ``gemm``); None: the framework
     has no such part, or dlbench does not know it."""
     try:
-        where = getattr(framework_info(name), part) if part in PARTS else None
+        where = framework_info(name).part(part)
     except UnknownFrameworkError:
         return None
     return None if where is None else where.partition(":")[0]
 
 
-def load_part(name: str, part: str) -> Any:
+def load_part(name: str, part: Part) -> Any:
     """A framework's part, imported (and so its framework): the class a ``module:Class`` part names,
     else the module. None: the framework has no such part."""
     if part_module(name, part) is None:
         return None
-    module, _, attr = getattr(framework_info(name), part).partition(":")
+    module, _, attr = framework_info(name).part(part).partition(":")
     loaded = importlib.import_module(module)
     return getattr(loaded, attr) if attr else loaded
 
 
-def with_part(part: str) -> list[str]:
+def peak_engines() -> dict[str, PeakEngine]:
+    """The engines the machine's peak is the fastest of (dlbench.measure.peak): NumPy's BLAS, then each
+    framework's ``gemm`` part in the registry's order, imported only when measured (in its own process)."""
+    engines = {NUMPY.name: NUMPY}
+    for name in with_part("gemm"):
+        info = FRAMEWORKS[name]
+        engines[name] = PeakEngine(name, (info.import_name, *info.gemm_requires), partial(_measure_gemm, name))
+    return engines
+
+
+def _measure_gemm(name: str, threads: int, flags: frozenset[str]) -> dict[str, float]:
+    return load_part(name, "gemm").measure(threads, flags)
+
+
+def probe_checks(name: str) -> tuple[str, ...]:
+    """The survey's live checks a framework's probe defines, as its declaration lists them (none: no
+    probe, or dlbench does not know the framework)."""
+    return FRAMEWORKS[name].probe_checks if name in FRAMEWORKS else ()
+
+
+def with_part(part: Part) -> list[str]:
     """The frameworks that have ``part``, in the registry's order."""
-    return [n for n, i in FRAMEWORKS.items() if part in PARTS and getattr(i, part) is not None]
+    return [n for n, i in FRAMEWORKS.items() if i.part(part) is not None]
 
 
 load_entry_points()

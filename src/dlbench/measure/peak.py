@@ -1,6 +1,7 @@
 """The machine's measured matrix-multiply peak, per precision: what "% of peak" in a result refers to.
 
-Measured per thread count and engine (:data:`ENGINES`), each engine in a fresh process of its own pinned
+Measured per thread count and engine (NumPy's BLAS, :data:`NUMPY`, and each framework folder's ``gemm``
+part, gathered by :func:`dlbench.frameworks.peak_engines`), each engine in a fresh process of its own pinned
 to that many cores, its thread variables set before anything is imported (one engine's runtime never
 shares a process with another's thread pool); the fastest of a precision counts as that precision's
 peak, and the engine that set it is stored and named wherever the peak is shown (:func:`describe`).
@@ -27,20 +28,20 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
-from dlbench.core.precision import NATIVE, cpu_flags, get_precision
+from dlbench.core.precision import cpu_flags, get_precision
 
 SIZE = 2048
 #: the peak a cell's precision is divided by: its compute type's
 PEAK_OF = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int8": "int8", "tf32": "tf32"}
 
 
-def _best_rate(matmul, a, b, repeats: int = 6) -> float:
+def best_rate(matmul, a, b, repeats: int = 6) -> float:
     matmul(a, b)
     best = float("inf")
     for _ in range(repeats):
@@ -110,107 +111,38 @@ class PeakEngine:
         return f"not installed (no module {', '.join(absent)})" if absent else None
 
 
-def _operands() -> tuple[np.ndarray, np.ndarray]:
+def operands() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
     return (rng.standard_normal((SIZE, SIZE), dtype=np.float32), rng.standard_normal((SIZE, SIZE), dtype=np.float32))
 
 
 def _numpy(threads: int, flags: frozenset[str]) -> dict[str, float]:
-    a, b = _operands()
+    a, b = operands()
     try:
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(threads):
-            return {"numpy": _best_rate(np.matmul, a, b)}
+            return {"numpy": best_rate(np.matmul, a, b)}
     except ImportError:
-        return {"numpy": _best_rate(np.matmul, a, b)}
+        return {"numpy": best_rate(np.matmul, a, b)}
 
 
-def _torch(threads: int, flags: frozenset[str]) -> dict[str, float]:
-    import torch
-
-    torch.set_num_threads(threads)
-    ta, tb = (torch.from_numpy(x) for x in _operands())
-    rates = {"torch": _best_rate(torch.matmul, ta, tb)}
-    for precision, (x, y, matmul) in _reduced(torch, ta, tb).items():
-        if any(f in flags for f in NATIVE[precision]):
-            try:
-                rates[f"torch:{precision}"] = _best_rate(matmul, x, y)
-            except RuntimeError:  # this torch build has no such kernel on this CPU
-                pass
-    return rates
+#: NumPy's BLAS, the one engine that is no framework's: the others are the framework folders' ``gemm`` parts
+NUMPY = PeakEngine("numpy", ("numpy",), _numpy)
 
 
-def _onnxruntime(threads: int, flags: frozenset[str]) -> dict[str, float]:
-    return {"onnxruntime": _best_rate(_ort_matmul(threads), *_operands())}
-
-
-def _openvino(threads: int, flags: frozenset[str]) -> dict[str, float]:
-    return {"openvino": _best_rate(_openvino_matmul(threads), *_operands())}
-
-
-#: the engines a peak is the fastest of, in the order they are measured: NumPy's BLAS, torch's (MKL or
-#: oneDNN), ONNX Runtime's MLAS, OpenVINO's CPU plugin (oneDNN's kernels)
-ENGINES: dict[str, PeakEngine] = {e.name: e for e in (
-    PeakEngine("numpy", ("numpy",), _numpy),
-    PeakEngine("torch", ("torch",), _torch),
-    PeakEngine("onnxruntime", ("onnxruntime", "onnx"), _onnxruntime),
-    PeakEngine("openvino", ("openvino",), _openvino),
-)}
-
-
-def measure_engine(engine: str, threads: int, flags: frozenset[str] | None = None) -> dict[str, float]:
+def measure_engine(engine: PeakEngine, threads: int, flags: frozenset[str] | None = None) -> dict[str, float]:
     """GFLOP/s of ``engine``'s GEMMs in this process (the caller pins affinity and thread variables);
     reduced precisions only where ``flags`` (the CPU's, by default) say the CPU computes them natively."""
-    return ENGINES[engine].measure(threads, cpu_flags() if flags is None else flags)
+    return engine.measure(threads, cpu_flags() if flags is None else flags)
 
 
-def measure_peak_gflops(threads: int, flags: frozenset[str] | None = None) -> dict[str, float]:
+def measure_peak_gflops(engines: Iterable[PeakEngine], threads: int,
+                        flags: frozenset[str] | None = None) -> dict[str, float]:
     """Every installed engine's GEMMs, one after another in this process (a run measures each in a fresh
-    process of its own: :func:`dlbench.running.runner._peaks`)."""
+    process of its own: :func:`dlbench.running.runner.measure_peaks`)."""
     rates: dict[str, float] = {}
-    for engine in ENGINES.values():
+    for engine in engines:
         if engine.missing() is None:
-            rates.update(measure_engine(engine.name, threads, flags))
+            rates.update(measure_engine(engine, threads, flags))
     return rates
-
-
-def _ort_matmul(threads: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """ONNX Runtime's float32 MatMul (its MLAS GEMM) as a function of two arrays, on ``threads`` threads."""
-    import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    shape = [SIZE, SIZE]
-    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "gemm",
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("a", "b")],
-                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, shape)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = min(model.ir_version, 9)  # what older ONNX Runtime releases read
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    session = ort.InferenceSession(onnx.ModelProto.SerializeToString(model), options,
-                                   providers=["CPUExecutionProvider"])
-    return lambda x, y: session.run(None, {"a": x, "b": y})[0]
-
-
-def _openvino_matmul(threads: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """OpenVINO's float32 MatMul of two parameters (its CPU plugin's oneDNN kernels; f32 inference precision
-    asked for, since on a bfloat16 CPU the plugin would otherwise compute in bfloat16) on ``threads`` threads."""
-    import openvino as ov
-    import openvino.opset13 as ops
-
-    a, b = (ops.parameter([SIZE, SIZE], np.float32, name=n) for n in ("a", "b"))
-    model = ov.Model([ops.matmul(a, b, False, False)], [a, b], "gemm")
-    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads,
-                                                      "INFERENCE_PRECISION_HINT": "f32"})
-    request = compiled.create_infer_request()
-    return lambda x, y: request.infer([x, y])[0]
-
-
-def _reduced(torch, a, b) -> dict[str, tuple[object, object, Callable]]:
-    """The reduced-precision GEMMs: operands and the multiply."""
-    ia = torch.clamp(a * 32, -128, 127).to(torch.int8)
-    ib = torch.clamp(b * 32, -128, 127).to(torch.int8)
-    return {"bf16": (a.to(torch.bfloat16), b.to(torch.bfloat16), torch.matmul),
-            "int8": (ia, ib, torch._int_mm)}

@@ -13,11 +13,12 @@
   again every run, and an entry that is not an explicit, whole pass (:func:`reusable`) reads as
   absent. A cell whose verdict came from the file says so (``metrics.reused.gate``).
 * **Frameworks' persistent compilation caches** (JAX's ``jax_compilation_cache_dir``, TorchInductor's
-  ``TORCHINDUCTOR_CACHE_DIR``), offered to the processes of timed cells of the frameworks that have
-  one (:func:`compilation_cache_env`): a process then reads the compiled code an earlier one wrote,
-  which shortens the build and the first call, never a timed call. Never for the ``compile`` scenario,
-  whose figure *is* the compile. A cell offered one says so, with the entries the cache held before it
-  (``metrics.reused.compilation_cache``): its ``first_call`` may be a cache read.
+  ``TORCHINDUCTOR_CACHE_DIR``: each framework folder declares its variants'), offered to the processes
+  of timed cells of the frameworks that have one (:func:`compilation_cache_env`): a process then reads
+  the compiled code an earlier one wrote, which shortens the build and the first call, never a timed
+  call. Never for the ``compile`` scenario, whose figure *is* the compile. A cell offered one says so,
+  with the entries the cache held before it (``metrics.reused.compilation_cache``): its ``first_call``
+  may be a cache read.
 
 ``DLBENCH_GATE_CACHE`` and ``DLBENCH_COMPILATION_CACHE`` name other places, or ``off``.
 """
@@ -29,6 +30,7 @@ import json
 import os
 import platform
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -50,40 +52,28 @@ def compilation_cache_dir() -> Path | None:
     return _setting("DLBENCH_COMPILATION_CACHE", CACHE_ROOT / "compilation")
 
 
-def _compiler(framework: str, variant: str) -> str | None:
-    """The framework's compiler with a persistent cache, if the cell's variant uses one."""
-    base = framework.split("==")[0]
-    if base == "jax" or (base == "keras" and variant == "keras-jax"):
-        return "jax"
-    if base == "torch" and variant == "compile":
-        return "inductor"
-    return None
-
-
-def compilation_cache_env(cell: Any) -> dict[str, str]:
+def compilation_cache_env(framework: str, compiler: str | None, env: Mapping[str, str]) -> dict[str, str]:
     """Environment variables that give a cell's measuring process its framework's persistent
-    compilation cache (empty: none for its framework and variant). Offered by
-    :func:`dlbench.scenarios.base.run_in_turn`; the ``compile`` scenario, whose figure is the compile,
-    starts its processes itself, without it."""
+    compilation cache (empty: none for its framework and variant). ``compiler`` and ``env`` are what the
+    framework declares for the variant (``{dir}`` in a value stands for the cache's directory), handed
+    down by :func:`dlbench.scenarios.base.run_in_turn`; the ``compile`` scenario, whose figure is the
+    compile, starts its processes itself, without it."""
     root = compilation_cache_dir()
-    compiler = _compiler(cell.framework, cell.variant)
     if root is None or compiler is None:
         return {}
-    where = root / compiler / cell.framework
-    if compiler == "jax":
-        return {"JAX_COMPILATION_CACHE_DIR": str(where), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
-    return {"TORCHINDUCTOR_CACHE_DIR": str(where), "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
+    where = root / compiler / framework
+    return {var: value.replace("{dir}", str(where)) for var, value in env.items()}
 
 
-def compilation_cache_mark(cell: Any) -> dict[str, Any] | None:
+def compilation_cache_mark(framework: str, compiler: str | None, env: Mapping[str, str]) -> dict[str, Any] | None:
     """What a cell stores about the cache it is offered (taken before its first process): the directory
     and how many files it held then (0: nothing to reuse yet, it fills the cache)."""
-    env = compilation_cache_env(cell)
-    if not env:
+    root = compilation_cache_dir()
+    if root is None or compiler is None:
         return None
-    where = Path(next(iter(env.values())))
+    where = root / compiler / framework
     entries = sum(1 for p in where.rglob("*") if p.is_file()) if where.is_dir() else 0
-    return {"compiler": _compiler(cell.framework, cell.variant), "dir": str(where), "entries_before": entries}
+    return {"compiler": compiler, "dir": str(where), "entries_before": entries}
 
 
 # --- the gate's verdicts -----------------------------------------------------------------------------

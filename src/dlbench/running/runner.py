@@ -24,7 +24,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from dlbench import envs
+from dlbench import envs, frameworks
 from dlbench.core.cell import DEFAULT_OPTIMIZER
 from dlbench.core.errors import UsageError
 from dlbench.core.interrupt import Interrupted, signals_interrupt
@@ -35,7 +35,7 @@ from dlbench.data import DataError, adapt, list_datasets, load_dataset
 from dlbench.frameworks import framework_info, installed_version, ondemand
 from dlbench.frameworks.ondemand import BuildEstimate, estimate_builds
 from dlbench.launch.subprocess import run_job, thread_env
-from dlbench.measure import environment, peak, reuse
+from dlbench.measure import environment, reuse
 from dlbench.measure.cost import PARTS, cell_cost
 from dlbench.measure.peak import describe, setters
 from dlbench.models import get_model, hf_checkpoint
@@ -369,12 +369,12 @@ def _peaks(store: Store, run_id: str, cells: list[Cell], progress: Progress, run
 
 def measure_peaks(threads: int, progress: Progress = _quiet,
                   run_job: JobRunner = run_job) -> tuple[dict[str, float], dict[str, str]]:
-    """Every engine's GEMMs at ``threads`` (:data:`dlbench.measure.peak.ENGINES`), each in a fresh process of its
+    """Every engine's GEMMs at ``threads`` (:func:`dlbench.frameworks.peak_engines`), each in a fresh process of its
     own (its threads set before its import): their rates (``engine[:precision]`` -> GFLOP/s), and the engines
     skipped with why (not installed; the process failed or answered with no peak)."""
     rates: dict[str, float] = {}
     skipped: dict[str, str] = {}
-    for engine in peak.ENGINES.values():
+    for engine in frameworks.peak_engines().values():
         why = engine.missing()
         if why is None:
             progress("phase", text=f"machine peak, {threads} thread(s): {engine.name}")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,9 +126,11 @@ class Scenario(ABC):
     name: str = ""
     #: one line for ``--help`` and the docs
     description: str = ""
-    #: the backend closure a framework must declare (``FrameworkInfo.closures``) to run this scenario
-    #: (``convergence`` and ``scaling`` train: ``train_step``); None: see :meth:`unsupported`
-    requires: str | None = None
+    #: the backend closures this scenario measures (``FrameworkInfo.closures``): a framework that offers none
+    #: of them has its cells unsupported, with the reason; one that offers some is measured on those
+    #: (:meth:`closures_of`; ``compile`` times each per-batch closure, ``layers`` forward and gradient,
+    #: ``convergence`` and ``scaling`` train: ``train_step``). Empty: the scenario needs no closure
+    requires: tuple[str, ...] = ()
     #: FLOPs of one call as a multiple of the forward pass: 1.0 a forward; above 1 the call runs a
     #: backward too, counted from what it computes (:mod:`dlbench.models.flops`: weight gradients and the
     #: input gradients needed, about 3x the forward, less where the first layer's input is the data; an
@@ -184,11 +186,16 @@ class Scenario(ABC):
         """Raise :class:`~dlbench.core.errors.UsageError` for what the suite lacks (nothing is stored yet)."""
         return None
 
+    def closures_of(self, info: FrameworkInfo) -> tuple[str, ...]:
+        """The closures of :attr:`requires` the framework offers, in the scenario's order."""
+        return tuple(c for c in self.requires if c in info.closures)
+
     def unsupported(self, info: FrameworkInfo) -> str | None:
         """Why the framework cannot run this scenario at all (None: it can)."""
-        if self.requires is not None and self.requires not in info.closures:
-            needs = "" if self.requires == self.name else f", which {self.name} needs"
-            return f"{info.name} supports only the {', '.join(info.closures)} closure(s), not {self.requires}{needs}"
+        if self.requires and not self.closures_of(info):
+            needs = "" if self.requires == (self.name,) else f", which {self.name} needs"
+            return (f"{info.name} supports only the {', '.join(info.closures)} closure(s), "
+                    f"not {' or '.join(self.requires)}{needs}")
         return None
 
     # --- the parent's side -------------------------------------------------------------------------
@@ -355,6 +362,13 @@ def failure(outcome: JobOutcome) -> tuple[str, str]:
     return ("timeout" if outcome.status == "timeout" else "failed"), outcome.reason
 
 
+def compilation_cache(cell: Cell) -> tuple[str, str | None, Mapping[str, str]]:
+    """The cell's framework, its variant's compiler with a persistent cache (None: none) and the variables
+    that point it at a directory, as the framework declares them (dlbench.measure.reuse's arguments)."""
+    declared = framework_info(cell.framework).compilation_caches.get(cell.variant)
+    return (cell.framework, None, {}) if declared is None else (cell.framework, declared.compiler, declared.env)
+
+
 def run_in_turn(cell: Cell, ctx: Context, jobs: Iterable[CellJob], timeout_s: float,
                 out: CellOutcome) -> list[dict[str, Any]]:
     """One fresh process per job (in the framework's interpreter, with its variant's environment), in
@@ -362,11 +376,12 @@ def run_in_turn(cell: Cell, ctx: Context, jobs: Iterable[CellJob], timeout_s: fl
     fails ends the cell (``out``'s status and reason say why, the earlier results are kept); one that
     finds the cell unsupported makes it so."""
     results: list[dict[str, Any]] = []
+    cache = compilation_cache(cell)
     for job in jobs:
-        if "compilation_cache" not in out.reused and (mark := compilation_cache_mark(cell)) is not None:
+        if "compilation_cache" not in out.reused and (mark := compilation_cache_mark(*cache)) is not None:
             out.reused["compilation_cache"] = mark
         o = ctx.run_job(job, timeout_s, cell.threads, python=envs.python_for(cell.framework),
-                        extra_env={**(framework_env(cell) or {}), **compilation_cache_env(cell)} or None)
+                        extra_env={**(framework_env(cell) or {}), **compilation_cache_env(*cache)} or None)
         out.seconds += o.seconds
         out.processes.append((o.seconds, o.result.get("cost") if o.status == "ok" else None))
         if o.status != "ok":

@@ -24,7 +24,7 @@ import numpy as np
 from dlbench import envs
 from dlbench.core.document import fmt_num
 from dlbench.core.job import CellJob
-from dlbench.frameworks import FrameworkInfo, framework_info
+from dlbench.frameworks import framework_info
 from dlbench.frameworks.base import UnsupportedError
 from dlbench.scenarios.base import CellOutcome, Context, Scenario, failure, framework_env
 from dlbench.scenarios.prepare import prepare, versions
@@ -37,12 +37,7 @@ class Compile(Scenario):
     description = "first-call time of each closure in fresh processes, caches cold then warm"
     per_iteration = False
     updates = True  # train_step's first call
-
-    def unsupported(self, info: FrameworkInfo) -> str | None:
-        if not set(info.closures) & set(CLOSURES):
-            return (f"{info.name} has no per-batch closure whose first call the compile scenario could time "
-                    f"(it measures {', '.join(info.closures)})")
-        return None
+    requires = CLOSURES
 
     def measure(self, cell, ctx: Context) -> CellOutcome:
         suite = ctx.suite
@@ -84,7 +79,7 @@ class Compile(Scenario):
 
     def estimate(self, cell, suite, step_s: float, start_s: float, epoch_samples: int) -> float:
         """A cold and a warm process per closure the framework has, per repeat."""
-        closures = len(set(framework_info(cell.framework).closures) & set(CLOSURES))
+        closures = len(self.closures_of(framework_info(cell.framework)))
         return suite.protocol.repeats * closures * 2 * (start_s + step_s)
 
     def work(self, job: CellJob, settings: None) -> dict[str, Any]:

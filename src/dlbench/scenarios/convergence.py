@@ -157,7 +157,7 @@ class Convergence(Scenario):
 
     name = "convergence"
     description = "E epochs on a real data set: accuracy curves, time-to-accuracy, agreement between frameworks"
-    requires = "train_step"
+    requires = ("train_step",)
     trains = True
     updates = True
     per_iteration = False

@@ -196,7 +196,7 @@ class Generate(Scenario):
     name = "generate"
     description = ("greedy decoding with a key/value cache: TTFT, TPOT, tokens/s (per sequence and total), "
                    "cache and peak memory; --prompt-len, --new-tokens")
-    requires = "forward"
+    requires = ("forward",)
     per_iteration = False
     settings_model = GenerationSettings
     settings_section = "generation"

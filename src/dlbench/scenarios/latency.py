@@ -94,7 +94,7 @@ def report_plots(res) -> tuple[list, list]:
 class Latency(Scenario):
     name = "latency"
     description = "single forward calls one by one (batch 1 by default): p50, p90, p99, p99.9 with intervals"
-    requires = "forward"
+    requires = ("forward",)
     flop_factor = 1.0
 
     settings_model = ServingSettings

@@ -33,14 +33,13 @@ TIMED = ("forward", "gradient")
 class Layers(Scenario):
     name = "layers"
     description = "each part of the model (a layer, a residual block, the LSTM) timed forward and forward+backward"
-    requires = "forward"
+    requires = TIMED
     in_summary = False
 
     def cells(self, cell: Cell, suite: SuiteView) -> list[Cell]:
-        has = framework_info(cell.framework).closures
         parts = split(get_model(cell.model))
         out = []
-        for scenario in (s for s in TIMED if s in has):
+        for scenario in self.closures_of(framework_info(cell.framework)):
             out.append(replace(cell, scenario=scenario))
             out += [replace(cell, model=part_ref(cell.model, p.index), scenario=scenario) for p in parts]
         return out

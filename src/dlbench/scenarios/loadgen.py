@@ -123,7 +123,7 @@ def _number(value: str) -> Any:
 class LoadGen(Scenario):
     """One of LoadGen's scenarios; one measuring process per cell (LoadGen's run is the unit)."""
 
-    requires = "forward"
+    requires = ("forward",)
     per_iteration = False
     settings_model = ServingSettings
     settings_section = "serving"

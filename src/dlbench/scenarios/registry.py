@@ -37,7 +37,11 @@ SCENARIOS: dict[str, Scenario] = {}
 
 
 def register(scenario: Scenario) -> None:
-    """Add a scenario (plug-ins and tests use this)."""
+    """Add a scenario (plug-ins and tests use this). Its ``requires`` must be a tuple of closures: a plug-in
+    written when it was one closure's name (``"forward"``) is refused here, not read letter by letter."""
+    if not isinstance(scenario.requires, tuple) or not all(isinstance(c, str) for c in scenario.requires):
+        raise TypeError(f"scenario {scenario.name!r}: requires must be a tuple of closure names, "
+                        f"like ('forward',), not {scenario.requires!r}")
     SCENARIOS[scenario.name] = scenario
 
 

@@ -94,7 +94,7 @@ class DistributedSettings:
 class Scaling(Scenario):
     name = "scaling"
     description = "data-parallel train_step at W workers: speedup, efficiency, compute/communication split"
-    requires = "train_step"
+    requires = ("train_step",)
     trains = True
     flop_factor = 3.0
     in_summary = False

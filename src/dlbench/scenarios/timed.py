@@ -86,7 +86,7 @@ class Timed(Scenario):
     """A closure timed under the protocol in ``repeats`` fresh processes."""
 
     def __init__(self, name: str, description: str, flop_factor: float, whole_dataset: bool = False):
-        self.name, self.description, self.requires = name, description, name
+        self.name, self.description, self.requires = name, description, (name,)
         self.flop_factor, self.whole_dataset = flop_factor, whole_dataset
         self.trains = name in ("gradient", "train_step", "epoch")
         self.updates = name in ("train_step", "epoch")
@@ -185,7 +185,7 @@ class Timed(Scenario):
         p = prepare(job)
         backend, device = p.backend, job.cell.device
         clock.mark("prepare_s")
-        if self.requires not in backend.closures:
+        if self.name not in backend.closures:
             return {"unsupported": f"{backend.name} does not support {self.name}"}
         rss_before = current_rss_bytes()
         t0 = time.perf_counter_ns()

@@ -3,6 +3,6 @@
 from dlbench.frameworks.declaration import Declaration
 
 DECLARATION = Declaration(
-    name="chainer", distribution="chainer", import_name="chainer", description="Chainer 7 (define-by-run)",
+    name="chainer", order=11, distribution="chainer", import_name="chainer", description="Chainer 7 (define-by-run)",
     runs_in="env",
     recipes=("requirements.txt", "requirements.lock", "requirements.build.txt", "requirements.build.lock"))

@@ -111,7 +111,7 @@ from dlbench.frameworks.jax.layers import (  # the Flax layers the builder makes
     TiedLMHead,
     ZeroPadShortcut,
 )
-from dlbench.frameworks.profilers import jax_profile
+from dlbench.frameworks.jax.profiler import jax_profile
 from dlbench.measure.profile import ProfileTrace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec

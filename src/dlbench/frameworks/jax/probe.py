@@ -15,6 +15,7 @@ import optax
 from flax import nnx
 
 from dlbench.frameworks import probing as common
+from dlbench.frameworks.onnxruntime.export_check import onnx_compare
 
 
 class LeNet(nnx.Module):
@@ -60,7 +61,7 @@ def onnx_export(job: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "lenet.onnx")
         to_onnx(model, [x.shape], return_mode="file", output_path=path)
-        result = common.onnx_compare(path, x, expected)
+        result = onnx_compare(path, x, expected)
     return {"exporter": f"jax2onnx.to_onnx {importlib.metadata.version('jax2onnx')}", **result}
 
 
@@ -119,3 +120,7 @@ def allreduce(job: dict[str, Any]) -> dict[str, Any]:
         jax.distributed.shutdown()
     return {"pid": os.getpid(), "rank": rank, "world": world, "value": value, "processes_seen": processes,
             "api": "jax.distributed.initialize (CPU, gloo collectives) + shard_map(lax.psum) over a 2-process mesh"}
+
+
+#: the live checks this probe runs, by name (its declaration's ``probe_checks``)
+CHECKS = {"forward": forward, "onnx_export": onnx_export, "train": train, "allreduce": allreduce}

@@ -63,9 +63,10 @@ import numpy as np  # noqa: E402
 from dlbench.data.synthetic import Batch  # noqa: E402
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError  # noqa: E402
 from dlbench.frameworks.builder import make_optimizer  # noqa: E402
+from dlbench.frameworks.jax.profiler import jax_profile  # noqa: E402
 from dlbench.frameworks.keras import DECLARATION  # noqa: E402
 from dlbench.frameworks.keras import keras_model as km  # noqa: E402
-from dlbench.frameworks.profilers import jax_profile, torch_profile  # noqa: E402
+from dlbench.frameworks.torch.profiler import torch_profile  # noqa: E402
 from dlbench.measure.profile import ProfileTrace  # noqa: E402
 from dlbench.models.spec import ModelSpec  # noqa: E402
 from dlbench.models.split import differentiates_input  # noqa: E402

@@ -12,6 +12,7 @@ import keras
 import numpy as np
 
 from dlbench.frameworks import probing as common
+from dlbench.frameworks.onnxruntime.export_check import onnx_compare
 
 
 def lenet() -> keras.Model:
@@ -51,7 +52,7 @@ def onnx_export(job: dict[str, Any]) -> dict[str, Any]:
             model.export(path, format="onnx", verbose=False)
         except ImportError as exc:  # the exporter needs tf2onnx (TF) or jax2onnx (JAX)
             return {"not_verified": f"keras {keras.backend.backend()} backend: {exc}"}
-        result = common.onnx_compare(path, x, expected)
+        result = onnx_compare(path, x, expected)
     return {"exporter": f"keras.Model.export(format='onnx'), keras {keras.__version__}, "
                         f"{keras.backend.backend()} backend", **result}
 
@@ -101,3 +102,7 @@ def allreduce(job: dict[str, Any]) -> dict[str, Any]:
     value = float(model.get_weights()[0].ravel()[0])
     return {"pid": os.getpid(), "rank": rank, "world": world, "value": value, "devices": [str(d) for d in devices],
             "api": "keras.distribution.initialize + DataParallel (JAX backend, gloo) ; one SGD step, weight read back"}
+
+
+#: the live checks this probe runs, by name (its declaration's ``probe_checks``)
+CHECKS = {"forward": forward, "onnx_export": onnx_export, "train": train, "allreduce": allreduce}

@@ -3,7 +3,7 @@
 from dlbench.frameworks.declaration import Declaration
 
 DECLARATION = Declaration(
-    name="llamacpp",
+    name="llamacpp", order=15,
     distribution="llama-cpp-python",
     import_name="llama_cpp",
     description="llama.cpp (llama-cpp-python; GGUF written from dlbench's weights: f32, f16, bf16, Q8_0, Q4_0)",

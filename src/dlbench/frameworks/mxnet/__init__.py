@@ -3,6 +3,6 @@
 from dlbench.frameworks.declaration import Declaration
 
 DECLARATION = Declaration(
-    name="mxnet", distribution="mxnet", import_name="mxnet",
+    name="mxnet", order=10, distribution="mxnet", import_name="mxnet",
     description="Apache MXNet 1.9 (Gluon; hybridize = static graph)", variants=("imperative", "hybridize"),
     runs_in="env", recipes=("requirements.txt", "requirements.lock"))

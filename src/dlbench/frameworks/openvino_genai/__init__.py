@@ -5,7 +5,7 @@ backend, decoder)."""
 from dlbench.frameworks.declaration import Declaration
 
 DECLARATION = Declaration(
-    name="openvino-genai", distribution="openvino-genai", import_name="openvino_genai",
+    name="openvino-genai", order=9, distribution="openvino-genai", import_name="openvino_genai",
     description="OpenVINO GenAI (LLMPipeline over a stateful IR from openvino.convert_model; NNCF weight compression)",
     requires=("openvino", "openvino_tokenizers", "nncf", "torch", "transformers"), closures=("forward",),
     precisions=("fp32", "int8", "int4"), decoder="decoder:OpenVINOGenAIDecoder")

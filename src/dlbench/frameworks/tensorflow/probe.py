@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from dlbench.frameworks import probing as common
+from dlbench.frameworks.onnxruntime.export_check import onnx_compare
 
 _SHAPES = {"conv1": (5, 5, 1, 20), "conv2": (5, 5, 20, 50), "fc1": (800, 500), "fc2": (500, 10)}
 
@@ -74,7 +75,7 @@ def onnx_export(job: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "lenet.onnx")
         tf2onnx.convert.from_function(fn, input_signature=fn.input_signature, output_path=path)
-        result = common.onnx_compare(path, x, expected)
+        result = onnx_compare(path, x, expected)
     return {"exporter": f"tf2onnx.convert.from_function {importlib.metadata.version('tf2onnx')}", **result}
 
 
@@ -131,3 +132,7 @@ def allreduce(job: dict[str, Any]) -> dict[str, Any]:
     return {"pid": os.getpid(), "rank": rank, "world": world, "value": float(out[0]),
             "replicas_in_sync": int(strategy.num_replicas_in_sync),
             "api": "tf.distribute.MultiWorkerMirroredStrategy with TF_CONFIG on 127.0.0.1, ReplicaContext.all_reduce"}
+
+
+#: the live checks this probe runs, by name (its declaration's ``probe_checks``)
+CHECKS = {"forward": forward, "onnx_export": onnx_export, "train": train, "allreduce": allreduce}

@@ -58,9 +58,9 @@ from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
 from dlbench.frameworks.builder import LayerBuilder, make_optimizer
-from dlbench.frameworks.profilers import torch_profile
 from dlbench.frameworks.torch import DECLARATION
 from dlbench.frameworks.torch import layers as TL
+from dlbench.frameworks.torch.profiler import torch_profile
 from dlbench.measure.profile import ProfileTrace
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec

@@ -3,7 +3,7 @@
 from dlbench.frameworks.declaration import Declaration
 
 DECLARATION = Declaration(
-    name="transformers",
+    name="transformers", order=6,
     distribution="transformers",
     import_name="transformers",
     description="Hugging Face transformers (its own GPT2/Llama/BERT/ViT classes from a folder of dlbench's "

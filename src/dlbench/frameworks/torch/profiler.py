@@ -1,6 +1,5 @@
-"""The torch and JAX profilers over a closure, shared by their backends and Keras's ``keras-torch`` and
-``keras-jax`` variants (TensorFlow's, shared the same way, is ``tf_util.tf_profile``). Each imports its
-framework when called: a process profiles with the framework it already runs."""
+"""torch.profiler over a closure, shared by the torch backend and Keras's ``keras-torch`` variant. It imports
+torch when called: a process profiles with the framework it already runs."""
 
 from __future__ import annotations
 
@@ -34,17 +33,3 @@ def torch_profile(run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTr
         shutil.move(str(Path(tmp) / "trace.json"), path)
     ops = complete_events(read_trace(path), lambda e: e.get("cat") in ("cpu_op", "kernel"))
     return ProfileTrace(path, ops, f"torch.profiler (torch {torch.__version__})")
-
-
-def jax_profile(run: Callable[[], Any], calls: int, outdir: Path) -> ProfileTrace:
-    """jax.profiler's trace, in the Chrome format it writes beside its XSpace (``create_perfetto_trace``),
-    each call waited for; operations are the events XLA names an HLO op of (fusions, dots, convolutions),
-    the host-side dispatch events are in the trace only."""
-    import jax
-
-    with jax.profiler.trace(str(outdir), create_perfetto_trace=True):
-        for _ in range(calls):
-            jax.block_until_ready(run())
-    path = max(outdir.glob("plugins/profile/*/perfetto_trace.json.gz"))
-    ops = complete_events(read_trace(path), lambda e: "hlo_op" in (e.get("args") or {}))
-    return ProfileTrace(path, ops, f"jax.profiler (jax {jax.__version__})")
