@@ -1,4 +1,4 @@
-"""Converted models' cache (frameworks/converted.py): one conversion per model, format and version, however many
+"""Converted models' cache (frameworks/transformers/converted.py): one conversion per model, format and version, however many
 processes ask at once; a failed conversion leaves nothing behind; a planted change is cached apart."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dlbench.frameworks import converted
+from dlbench.frameworks.transformers import converted
 from dlbench.models import get_model
 from dlbench.models.weights import init_weights
 from tests.conftest import requires

@@ -21,9 +21,9 @@ from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.converted import Tamper
 from dlbench.frameworks.onnxruntime_genai import DECLARATION, convert
 from dlbench.frameworks.onnxruntime_genai.runtime import Loaded, generator, load, tokens_in
+from dlbench.frameworks.transformers.converted import Tamper
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 

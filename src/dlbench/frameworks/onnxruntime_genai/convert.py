@@ -1,6 +1,6 @@
 """dlbench's weights in ONNX Runtime GenAI's format: its model builder
 (``onnxruntime_genai.models.builder``, what ``python -m onnxruntime_genai.models.builder -i HF_DIR -o OUT
--p PRECISION -e cpu`` runs) on the Hugging Face folder dlbench writes (:mod:`dlbench.frameworks.converted`).
+-p PRECISION -e cpu`` runs) on the Hugging Face folder dlbench writes (:mod:`dlbench.frameworks.transformers.converted`).
 
 ``fp32`` is the builder's float32 CPU graph; ``int4`` its ``-p int4``: weight-only 4-bit MatMulNBits,
 block size 32, accuracy level 4 (activations quantized to int8 in the products), the builder's CPU
@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.frameworks.converted import Converted, Tamper, convert
+from dlbench.frameworks.transformers.converted import Converted, Tamper, convert
 from dlbench.models import layers as L
 from dlbench.models.hf_layout import family_of
 from dlbench.models.spec import ModelSpec

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.frameworks.converted import Tamper
 from dlbench.frameworks.decoding import Decoder, cache_bytes
 from dlbench.frameworks.onnxruntime_genai import convert
 from dlbench.frameworks.onnxruntime_genai.runtime import generator, load, tokens_in
+from dlbench.frameworks.transformers.converted import Tamper
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 

@@ -14,9 +14,9 @@ from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.data.synthetic import Batch
 from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
-from dlbench.frameworks.converted import Tamper
 from dlbench.frameworks.openvino_genai import DECLARATION, convert
 from dlbench.frameworks.openvino_genai.runtime import Compiled, compile_ir, empty_past, run
+from dlbench.frameworks.transformers.converted import Tamper
 from dlbench.models import layers as L
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights

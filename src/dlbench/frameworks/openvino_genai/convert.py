@@ -3,7 +3,7 @@ stateful IR; ``openvino_tokenizer.xml`` / ``openvino_detokenizer.xml``; the Hugg
 
 Optimum Intel's exporter (``optimum-cli export openvino``), what OpenVINO GenAI's documentation converts
 with, pins a transformers older than the main Python's, so the IR is made here the way it makes it: the
-``transformers`` model read from the Hugging Face folder dlbench writes (:mod:`dlbench.frameworks.converted`),
+``transformers`` model read from the Hugging Face folder dlbench writes (:mod:`dlbench.frameworks.transformers.converted`),
 traced by ``openvino.convert_model`` with its key/value cache as inputs and outputs (``beam_idx`` reordering the
 cache, as Optimum's exporter adds), the past/present pairs turned into the model's state by OpenVINO's
 make-stateful transformation, each state's initial value an empty cache of the batch's size (Optimum's
@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.frameworks.converted import Converted, Tamper, convert
+from dlbench.frameworks.transformers.converted import Converted, Tamper, convert
 from dlbench.models.hf_layout import family_of
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights

@@ -24,10 +24,10 @@ import openvino as ov
 import openvino_genai
 
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.frameworks.converted import Tamper
 from dlbench.frameworks.decoding import Decoder, cache_bytes
 from dlbench.frameworks.openvino_genai import convert
 from dlbench.frameworks.openvino_genai.runtime import compile_ir, empty_past, properties, run
+from dlbench.frameworks.transformers.converted import Tamper
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from dlbench.frameworks.converted import Converted
 from dlbench.frameworks.openvino_genai.convert import WITH_PAST_XML, past_names, weight_types
+from dlbench.frameworks.transformers.converted import Converted
 
 #: inference and cache precision at float32, so the fp32 gate holds what runs
 FLOAT32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
