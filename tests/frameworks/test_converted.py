@@ -65,3 +65,14 @@ def test_a_failed_conversion_leaves_nothing_and_a_planted_change_is_cached_apart
     clean = converted.convert(spec, weights, "rt", "f", "1", ok)
     planted = converted.convert(spec, weights, "rt", "f", "1", ok, tamper=swap)
     assert clean.path != planted.path and planted.path.name.endswith("-swap")
+
+
+def test_a_model_with_no_hugging_face_counterpart_is_unsupported_not_an_error(tmp_path, monkeypatch):
+    """LeNet (no Hugging Face class) through a GenAI runtime's conversion: unsupported with the reason, not a
+    ValueError the gate would store as an error (the equivalence gate's whole zoo found it)."""
+    from dlbench.frameworks.base import UnsupportedError
+
+    monkeypatch.setenv("DLBENCH_CACHE_DIR", str(tmp_path))
+    spec = get_model("lenet", small=True)
+    with pytest.raises(UnsupportedError, match="onnxruntime-genai: lenet has no Hugging Face counterpart"):
+        converted.convert(spec, init_weights(spec, 0), "onnxruntime-genai", "fp32", "0", lambda src, out: None)

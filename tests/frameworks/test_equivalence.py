@@ -67,12 +67,16 @@ EXPECTED_UNSUPPORTED: dict[tuple[str, str], str] = {
     **{(fw, m): _NO_TRANSFORMER_LAYERS for fw in ("mxnet", "chainer", "pytensor") for m in TRANSFORMERS},
     # CTranslate2's Generator runs the decoder-only language models dlbench writes Hugging Face folders of
     **{("ctranslate2", m): "ctranslate2" for m in MODELS if m not in ("gpt2", "smollm2-135m")},
+    ("onnxruntime-genai", "gpt2"): "ONNX Runtime GenAI's model builder: The HF_DIR model is not currently supported",
 }
 
 
 #: frameworks that build only some families, checked on those (every other model is unsupported with the
 #: reason: tests/test_transformers_runtime.py)
-ONLY = {"transformers": list(TRANSFORMERS)}
+ONLY = {"transformers": list(TRANSFORMERS),
+        # the GenAI runtimes convert causal language models only (frameworks/transformers/converted.py refuses
+        # the rest: tests/frameworks/test_converted.py); ONNX Runtime GenAI's builder takes no GPT-2
+        "onnxruntime-genai": ["smollm2-135m", "gpt2"], "openvino-genai": ["smollm2-135m", "gpt2"]}
 
 
 def models_for(framework: str) -> list[str]:

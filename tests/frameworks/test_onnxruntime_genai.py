@@ -83,9 +83,9 @@ def test_make_decoder_takes_the_precisions_the_decoder_declares():
     weights = init_weights(spec, 0)
     decoder = make_decoder("onnxruntime-genai", spec, weights, 1, 8, "int4")
     assert decoder.info()["graph"]["param_dtype"] == "int4"
-    with pytest.raises(UnsupportedError, match="builds at fp32, int4, not bf16"):
+    with pytest.raises(UnsupportedError, match="builds at fp32, int4 only, not bf16"):
         make_decoder("onnxruntime-genai", spec, weights, 1, 8, "bf16")
-    with pytest.raises(UnsupportedError, match="builds at fp32, bf16, not int4"):
+    with pytest.raises(UnsupportedError, match="builds at fp32, bf16 only, not int4"):
         make_decoder("torch", spec, weights, 1, 8, "int4")
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dlbench.frameworks.base import UnsupportedError
 from dlbench.frameworks.cache import cache_dir
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
@@ -78,7 +79,10 @@ def hf_folder(spec: ModelSpec, weights: Weights, folder: Path, tamper: Tamper | 
     from dlbench.frameworks.transformers.hf_model import save_folder
 
     save_folder(spec, weights, folder)
-    write_tokenizer(folder, json.loads((folder / "config.json").read_text())["vocab_size"])
+    vocab = json.loads((folder / "config.json").read_text()).get("vocab_size")
+    if not isinstance(vocab, int):
+        raise UnsupportedError(f"{spec.name} is no language model: its Hugging Face config has no vocabulary")
+    write_tokenizer(folder, vocab)
     if tamper is not None:
         tamper(folder)
     return folder
@@ -90,7 +94,11 @@ def convert(spec: ModelSpec, weights: Weights, runtime: str, fmt: str, version: 
     (the runtime's converter) and cached, one process at a time per model (a lock file beside it). A
     conversion that fails leaves nothing in the cache."""
     planted = f"-{tamper.__name__}" if tamper is not None else ""
-    path = root() / runtime / f"{weights_key(spec, weights)}-{fmt}-{version}{planted}"
+    try:
+        key = weights_key(spec, weights)
+    except ValueError as exc:  # no Hugging Face counterpart (models/hf_layout.py): nothing to convert from
+        raise UnsupportedError(f"{runtime}: {exc}") from None
+    path = root() / runtime / f"{key}-{fmt}-{version}{planted}"
     if (path / "done").exists():
         return Converted(path, 0.0, True)
     path.parent.mkdir(parents=True, exist_ok=True)
