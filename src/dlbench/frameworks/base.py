@@ -232,3 +232,19 @@ class Backend(ABC):
     def info(self) -> dict[str, Any]:
         """Build facts worth recording (BLAS, oneDNN, CUDA)."""
         return {}
+
+
+class InferenceOnly:
+    """The training side of an inference runtime's backend: each training closure refused with the reason
+    ``not_trainable`` says (mixed in before :class:`Backend`, so the runtimes share one refusal)."""
+
+    not_trainable: str = ""
+
+    def gradient(self, model: Any, batch: Any) -> Callable[[], Any]:
+        raise UnsupportedError(self.not_trainable)
+
+    def train_step(self, model: Any, batch: Any, opt: OptimizerSpec) -> Callable[[], Any]:
+        raise UnsupportedError(self.not_trainable)
+
+    def loss_and_grads(self, model: Any, batch: Any) -> tuple[float, dict[str, np.ndarray]]:
+        raise UnsupportedError(self.not_trainable)

@@ -30,7 +30,7 @@ import numpy as np
 
 from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.data.synthetic import Batch
-from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.base import Backend, InferenceOnly, UnsupportedError
 from dlbench.frameworks.ctranslate2 import DECLARATION
 from dlbench.frameworks.ctranslate2.convert import FORMATS, Converted, convert
 from dlbench.models.hf_layout import family_of
@@ -120,7 +120,8 @@ def affinity() -> int:
     return len(os.sched_getaffinity(0))
 
 
-class Backend_(Backend):
+class Backend_(InferenceOnly, Backend):
+    not_trainable = FORWARD_ONLY
     declaration = DECLARATION
     packages = ("ctranslate2",)
     forward_only_reason = FORWARD_ONLY
@@ -160,12 +161,6 @@ class Backend_(Backend):
         generator, (ids, lengths) = model.generator, batch
         return lambda: generator.forward_batch(ids, lengths)
 
-    def gradient(self, model: Any, batch: Any) -> Callable[[], Any]:
-        raise UnsupportedError(FORWARD_ONLY)
-
-    def train_step(self, model: Any, batch: Any, opt: OptimizerSpec) -> Callable[[], Any]:
-        raise UnsupportedError(FORWARD_ONLY)
-
     def sync(self, out: Any) -> None:
         pass  # forward_batch returns when its logits are computed (the CPU StorageView is filled)
 
@@ -177,9 +172,6 @@ class Backend_(Backend):
 
     def get_params(self, model: Any) -> dict[str, np.ndarray]:
         raise UnsupportedError("ctranslate2 does not hand a loaded model's parameters back")
-
-    def loss_and_grads(self, model: Any, batch: Any) -> tuple[float, dict[str, np.ndarray]]:
-        raise UnsupportedError(FORWARD_ONLY)
 
     def info(self) -> dict[str, Any]:
         return {"ctranslate2": ctranslate2.__version__, **(self.last.info() if self.last else {}),

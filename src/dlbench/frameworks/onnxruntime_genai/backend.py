@@ -20,7 +20,7 @@ import numpy as np
 from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.data.synthetic import Batch
-from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.base import Backend, InferenceOnly, UnsupportedError
 from dlbench.frameworks.onnxruntime_genai import DECLARATION, convert
 from dlbench.frameworks.onnxruntime_genai.runtime import Loaded, generator, load, tokens_in
 from dlbench.frameworks.transformers.converted import Tamper
@@ -30,7 +30,8 @@ from dlbench.models.weights import Weights
 NOT_TRAINABLE = "onnxruntime-genai is an inference runtime (its Generator runs the builder's graph forward only)"
 
 
-class Backend_(Backend):
+class Backend_(InferenceOnly, Backend):
+    not_trainable = NOT_TRAINABLE
     declaration = DECLARATION
     packages = ("onnxruntime_genai", "onnxruntime", "onnx", "transformers")
     gate_form = MappingProxyType(convert.GATE_FORM)
@@ -82,12 +83,6 @@ class Backend_(Backend):
             return np.asarray(gen.get_output("logits"))
         return run
 
-    def gradient(self, model: Any, batch: Any) -> Callable[[], Any]:
-        raise UnsupportedError(NOT_TRAINABLE)
-
-    def train_step(self, model: Any, batch: Any, opt: OptimizerSpec) -> Callable[[], Any]:
-        raise UnsupportedError(NOT_TRAINABLE)
-
     def sync(self, out: Any) -> None:
         pass  # the runtime returns host arrays
 
@@ -100,9 +95,6 @@ class Backend_(Backend):
 
     def get_params(self, model: Any) -> dict[str, np.ndarray]:
         raise UnsupportedError("onnxruntime-genai's graph holds the builder's layout; no canonical read-back")
-
-    def loss_and_grads(self, model: Any, batch: Any) -> tuple[float, dict[str, np.ndarray]]:
-        raise UnsupportedError(NOT_TRAINABLE)
 
     def info(self) -> dict[str, Any]:
         import onnxruntime

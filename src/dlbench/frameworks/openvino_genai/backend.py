@@ -13,7 +13,7 @@ import numpy as np
 from dlbench.core.cell import DEFAULT_DEVICE
 from dlbench.core.precision import DEFAULT as DEFAULT_PRECISION
 from dlbench.data.synthetic import Batch
-from dlbench.frameworks.base import Backend, OptimizerSpec, UnsupportedError
+from dlbench.frameworks.base import Backend, InferenceOnly, UnsupportedError
 from dlbench.frameworks.openvino_genai import DECLARATION, convert
 from dlbench.frameworks.openvino_genai.runtime import Compiled, compile_ir, empty_past, run
 from dlbench.frameworks.transformers.converted import Tamper
@@ -24,7 +24,8 @@ from dlbench.models.weights import Weights
 NOT_TRAINABLE = "openvino-genai is an inference runtime (its pipeline runs the IR forward only)"
 
 
-class Backend_(Backend):
+class Backend_(InferenceOnly, Backend):
+    not_trainable = NOT_TRAINABLE
     declaration = DECLARATION
     packages = ("openvino_genai", "openvino", "openvino_tokenizers", "nncf", "transformers")
     forward_only_reason = NOT_TRAINABLE + ": gradient and loss checks do not apply"
@@ -71,12 +72,6 @@ class Backend_(Backend):
             return run(request, batch, past)[0]
         return call
 
-    def gradient(self, model: Any, batch: Any) -> Callable[[], Any]:
-        raise UnsupportedError(NOT_TRAINABLE)
-
-    def train_step(self, model: Any, batch: Any, opt: OptimizerSpec) -> Callable[[], Any]:
-        raise UnsupportedError(NOT_TRAINABLE)
-
     def sync(self, out: Any) -> None:
         pass
 
@@ -94,9 +89,6 @@ class Backend_(Backend):
 
     def get_params(self, model: Any) -> dict[str, np.ndarray]:
         raise UnsupportedError("openvino-genai's IR holds OpenVINO's layout; no canonical read-back")
-
-    def loss_and_grads(self, model: Any, batch: Any) -> tuple[float, dict[str, np.ndarray]]:
-        raise UnsupportedError(NOT_TRAINABLE)
 
     def info(self) -> dict[str, Any]:
         import openvino_genai
