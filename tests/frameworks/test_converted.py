@@ -76,3 +76,13 @@ def test_a_model_with_no_hugging_face_counterpart_is_unsupported_not_an_error(tm
     spec = get_model("lenet", small=True)
     with pytest.raises(UnsupportedError, match="onnxruntime-genai: lenet has no Hugging Face counterpart"):
         converted.convert(spec, init_weights(spec, 0), "onnxruntime-genai", "fp32", "0", lambda src, out: None)
+
+
+def test_a_runtimes_family_check_refuses_a_model_with_no_hugging_face_family():
+    """Both GenAI runtimes ask the family before converting (``dlbench verify --model lenet`` stored a
+    ValueError as FAIL for them)."""
+    from dlbench.frameworks.base import UnsupportedError
+
+    assert converted.family(get_model("smollm2-135m", small=True), "openvino-genai") == "llama"
+    with pytest.raises(UnsupportedError, match="openvino-genai: lenet has no Hugging Face counterpart"):
+        converted.family(get_model("lenet", small=True), "openvino-genai")

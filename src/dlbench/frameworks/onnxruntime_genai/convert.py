@@ -22,9 +22,8 @@ import json
 from pathlib import Path
 
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.frameworks.transformers.converted import Converted, Tamper, convert
+from dlbench.frameworks.transformers.converted import Converted, Tamper, convert, family
 from dlbench.models import layers as L
-from dlbench.models.hf_layout import family_of
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
@@ -43,7 +42,7 @@ def check_shapes(spec: ModelSpec) -> None:
     """Refuse a model the builder's CPU graph cannot hold, in the runtime's words: a head size
     GroupQueryAttention's CPU kernel rejects, or a projection as wide as the vocabulary (the builder takes
     every ``nn.Linear`` with ``out_features == vocab_size`` for the LM head, ``Model.has_lm_head``)."""
-    if family_of(spec) not in BUILT:
+    if family(spec, "onnxruntime-genai") not in BUILT:
         return  # the builder refuses another architecture itself, in its words (build)
     shapes, vocab = spec.param_shapes(), spec.input.vocab
     for layer in L.walk(spec.layers):

@@ -23,8 +23,7 @@ import shutil
 from pathlib import Path
 
 from dlbench.frameworks.base import UnsupportedError
-from dlbench.frameworks.transformers.converted import Converted, Tamper, convert
-from dlbench.models.hf_layout import family_of
+from dlbench.frameworks.transformers.converted import Converted, Tamper, convert, family
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
@@ -155,8 +154,9 @@ def converted(spec: ModelSpec, weights: Weights, precision: str, tamper: Tamper 
 
     if precision not in FORMATS:
         raise UnsupportedError(f"openvino-genai runs {', '.join(FORMATS)} here, not {precision}")
-    if family_of(spec) not in TRACED:
-        raise UnsupportedError(f"openvino-genai: no causal language model of the {family_of(spec)} family is "
+    fam = family(spec, "openvino-genai")
+    if fam not in TRACED:
+        raise UnsupportedError(f"openvino-genai: no causal language model of the {fam} family is "
                                f"converted here ({', '.join(TRACED)})")
     return convert(spec, weights, "openvino-genai", FORMATS[precision], openvino_genai.__version__,
                    lambda hf, out: export(hf, out, FORMATS[precision]), tamper)

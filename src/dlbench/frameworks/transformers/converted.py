@@ -46,6 +46,16 @@ class Converted:
                 "converted": str(self.path)}
 
 
+def family(spec: ModelSpec, runtime: str) -> str:
+    """``spec``'s Hugging Face family; a model without one is unsupported in ``runtime`` (nothing to convert)."""
+    from dlbench.models.hf_layout import family_of
+
+    try:
+        return family_of(spec)
+    except ValueError as exc:
+        raise UnsupportedError(f"{runtime}: {exc}") from None
+
+
 def root() -> Path:
     """Where converted models are kept."""
     path = cache_dir("converted")
