@@ -76,8 +76,9 @@ def test_the_bar_prints_data_strings_literally(capsys):
 
 
 @requires("torch")
-def test_run_piped_prints_a_line_per_cell(tmp_path):
-    """`dlbench run | cat`: stdout a pipe, one line per finished cell (was: nothing until the tables)."""
+def test_run_piped_prints_a_line_per_cell(tmp_path, fresh_gates):
+    """`dlbench run | cat`: stdout a pipe, one line per finished cell (was: nothing until the tables), and
+    a line per gate it runs."""
     env = {**os.environ, "DLBENCH_PLUGINS": FAKE, "PYTHONPATH": str(ROOT / "src")}
     cmd = [sys.executable, "-m", "dlbench", "run", "--model", "lenet", "--framework", "fakefw", "--variant", "ok,crash",
            "--scenario", "forward", "--batch", "4", "--threads", "1", "--warmup", "1", "--min-iters", "3",

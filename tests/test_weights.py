@@ -48,6 +48,6 @@ def test_verify_mode_randomises_biases_and_bn_state():
 
 def test_directions_are_unit_and_cover_trainable_only():
     spec = get_model("sae:phase=pretrain2")
-    (v,) = directions(spec, 1)
+    (v,) = directions(spec, 1)  # a generator: drawn as taken
     assert set(v) == set(spec.trainable_names())
     assert abs(sum(float((a * a).sum()) for a in v.values()) - 1.0) < 1e-9

@@ -277,6 +277,7 @@ def _print_plan(plan: RunPlan, left_out: str, as_json: bool) -> int:
     """``--dry-run``: the cells and the estimate; nothing measured, nothing stored, no run created."""
     from dlbench.planning.estimate import runs_a_process
 
+    plan.calibrate(lambda line: print(f"dlbench: {line}", file=sys.stderr, flush=True))
     suite, cells, stored, estimate = plan.suite, plan.todo, plan.stored, plan.estimate
     setup, builds, total = estimate.setup(), plan.builds, plan.seconds
     building = sum(b.seconds or 0 for b in builds)
@@ -302,6 +303,9 @@ def _print_plan(plan: RunPlan, left_out: str, as_json: bool) -> int:
     evidence = (f"{h.runs} earlier run(s) on this machine, which measured {known} of the {len(cells)} cell(s)"
                 if h.runs else "no earlier run on this machine in this database: a rate of "
                 f"{est.GFLOPS_PER_THREAD:g} GFLOP/s per thread is assumed")
+    if h.calibrated:
+        evidence += (f"; the start of a process calibrated on this machine for "
+                     f"{', '.join(sorted({f for f, _ in h.calibrated}))}")
     print(f"estimate: about {format_duration(total)} (rough, from the protocol and {evidence}: {how}, "
           f"{p.warmup} warm-up + at least {p.min_iters} iterations and {p.min_time_s:g} s each; "
           f"{format_duration(setup)} of machine peak and equivalence gate"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -147,15 +148,17 @@ def _bn_channels(spec: ModelSpec) -> dict[str, int]:
             if name.endswith(".gamma")}
 
 
-def directions(spec: ModelSpec, count: int, seed: int = 1234) -> list[dict[str, np.ndarray]]:
-    """Seeded random unit directions over the trainable parameters (for the gradient check)."""
+def directions(spec: ModelSpec, count: int, seed: int = 1234) -> Iterator[dict[str, np.ndarray]]:
+    """Seeded random unit directions over the trainable parameters (for the gradient check), drawn one at a
+    time as the caller takes them: the check usually needs fewer than ``count`` (the spares replace
+    directions along which the loss has a kink), and for AlexNet one direction is 61 million normals."""
     names = spec.trainable_names()
     shapes = spec.param_shapes()
-    out = []
     for i in range(count):
         rng = np.random.default_rng([seed, i])
         v = {n: rng.standard_normal(shapes[n]) for n in names}
         norm = math.sqrt(sum(float((a * a).sum()) for a in v.values()))
-        out.append({n: a / norm for n, a in v.items()})
-    return out
+        for a in v.values():
+            a /= norm
+        yield v
 

@@ -78,8 +78,12 @@ def setup_seconds(cells: list[Cell], history: History | None = None,
     for c in cells:
         if c.group not in verified:
             groups[(c.framework, c.variant, c.device, c.precision)].add(c.model)
-    return PEAK_S * len(threads) + sum(history.overhead_framework.get(f, START_S) + VERIFY_MODEL_S * len(m)
-                                       for (f, *_), m in groups.items())
+    return PEAK_S * len(threads) + sum(_or_start(history.process_s(f, v)) + VERIFY_MODEL_S * len(m)
+                                       for (f, v, *_), m in groups.items())
+
+
+def _or_start(seconds: float | None) -> float:
+    return START_S if seconds is None else seconds
 
 
 @dataclass

@@ -45,13 +45,25 @@ class History:
     overhead_framework: dict[str, float] = field(default_factory=dict)
     rate: dict[str, float] = field(default_factory=dict)  # "cpu" or "gpu" -> FLOP/s per thread (per device)
     runs: int = 0  # runs read
+    #: (framework, variant) -> a process's overhead as this machine's calibration measured it
+    #: (:mod:`dlbench.planning.calibration`), for the frameworks the database knows nothing of
+    calibrated: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def call_s(self, cell: Cell) -> float | None:
         return self.calls.get(cell.key)
 
     def start_s(self, cell: Cell) -> float | None:
-        return self.overhead.get((cell.framework, cell.variant, cell.scenario),
-                                 self.overhead_framework.get(cell.framework))
+        known = self.overhead.get((cell.framework, cell.variant, cell.scenario))
+        return known if known is not None else self.process_s(cell.framework, cell.variant)
+
+    def process_s(self, framework: str, variant: str) -> float | None:
+        """One process of ``framework``'s overhead: learned from its runs here, else calibrated here (the
+        variant's, else another variant's), else None (unknown)."""
+        if framework in self.overhead_framework:
+            return self.overhead_framework[framework]
+        if (framework, variant) in self.calibrated:
+            return self.calibrated[(framework, variant)]
+        return next((s for (f, _), s in self.calibrated.items() if f == framework), None)
 
     def flops_per_s(self, cell: Cell) -> float | None:
         """The rate a cell never measured may expect: per thread on the CPU, per device on a GPU."""

@@ -39,9 +39,9 @@ from dlbench.measure import environment, reuse
 from dlbench.measure.cost import PARTS, cell_cost
 from dlbench.measure.peak import describe, setters
 from dlbench.models import get_model, hf_checkpoint
-from dlbench.planning import resolve
-from dlbench.planning.estimate import Estimate
-from dlbench.planning.history import load_history
+from dlbench.planning import calibration, resolve
+from dlbench.planning.estimate import Estimate, runs_a_process
+from dlbench.planning.history import History, load_history
 from dlbench.planning.plan import Cell, Suite, expand, suite_from_dict
 from dlbench.running.ray import RayLauncher
 from dlbench.scenarios import registry
@@ -134,9 +134,24 @@ class RunPlan:
     @cached_property
     def estimate(self) -> Estimate:
         """How long the cells to measure take (:mod:`dlbench.planning.estimate`), knowing what this
-        machine measured before and which gates it kept."""
-        return Estimate(self.suite, self.todo, epoch_samples(self.suite, self.todo), load_history(self.db),
+        machine measured before, how its processes start (the kept calibration) and which gates it kept."""
+        history = load_history(self.db)
+        history.calibrated = calibration.kept_seconds(self._uncharted(history))
+        return Estimate(self.suite, self.todo, epoch_samples(self.suite, self.todo), history,
                         verified=self.kept_gates)
+
+    def _uncharted(self, history: History) -> list[tuple[str, str]]:
+        """The (framework, variant) of the cells to measure whose processes this machine's history knows nothing of."""
+        return [(c.framework, c.variant) for c in self.todo
+                if c.framework not in history.overhead_framework and runs_a_process(c)]
+
+    def calibrate(self, progress: Callable[[str], None] = lambda s: None) -> None:
+        """Measure what one process costs here for every framework of the plan that has neither history nor
+        a kept calibration (:mod:`dlbench.planning.calibration`: a process each, seconds): ``--dry-run``
+        does, so that a machine's first estimate is this machine's. A run does not: it uses what is kept."""
+        history = load_history(self.db)
+        calibration.calibrate(self._uncharted(history), progress)
+        self.__dict__.pop("estimate", None)
 
     @cached_property
     def builds(self) -> list[BuildEstimate]:
