@@ -142,7 +142,7 @@ def no_reuse_across_runs(shared_dir):
     old = {k: os.environ.get(k) for k in ("DLBENCH_GATE_CACHE", "DLBENCH_COMPILATION_CACHE", "DLBENCH_CALIBRATION")}
     os.environ["DLBENCH_COMPILATION_CACHE"] = "off"
     os.environ["DLBENCH_CALIBRATION"] = "off"  # a dry run's estimate from the fixed guesses: no process started
-    os.environ["DLBENCH_GATE_CACHE"] = os.environ.get("XGATE") or str(shared_dir / "gate-verdicts.json")
+    os.environ["DLBENCH_GATE_CACHE"] = str(shared_dir / "gate-verdicts.json")
     yield
     for k, v in old.items():
         if v is None:
