@@ -11,7 +11,9 @@ Each workload runs three times in turn, ``--dry-run`` asked before each run:
   would not: the estimate says so).
 
 ``--fresh-calibration`` drops this machine's kept calibration first, so the cold estimate pays for making it
-(its seconds are in the dry run's own time, shown beside). Run it on a quiet machine: it measures wall time.
+(its seconds are in the dry run's own time, shown beside). ``--workdir DIR`` keeps the databases and each
+finished row (``rows.jsonl``), so an interrupted study resumes. Run it on a quiet machine: it measures wall
+time.
 
     python benchmarks/estimate_accuracy.py --workdir DIR
     python benchmarks/estimate_accuracy.py --only quick --states cold,warm
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -47,10 +50,7 @@ def one(argv: list[str], db: str, state: str) -> dict:
     """``--dry-run``, then the run: the estimate, the dry run's own seconds and the run's wall time."""
     if state == "env":
         dlbench("envs", "remove", ENV_PIN)
-        frameworks = [f for f in _frameworks(argv, db) if "==" not in f]
-        argv = [a for a in argv if a != "--framework"]
-        argv = [*argv, "--framework", ",".join([*frameworks, ENV_PIN])] if "--suite" in argv else \
-            _replace_frameworks(argv, frameworks + [ENV_PIN])
+        argv = _replace_frameworks(argv, [f for f in _frameworks(argv, db) if "==" not in f] + [ENV_PIN])
     t0 = time.perf_counter()
     dry = dlbench("run", *argv, "--dry-run", "--json", "--db", db)
     dry_s = time.perf_counter() - t0
@@ -60,11 +60,9 @@ def one(argv: list[str], db: str, state: str) -> dict:
     t0 = time.perf_counter()
     run = dlbench("run", *argv, "--json", "--db", db)
     seconds = time.perf_counter() - t0
-    cells = json.loads(run.stdout).get("cells", []) if run.stdout.strip().startswith("{") else []
-    statuses: dict[str, int] = {}
-    for c in cells:
-        statuses[c["status"]] = statuses.get(c["status"], 0) + 1
-    return {"estimate_s": estimate, "dry_s": dry_s, "seconds": seconds, "exit": run.returncode, "statuses": statuses}
+    summary = json.loads(run.stdout) if run.stdout.strip().startswith("{") else {}
+    return {"estimate_s": estimate, "dry_s": dry_s, "seconds": seconds, "exit": run.returncode,
+            "cells": len(json.loads(dry.stdout)["cells"]), "failed": len(summary.get("failed", []))}
 
 
 def _replace_frameworks(argv: list[str], frameworks: list[str]) -> list[str]:
@@ -90,27 +88,36 @@ def main() -> None:
         raise SystemExit(f"unknown state {bad[0]!r}; known: {', '.join(STATES)}")
     title = header("`--dry-run`'s estimate against the run's wall time")
     if args.fresh_calibration:
-        dlbench("calibrate", "--forget")
+        from dlbench.planning.calibration import forget
+
+        forget()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="dlbench-estimate-"))
     work.mkdir(parents=True, exist_ok=True)
+    done_file = work / "rows.jsonl"  # each finished (workload, state): an interrupted study resumes after it
+    done = {(r["workload"], r["state"]): r for r in map(json.loads, done_file.read_text().splitlines())} \
+        if done_file.exists() else {}
     rows = []
     for name in args.only or list(WORKLOADS):
         db = str(work / f"{name}.db")
-        Path(db).unlink(missing_ok=True)
         for state in states:
-            r = one(WORKLOADS[name], db, state)
-            rows.append((name, state, r))
-            print(f"{name} {state}: {json.dumps(r)}", flush=True)
+            if (name, state) not in done:
+                if state == "cold":
+                    Path(db).unlink(missing_ok=True)
+                done[(name, state)] = {"workload": name, "state": state, **one(WORKLOADS[name], db, state)}
+                with done_file.open("a") as f:
+                    f.write(json.dumps(done[(name, state)]) + "\n")
+                print(f"{name} {state}: {json.dumps(done[(name, state)])}", file=sys.stderr, flush=True)
+            rows.append((name, state, done[(name, state)]))
     print(title)
     print("Each workload in turn: `cold` an empty database, `warm` the database holding the cold run, `env` "
-          f"that database with {ENV_PIN} to build (its environment removed first; uv's package cache kept). "
+          f"that database with {ENV_PIN} to build (its environment removed first; the package caches kept). "
           f"Ratio: the estimate over the wall time (the goal: within {BOUND:.0%}).\n")
     print("| workload | state | `--dry-run`'s estimate | its own time | the run's wall time | ratio | cells |")
-    print("|---|---|---:|---:|---:|---:|---|")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for name, state, r in rows:
         ratio = r["estimate_s"] / r["seconds"]
         flag = "" if abs(ratio - 1) <= BOUND else " (outside)"
-        cells = ", ".join(f"{k} {v}" for k, v in sorted(r["statuses"].items())) or f"exit {r['exit']}"
+        cells = f"{r['cells']} ({r['failed']} failed)" if r.get("failed") else str(r.get("cells", "–"))
         print(f"| {name} | {state} | {r['estimate_s'] / 60:.2f} min | {r['dry_s']:.1f} s | {r['seconds'] / 60:.2f} min "
               f"| {ratio:.2f}x{flag} | {cells} |")
 

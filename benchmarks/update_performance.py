@@ -27,7 +27,7 @@ ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "f
          "versions_study", "torch_release_size", "versions_study_torch", "explain_study_t1", "explain_study_t2",
          "jax_layout_profile", "explain_fcnr_t1", "explain_resnet56_t1", "bootstrap_speed", "trust_figures",
          "ci_time", "env_builds", "bisect_jax", "bisect_jax_faster", "adaptive_study", "adaptive_study_quick",
-         "planner_simulation",
+         "planner_simulation", "adaptive_study_precision", "estimate_accuracy",
          "quick_suite_growth", "noise_remedies", "transformers_study",
          "transformers_study_t1", "serving_study_bert",
          "generation_study", "generate_vs_transformers", "convergence_genesis", "quality_genesis", "quality_speed_genesis"]
@@ -59,6 +59,9 @@ PARTS = {"versions_study_torch": ("versions_study.py", ["--only", "torch"]),
          "bisect_jax_faster": ("bisect_jax.py", ["--faster"]),
          "transformers_study_t1": ("transformers_study.py", ["--threads", "1"]),
          "adaptive_study_quick": ("adaptive_study.py", ["--only", "quick", "--max-time", "60"]),
+         # issue 45's re-run of the precision workload with the planner on an upper bound of the pilot's variance
+         "adaptive_study_precision": ("adaptive_study.py", ["--only", "precision", "--protocols", "fixed,target",
+                                                            "--max-time", "60"]),
          "serving_study_bert": ("serving_study.py", ["--quick", "--model", "bert-base:seq_len=384", "--framework",
                                                      "torch,onnxruntime,openvino", "--threads", "2",
                                                      "--latency-calls", "100"])}

@@ -37,8 +37,10 @@ def test_a_planted_slow_warmup_is_found_and_excluded(tmp_db, fake_framework):
 
 
 def test_a_cell_measured_to_a_target_reports_its_two_stages_cost_and_variance(tmp_db, capsys):
+    # +-10% within 30 s: a pilot and a second stage of a few processes (at +-5% and 60 s a loaded machine's
+    # cell took a minute, the longest test of CI), both stages' accounting the same
     res = api.run(models=["lenet"], frameworks=["torch"], scenarios=["forward"], batches=[4], threads=[1],
-                  protocol={**FAST, "target_ci": 5.0, "max_cell_s": 60.0}, db=tmp_db)
+                  protocol={**FAST, "target_ci": 10.0, "max_cell_s": 30.0}, db=tmp_db)
     (cell,) = res.cells
     m = cell.cell.metrics
     assert cell.cell.status == "ok"
@@ -52,9 +54,9 @@ def test_a_cell_measured_to_a_target_reports_its_two_stages_cost_and_variance(tm
     assert cell.time_ms.ci_high == pytest.approx(adaptive["high"] / 1e6)
     # so are the samples `compare` tests and bounds its ratio with: the second stage's processes alone
     assert cell.sample_repeats and min(cell.sample_repeats) >= adaptive["first_counted"]
-    assert (adaptive["half_width"] <= 0.05) == adaptive["met"]
+    assert (adaptive["half_width"] <= 0.10) == adaptive["met"]
     if not adaptive["met"]:
-        assert any("target +-5% not met" in w for w in cell.cell.warnings)
+        assert any("target +-10% not met" in w for w in cell.cell.warnings)
     cost = m["cost"]
     assert cost["processes"] == m["repeats_done"]
     assert all(cost[k] > 0 for k in ("start_s", "build_s", "warmup_s", "timed_s"))
