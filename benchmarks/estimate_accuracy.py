@@ -62,7 +62,8 @@ def one(argv: list[str], db: str, state: str) -> dict:
     seconds = time.perf_counter() - t0
     summary = json.loads(run.stdout) if run.stdout.strip().startswith("{") else {}
     return {"estimate_s": estimate, "dry_s": dry_s, "seconds": seconds, "exit": run.returncode,
-            "cells": len(json.loads(dry.stdout)["cells"]), "failed": len(summary.get("failed", []))}
+            "cells": len(json.loads(dry.stdout)["cells"]),
+            "failed": sum(c["status"] != "unsupported" for c in summary.get("failed", []))}
 
 
 def _replace_frameworks(argv: list[str], frameworks: list[str]) -> list[str]:
