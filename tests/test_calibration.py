@@ -51,8 +51,23 @@ def test_a_process_that_fails_calibrates_nothing_and_keeps_nothing(kept_file):
     calls = []
     assert calibration.calibrate([("torch", "eager")], run=_fake_run(calls, status="failed")) == {}
     assert not kept_file.exists()
-    # a framework that cannot run a forward pass starts no process at all
-    assert calibration.calibrate([("h2o", "default")], run=_fake_run(calls)) == {} and len(calls) == 1
+    # a release whose environment is not built yet starts no process
+    assert calibration.calibrate([("torch==2.1.0", "eager")], run=_fake_run(calls)) == {} and len(calls) == 1
+
+
+def test_a_framework_that_cannot_do_the_calibrations_cell_is_kept_as_such_and_not_asked_again(kept_file):
+    """h2o has no forward closure (no process); a runtime of language models refuses LeNet in its process."""
+    calls = []
+
+    def refuses(job, timeout_s, threads, python=None, extra_env=None):
+        calls.append(job.cell.framework)
+        return JobOutcome("ok", {"unsupported": "builds language models only"}, "", 1.0, 0)
+
+    groups = [("h2o", "default"), ("torch", "eager")]
+    assert calibration.calibrate(groups, run=refuses) == {} and calls == ["torch"]
+    reasons = {v["framework"]: v["unusable"] for v in json.loads(kept_file.read_text()).values()}
+    assert reasons["torch"] == "builds language models only" and "forward" in reasons["h2o"]
+    assert calibration.calibrate(groups, run=refuses) == {} and calls == ["torch"]  # asked once
 
 
 @pytest.mark.parametrize("text", ["", "[]", "{not json", '{"k": {"process_s": "fast"}}', '{"k": {"process_s": -1}}'])

@@ -67,7 +67,8 @@ def load(path: Path | None = None) -> dict[str, dict[str, Any]]:
         return {}
     if not isinstance(data, dict):
         return {}
-    return {k: v for k, v in data.items() if isinstance(v, dict) and _seconds(v.get("process_s")) is not None}
+    return {k: v for k, v in data.items() if isinstance(v, dict)
+            and (_seconds(v.get("process_s")) is not None or isinstance(v.get("unusable"), str))}
 
 
 def _seconds(value: Any) -> float | None:
@@ -93,23 +94,28 @@ def forget(path: Path | None = None) -> bool:
     return True
 
 
-def measure(framework: str, variant: str, run: Callable[..., Any] = run_job) -> float | None:
+def measure(framework: str, variant: str, run: Callable[..., Any] = run_job) -> float | str | None:
     """Seconds one measuring process of ``framework`` spends outside its timed calls here, from one
-    process doing :data:`MODEL`'s :data:`SCENARIO` at batch 1 on one thread; None where it cannot
-    (the framework does not run that cell, or the process fails)."""
+    process doing :data:`MODEL`'s :data:`SCENARIO` at batch 1 on one thread. A reason (a string) where
+    the framework cannot do that cell (a runtime of language models only): kept, so that it is not asked
+    again. None where it cannot be measured now (not installed yet, or the process failed)."""
     from dlbench.planning.flags import build_suite
 
+    if installed_version(framework) is None:
+        return None  # a release the run will build first
     scenario = registry.of_stored(SCENARIO)
     info = framework_info(framework)
-    if scenario.unsupported(info) is not None:
-        return None
+    if (why := scenario.unsupported(info)) is not None:
+        return why
     suite = build_suite(None, models=[MODEL], frameworks=[framework], scenarios=[SCENARIO], batches=[1],
                         threads=[1], protocol=dict(PROTOCOL))
     cell = Cell(framework, variant, MODEL, SCENARIO, 1, 1)
     outcome = run(scenario.job(cell, suite), PROTOCOL["timeout_s"], 1, python=envs.python_for(framework),
                   extra_env=info.variant_env.get(variant))
-    if outcome.status != "ok" or "unsupported" in outcome.result:
+    if outcome.status != "ok":
         return None
+    if "unsupported" in outcome.result:
+        return str(outcome.result["unsupported"])
     parts = process_cost(outcome.seconds, outcome.result.get("cost"))
     return parts["start_s"] + parts["build_s"] + parts["rest_s"]
 
@@ -123,7 +129,8 @@ def calibrate(groups: Iterable[tuple[str, str]], progress: Callable[[str], None]
               run: Callable[..., Any] = run_job, measure_missing: bool = True) -> dict[tuple[str, str], float]:
     """The per-process seconds of each (framework, variant) of ``groups``: kept ones as they are, the others
     measured now (:func:`measure`, one process each, announced through ``progress``) and kept. A group
-    that cannot be calibrated is left out (the estimate keeps its fixed guess for it)."""
+    that cannot be calibrated is left out (the estimate keeps its fixed guess for it); one that cannot
+    do the calibration's cell is kept as such, with the reason, and not asked again."""
     path = calibration_path()
     if path is None:
         return {}
@@ -134,16 +141,20 @@ def calibrate(groups: Iterable[tuple[str, str]], progress: Callable[[str], None]
     for framework, variant in dict.fromkeys(groups):
         k = key(framework, variant, machine)
         if k in kept:
-            out[(framework, variant)] = float(kept[k]["process_s"])
+            if (seconds := _seconds(kept[k].get("process_s"))) is not None:
+                out[(framework, variant)] = seconds
             continue
         if not measure_missing:
             continue
         progress(f"calibrating the estimate: one {framework}/{variant} process ({MODEL} {SCENARIO})")
-        seconds = measure(framework, variant, run)
-        if seconds is None:
+        measured = measure(framework, variant, run)
+        if measured is None:
             continue
-        out[(framework, variant)] = seconds
-        kept[k] = {"framework": framework, "variant": variant, "process_s": round(seconds, 3)}
+        if isinstance(measured, str):
+            kept[k] = {"framework": framework, "variant": variant, "unusable": measured[:300]}
+        else:
+            out[(framework, variant)] = measured
+            kept[k] = {"framework": framework, "variant": variant, "process_s": round(measured, 3)}
         changed = True
     if changed:
         _save(kept, path)
