@@ -134,7 +134,7 @@ def no_reuse_across_runs(shared_dir):
 
     The gate's passes are kept for the session only, in its shared folder (never a developer's
     ``~/.cache/dlbench``), so the hundred-odd runs the tests start verify LeNet in torch once, not once
-    each (about 90 s of CI's 12 minutes). That is safe for what the tests check because a kept pass
+    each (828 s -> 734 s for the whole suite, docs/ci.md). That is safe for what the tests check because a kept pass
     stands only for the same fingerprint (:mod:`dlbench.measure.reuse`: dlbench's source, the
     interpreter's installs, the machine, the variant's environment and a plug-in's module file), so a
     planted defect (a plug-in framework, a variant) is verified afresh, and a failure is never kept. A
