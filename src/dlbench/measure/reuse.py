@@ -30,7 +30,7 @@ import json
 import os
 import platform
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -40,16 +40,39 @@ from typing import Any
 CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dlbench"
 
 
-def _setting(var: str, default: Path) -> Path | None:
+def setting(var: str, default: Path) -> Path | None:
+    """The file or folder ``var`` names, ``default`` when unset, None when it says ``off`` (or 0, no, empty)."""
     value = os.environ.get(var)
     if value is None:
         return default
     return None if value.strip().lower() in ("", "off", "0", "no") else Path(value)
 
 
+def read_kept(path: Path, keep: Callable[[Any], bool]) -> dict[str, Any]:
+    """A per-host JSON object of kept entries, those ``keep`` accepts; a missing, unreadable or malformed
+    file is an empty one (it is made again, nothing else)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return {k: v for k, v in data.items() if keep(v)} if isinstance(data, dict) else {}
+
+
+def write_kept(path: Path, data: dict[str, Any]) -> None:
+    """Write the kept entries through a temporary file, so a crash never leaves half a file; a file that
+    cannot be written costs the work again next time, nothing else."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, default=str))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 # --- compilation caches ------------------------------------------------------------------------------
 def compilation_cache_dir() -> Path | None:
-    return _setting("DLBENCH_COMPILATION_CACHE", CACHE_ROOT / "compilation")
+    return setting("DLBENCH_COMPILATION_CACHE", CACHE_ROOT / "compilation")
 
 
 def compilation_cache_env(framework: str, compiler: str | None, env: Mapping[str, str]) -> dict[str, str]:
@@ -78,7 +101,7 @@ def compilation_cache_mark(framework: str, compiler: str | None, env: Mapping[st
 
 # --- the gate's verdicts -----------------------------------------------------------------------------
 def gate_cache_path() -> Path | None:
-    return _setting("DLBENCH_GATE_CACHE", CACHE_ROOT / "gate-verdicts.json")
+    return setting("DLBENCH_GATE_CACHE", CACHE_ROOT / "gate-verdicts.json")
 
 
 @cache
@@ -217,13 +240,7 @@ class GateCache:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = gate_cache_path() if path is None else path
-        self.data: dict[str, dict[str, Any]] = {}
-        if self.path is not None:
-            try:
-                data = json.loads(self.path.read_text())
-            except (OSError, ValueError, RecursionError):
-                data = {}
-            self.data = {k: v for k, v in data.items() if reusable(v)} if isinstance(data, dict) else {}
+        self.data: dict[str, dict[str, Any]] = {} if self.path is None else read_kept(self.path, reusable)
 
     @property
     def enabled(self) -> bool:
@@ -236,10 +253,4 @@ class GateCache:
         if self.path is None or not reusable(entry):
             return
         self.data[key] = entry
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(self.data, default=str))
-            os.replace(tmp, self.path)
-        except OSError:
-            pass  # a cache that cannot be written costs a re-verification next run, nothing else
+        write_kept(self.path, self.data)  # one that cannot be written costs a re-verification next run

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from dlbench.frameworks import framework_info, installed_version
 from dlbench.launch.subprocess import run_job
 from dlbench.measure.cost import process_cost
 from dlbench.measure.environment import this_machine
-from dlbench.measure.reuse import CACHE_ROOT
+from dlbench.measure.reuse import CACHE_ROOT, read_kept, setting, write_kept
 from dlbench.scenarios import registry
 
 #: the cell a calibration process does (the cheapest any framework that runs a CNN can do)
@@ -42,10 +41,7 @@ PROTOCOL = {"warmup": 0, "min_iters": 1, "min_time_s": 0.0, "repeats": 1, "timeo
 
 
 def calibration_path() -> Path | None:
-    value = os.environ.get("DLBENCH_CALIBRATION")
-    if value is None:
-        return CACHE_ROOT / "calibration.json"
-    return None if value.strip().lower() in ("", "off", "0", "no") else Path(value)
+    return setting("DLBENCH_CALIBRATION", CACHE_ROOT / "calibration.json")
 
 
 def key(framework: str, variant: str, machine: dict[str, Any] | None = None) -> str:
@@ -57,32 +53,18 @@ def key(framework: str, variant: str, machine: dict[str, Any] | None = None) -> 
 
 
 def load(path: Path | None = None) -> dict[str, dict[str, Any]]:
-    """The kept calibrations (key -> entry with ``process_s``); an unreadable file is none."""
+    """The kept calibrations (key -> entry with ``process_s``, or the reason a framework has none); an
+    unreadable file is none."""
     path = calibration_path() if path is None else path
-    if path is None:
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(v, dict)
-            and (_seconds(v.get("process_s")) is not None or isinstance(v.get("unusable"), str))}
+    return {} if path is None else read_kept(path, _usable_entry)
+
+
+def _usable_entry(v: Any) -> bool:
+    return isinstance(v, dict) and (_seconds(v.get("process_s")) is not None or isinstance(v.get("unusable"), str))
 
 
 def _seconds(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e5 else None
-
-
-def _save(data: dict[str, dict[str, Any]], path: Path) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a calibration that cannot be kept is made again next time, nothing else
 
 
 def forget(path: Path | None = None) -> bool:
@@ -157,5 +139,5 @@ def calibrate(groups: Iterable[tuple[str, str]], progress: Callable[[str], None]
             kept[k] = {"framework": framework, "variant": variant, "process_s": round(measured, 3)}
         changed = True
     if changed:
-        _save(kept, path)
+        write_kept(path, kept)
     return out
