@@ -135,22 +135,26 @@ class RunPlan:
     def estimate(self) -> Estimate:
         """How long the cells to measure take (:mod:`dlbench.planning.estimate`), knowing what this
         machine measured before, how its processes start (the kept calibration) and which gates it kept."""
-        history = load_history(self.db)
-        history.calibrated = calibration.kept_seconds(self._uncharted(history))
+        history = self.history
+        history.calibrated = calibration.kept_seconds(self._uncharted())
         return Estimate(self.suite, self.todo, epoch_samples(self.suite, self.todo), history,
                         verified=self.kept_gates)
 
-    def _uncharted(self, history: History) -> list[tuple[str, str]]:
+    @cached_property
+    def history(self) -> History:
+        """What this machine's earlier runs in the database say (read once: the calibration and the estimate ask)."""
+        return load_history(self.db)
+
+    def _uncharted(self) -> list[tuple[str, str]]:
         """The (framework, variant) of the cells to measure whose processes this machine's history knows nothing of."""
         return [(c.framework, c.variant) for c in self.todo
-                if c.framework not in history.overhead_framework and runs_a_process(c)]
+                if c.framework not in self.history.overhead_framework and runs_a_process(c)]
 
     def calibrate(self, progress: Callable[[str], None] = lambda s: None) -> None:
         """Measure what one process costs here for every framework of the plan that has neither history nor
         a kept calibration (:mod:`dlbench.planning.calibration`: a process each, seconds): ``--dry-run``
         does, so that a machine's first estimate is this machine's. A run does not: it uses what is kept."""
-        history = load_history(self.db)
-        calibration.calibrate(self._uncharted(history), progress)
+        calibration.calibrate(self._uncharted(), progress)
         self.__dict__.pop("estimate", None)
 
     @cached_property
