@@ -21,9 +21,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ -z "${DLBENCH_PYTHON:-}" ] && [ ! -x .venv/bin/python ]; then  # the main environment, light: the envs
-  python3 -m venv .venv                                             # command needs no framework
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -c constraints.txt -e .
+  bash scripts/install.sh --light                                   # command needs no framework
 fi
 PY=${DLBENCH_PYTHON:-.venv/bin/python}  # DLBENCH_PYTHON: an interpreter with dlbench's dependencies, used as it is
 dlb() { PYTHONPATH=src "$PY" -m dlbench "$@"; }

@@ -3,7 +3,5 @@
 # This is the README's first command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m venv .venv
-.venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -c constraints.txt -e '.[all]'
+bash scripts/install.sh  # .venv with every framework (and the test tools); nothing to do when installed
 exec .venv/bin/dlbench run "$@"

@@ -3,6 +3,7 @@ cannot be reached at all (then CI says so and goes on); the nightly script runs 
 every model (issue #31, "tests that would let a regression through"). Nothing here installs a package:
 the registry is a local HTTP server or a closed port, the builds fail before pip."""
 
+import importlib.util
 import json
 import os
 import socket
@@ -178,31 +179,82 @@ def test_the_xdist_groups_run_whole_in_one_test_process(tmp_path):
     assert '-n "$workers" --dist loadgroup' in text
 
 
+def _stand_in_venv(tmp_path: Path, uv: bool) -> Path:
+    """A checkout's install files under ``tmp_path`` and a ``.venv`` whose pip (and uv, with ``uv``) are
+    stand-ins recording their calls in ``tmp_path/calls``: nothing is installed. Its python is the real
+    interpreter (scripts/uv_args.py runs in it) with pip's configuration cleared, then one setting."""
+    for name in ("pyproject.toml", "constraints.txt", "scripts/install.sh", "scripts/uv_args.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    calls = tmp_path / "calls"
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    stand_ins = {"python": f'exec {sys.executable} "$@"', "pip": f'echo "pip $*" >> {calls}'}
+    if uv:
+        stand_ins["uv"] = f'echo "uv $*" >> {calls}'
+    for exe, body in stand_ins.items():
+        (tmp_path / ".venv" / "bin" / exe).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / ".venv" / "bin" / exe).chmod(0o755)
+    return calls
+
+
+def _install(tmp_path: Path, *args: str, **env: str) -> list[str]:
+    calls = tmp_path / "calls"
+    calls.unlink(missing_ok=True)
+    out = subprocess.run(["bash", str(tmp_path / "scripts" / "install.sh"), *args], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PIP_CONFIG_FILE": os.devnull, **env})
+    assert out.returncode == 0, out.stderr
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
 def test_the_main_environment_is_installed_once_until_what_it_reads_changes(tmp_path):
     """scripts/install.sh (run by .ci/run beside the environments' builds, then by scripts/test.sh) installs
     into .venv and stamps it; a second run with the same pyproject.toml and constraints.txt installs nothing
     (test.sh made the venv and ran both pip installs again after .ci/run had), a changed one installs again.
-    Here .venv's pip is a stand-in that records its calls: nothing is installed."""
-    for name in ("pyproject.toml", "constraints.txt", "scripts/install.sh"):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text((ROOT / name).read_text())
-    calls = tmp_path / "pip-calls"
-    (tmp_path / ".venv" / "bin").mkdir(parents=True)
-    for exe, body in (("python", "exit 0"), ("pip", f'echo "$*" >> {calls}')):
-        (tmp_path / ".venv" / "bin" / exe).write_text(f"#!/bin/sh\n{body}\n")
-        (tmp_path / ".venv" / "bin" / exe).chmod(0o755)
-
-    def install() -> list[str]:
-        calls.unlink(missing_ok=True)
-        out = subprocess.run(["bash", str(tmp_path / "scripts" / "install.sh")], capture_output=True, text=True,
-                             timeout=60)
-        assert out.returncode == 0, out.stderr
-        return calls.read_text().splitlines() if calls.exists() else []
-
-    first = install()
+    Here pip's configuration has a setting uv cannot take (a proxy), so pip installs."""
+    _stand_in_venv(tmp_path, uv=True)
+    first = _install(tmp_path, PIP_PROXY="http://127.0.0.1:9")
     assert any("-e .[all,test]" in c for c in first) and any("keras-hub" in c for c in first), first
-    assert install() == []  # installed from these files already: nothing to do
+    assert all(c.startswith("pip ") for c in first), first
+    assert _install(tmp_path, PIP_PROXY="http://127.0.0.1:9") == []  # installed from these files already
     (tmp_path / "constraints.txt").write_text((ROOT / "constraints.txt").read_text() + "# changed\n")
-    assert any("-e .[all,test]" in c for c in install())
+    assert any("-e .[all,test]" in c for c in _install(tmp_path, PIP_PROXY="http://127.0.0.1:9"))
     assert "bash scripts/install.sh" in (ROOT / "scripts" / "test.sh").read_text()
     assert "bash scripts/install.sh" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_uv_installs_the_main_environment_with_pips_own_settings(tmp_path):
+    """uv reads no pip.conf: the install passes pip's settings to uv (a local folder of wheels, such as the
+    CPU build of torch, would otherwise be missed for PyPI's CUDA build), and picks the best version over
+    every index as pip does. ``--light`` installs dlbench alone and stamps nothing."""
+    _stand_in_venv(tmp_path, uv=True)
+    light = _install(tmp_path, "--light", PIP_FIND_LINKS="/opt/some-wheels /opt/more-wheels")
+    assert any(c.startswith("uv pip install") and c.endswith("-e .") for c in light), light
+    assert not (tmp_path / ".venv" / "dlbench-installed").exists()
+    full = _install(tmp_path, PIP_FIND_LINKS="/opt/some-wheels /opt/more-wheels")
+    assert [c for c in full if not c.startswith("uv pip install")] == [], full
+    main = next(c for c in full if "-e .[all,test]" in c)
+    for option in ("--find-links=/opt/some-wheels", "--find-links=/opt/more-wheels",
+                   "--index-strategy=unsafe-best-match", "--python .venv/bin/python"):
+        assert option in main, main
+    assert (tmp_path / ".venv" / "dlbench-installed").exists()
+
+
+def test_pips_settings_translate_to_uvs_options_in_pips_precedence():
+    """The ``PIP_*`` variables override the ``install`` section, which overrides ``global``; a list setting is
+    one option per item; a switch is given when true; a setting that may change what is installed and has
+    no translation is refused (install.sh then uses pip)."""
+    spec = importlib.util.spec_from_file_location("uv_args", ROOT / "scripts" / "uv_args.py")
+    uv_args = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(uv_args)
+    listing = "\n".join(["global.index-url='https://mirror.example/simple'", "global.find-links='/w1'",
+                         "install.find-links='/w2 /w3'", ":env:.index-url='https://env.example/simple'",
+                         "global.constraint='/etc/c.txt'", ":env:.pre='true'", ":env:.no-index='0'",
+                         "global.cert='/etc/ca.pem'", "global.timeout='60'"])
+    values = uv_args.settings(listing)
+    assert values["index-url"] == "https://env.example/simple" and values["find-links"] == "/w2 /w3"
+    options = uv_args.uv_options(values)
+    assert options[0] == "--index-strategy=unsafe-best-match"
+    assert set(options[1:]) == {"--index-url=https://env.example/simple", "--find-links=/w2", "--find-links=/w3",
+                                "--constraint=/etc/c.txt", "--prerelease=allow"}
+    with pytest.raises(uv_args.Untranslatable, match="client-cert"):
+        uv_args.uv_options(uv_args.settings("global.client-cert='/etc/me.pem'"))
