@@ -138,8 +138,13 @@ def no_reuse_across_runs(shared_dir):
     stands only for the same fingerprint (:mod:`dlbench.measure.reuse`: dlbench's source, the
     interpreter's installs, the machine, the variant's environment and a plug-in's module file), so a
     planted defect (a plug-in framework, a variant) is verified afresh, and a failure is never kept. A
-    test about the gate running (its progress lines, its process) takes :func:`fresh_gates`."""
-    old = {k: os.environ.get(k) for k in ("DLBENCH_GATE_CACHE", "DLBENCH_COMPILATION_CACHE", "DLBENCH_CALIBRATION")}
+    test about the gate running (its progress lines, its process) takes :func:`fresh_gates`.
+
+    Nor does a dry run ask an index the sizes of the packages of an environment it would build
+    (``DLBENCH_PACKAGE_SIZES=off``): a test of that plants its index (tests/test_bisect.py)."""
+    old = {k: os.environ.get(k) for k in ("DLBENCH_GATE_CACHE", "DLBENCH_COMPILATION_CACHE", "DLBENCH_CALIBRATION",
+                                          "DLBENCH_PACKAGE_SIZES")}
+    os.environ["DLBENCH_PACKAGE_SIZES"] = "off"
     os.environ["DLBENCH_COMPILATION_CACHE"] = "off"
     os.environ["DLBENCH_CALIBRATION"] = "off"  # a dry run's estimate from the fixed guesses: no process started
     os.environ["DLBENCH_GATE_CACHE"] = str(shared_dir / "gate-verdicts.json")

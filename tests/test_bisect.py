@@ -460,3 +460,26 @@ def test_a_bisection_stored_with_settings_now_refused_is_not_resumed(tmp_db, mon
     assert main(["bisect", "--resume", "b-old", "--db", str(tmp_db)]) == 2
     err = capsys.readouterr().err.strip()
     assert "bisection b-old cannot be resumed" in err and "--warmup" in err and "\n" not in err
+
+
+def test_an_unbuilt_release_is_estimated_from_the_bytes_pip_would_install(local_index, monkeypatch):
+    """Issue 45: a release with no environment is estimated from the bytes of what pip would install (its
+    dry run's report; a local file's size from the disk) at this host's seconds per byte, learned from the
+    builds that recorded theirs; where the sizes cannot be read, from the median build here, as before."""
+    from dlbench.frameworks import framework_info
+    from dlbench.frameworks.ondemand import estimate_builds
+
+    monkeypatch.setenv("DLBENCH_PACKAGE_SIZES", "on")
+    fakerelease.make_index(local_index, ["1.0", "1.1"])
+    record = envs.create(framework_info("fakerel==1.0"))
+    wheel = {v: (local_index / f"dlbench_fakerel-{v}-py3-none-any.whl").stat().st_size for v in ("1.0", "1.1")}
+    assert (record.wheel_bytes, record.network_bytes) == (wheel["1.0"], 0)  # found on this disk: no download
+    assert envs.load("fakerel==1.0").wheel_bytes == wheel["1.0"]
+    (b,) = estimate_builds(["fakerel==1.1"])
+    assert (b.fetch_bytes, b.network_bytes) == (wheel["1.1"], 0)
+    assert b.seconds == pytest.approx(wheel["1.1"] * record.create_seconds / record.wheel_bytes)
+    assert "per GiB of packages, the median of 1 of fakerel's builds here" in b.basis
+    assert b.text().startswith("fakerel==1.1: 0 MiB of packages (0 MiB over the network), ")
+    monkeypatch.setenv("DLBENCH_PACKAGE_SIZES", "off")
+    (b,) = estimate_builds(["fakerel==1.1"])
+    assert b.seconds == record.create_seconds and b.fetch_bytes is None and "sizes are unknown" in b.basis

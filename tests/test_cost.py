@@ -157,3 +157,36 @@ def test_protocol_flags_of_adaptive_measurement():
     for bad in (["--target-ci", "0"], ["--target-ci", "100"], ["--max-time", "-1"]):
         with pytest.raises(UsageError):
             _protocol(p.parse_args(bad))
+
+
+def test_the_bytes_of_what_pip_would_install_local_from_the_disk_remote_from_the_server(tmp_path):
+    """dlbench.envs.sizes: a file pip reads from this disk is sized there (no download); a remote one by its
+    server's Content-Length (a real HEAD to a local server here); a file the server does not have is an
+    error in words, which the estimate turns into the median build."""
+    import threading
+    from functools import partial
+    from http.server import HTTPServer, SimpleHTTPRequestHandler
+
+    from dlbench.envs import sizes
+
+    (tmp_path / "a-1.0-py3-none-any.whl").write_bytes(b"x" * 1234)
+    (tmp_path / "b-2.0-py3-none-any.whl").write_bytes(b"y" * 5678)
+    server = HTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        remote = f"http://127.0.0.1:{server.server_port}/b-2.0-py3-none-any.whl"
+        report = {"install": [
+            {"metadata": {"name": "a", "version": "1.0"},
+             "download_info": {"url": (tmp_path / "a-1.0-py3-none-any.whl").as_uri()}},
+            {"metadata": {"name": "b", "version": "2.0"}, "download_info": {"url": remote}}]}
+        got = sizes.fetches(report)
+        assert [(f.name, f.bytes, f.local) for f in got] == [("a", 1234, True), ("b", 5678, False)]
+        assert sizes.Sizes.of(got) == sizes.Sizes(total=1234 + 5678, network=5678, files=2)
+        with pytest.raises(sizes.SizeError, match="could not be read"):
+            sizes.head_size(remote.replace("b-2.0", "c-3.0"))
+        (tmp_path / "report.json").write_text(json.dumps(report))
+        assert sizes.report_sizes(tmp_path / "report.json").total == 1234 + 5678
+        assert sizes.report_sizes(tmp_path / "missing.json") is None
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -50,7 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from dlbench.envs import companions
+from dlbench.envs import companions, sizes
 
 
 class FrameworkEntry(Protocol):
@@ -94,6 +94,10 @@ class EnvRecord:
     #: sha256 of the recipe's lock (and build lock) it was built from; "" for a pinned version (no lock)
     #: and for a record written before locks, which is then stale
     lock_sha256: str = ""
+    #: bytes of the files pip installed (a pinned version's environment, :mod:`dlbench.envs.sizes`), and of
+    #: them those it fetched over the network: what an estimate of the next build scales by; 0 unknown
+    wheel_bytes: int = 0
+    network_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -514,6 +518,7 @@ def _create(info: FrameworkEntry, python: str | None, force: bool, progress: Cal
     base = python or getattr(sys, "_base_executable", None) or sys.executable
     env_python = path / "bin" / "python"
     try:
+        fetched = None  # a locked environment's bytes are not recorded: only pinned versions are built on demand
         if locked:
             uv = _uv()
             progress(f"{framework}: creating a venv with {base} (uv venv)")
@@ -526,7 +531,7 @@ def _create(info: FrameworkEntry, python: str | None, force: bool, progress: Cal
                   *constraints, str(lock_path(framework))], log, f"installing {_shown(lock_path(framework))}", path)
             pip = [uv, "pip", "install", "--python", str(env_python)]
         else:
-            pip = _pip_venv(framework, base, python is not None, reqs, path, log, progress)
+            pip, fetched = _pip_venv(framework, base, python is not None, reqs, path, log, progress)
         repo = _repo_root()
         source = str(repo) if repo else f"dlbench=={_dlbench_version()}"
         progress(f"{framework}: installing dlbench's measuring code (--no-deps) from {source}")
@@ -547,7 +552,8 @@ def _create(info: FrameworkEntry, python: str | None, force: bool, progress: Cal
         framework_version=_version_of(probe["versions"], info.distribution),
         versions=dict(sorted(probe["versions"].items(), key=lambda kv: kv[0].lower())),
         requirements=reqs, build_requirements=build, dlbench_source=source,
-        lock_sha256=lock_sha256(framework) if locked else "")
+        lock_sha256=lock_sha256(framework) if locked else "",
+        wheel_bytes=fetched.total if fetched else 0, network_bytes=fetched.network if fetched else 0)
     tmp = path / (RECORD + ".tmp")
     tmp.write_text(json.dumps(record.to_dict(), indent=2))
     os.replace(tmp, path / RECORD)
@@ -557,10 +563,11 @@ def _create(info: FrameworkEntry, python: str | None, force: bool, progress: Cal
 
 
 def _pip_venv(framework: str, base: str, other_python: bool, reqs: list[str], path: Path, log: Path,
-              progress: Callable[[str], None]) -> list[str]:
+              progress: Callable[[str], None]) -> tuple[list[str], sizes.Sizes | None]:
     """A pinned version's environment (companion pins, no lock): a venv, and pip installs ``reqs`` into
-    it. Returns the pip command that installs into it. pip reads the machine's pip configuration (local
-    wheels and indexes, such as a CPU build of torch), which uv does not."""
+    it. Returns the pip command that installs into it, and the bytes of what it installed (None: unknown).
+    pip reads the machine's pip configuration (local wheels and indexes, such as a CPU build of torch),
+    which uv does not."""
     own_pip = other_python or not _driver_pip()
     progress(f"{framework}: creating a venv with {base}")
     _run([base, "-m", "venv", *([] if own_pip else ["--without-pip"]), str(path)], log, "creating the venv", path)
@@ -568,8 +575,11 @@ def _pip_venv(framework: str, base: str, other_python: bool, reqs: list[str], pa
     pip = [str(env_python), "-m", "pip"] if own_pip else [sys.executable, "-m", "pip", "--python", str(env_python)]
     pip += ["install", "--no-input"]
     progress(f"{framework}: installing {' '.join(reqs)}")
-    _run([*pip, *reqs], log, f"installing {' '.join(reqs)}", path)
-    return pip
+    report = path / "pip-report.json"  # --report: pip 22.2 and later, as the driver's is (_driver_pip)
+    _run([*pip, *([] if own_pip else ["--report", str(report)]), *reqs], log, f"installing {' '.join(reqs)}", path)
+    fetched = None if own_pip else sizes.report_sizes(report)
+    report.unlink(missing_ok=True)
+    return pip, fetched
 
 
 def _uv() -> str:

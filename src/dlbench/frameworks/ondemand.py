@@ -6,12 +6,14 @@ which itself imports :mod:`dlbench.envs`."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
 from dlbench import envs
+from dlbench.envs import sizes
 from dlbench.frameworks import framework_info, installed_version
 
 
@@ -44,21 +46,32 @@ def ensure_envs(names: list[str], progress: Callable[[str], None] = lambda s: No
 
 @dataclass
 class BuildEstimate:
-    """An environment a run would build, and what building it is likely to cost here: the median size on
-    disk and build time of the environments already built on this machine (of the same framework where
-    there are some); None where none has been built to go by."""
+    """An environment a run would build, and what building it is likely to cost here.
+
+    The time is the bytes of the packages pip would install (:mod:`dlbench.envs.sizes`) at this machine's
+    seconds per byte, the median of its builds that recorded their bytes (of the same framework where
+    there are some); where none did, or pip cannot say what it would install (no index reachable), it is
+    the median time of the environments built here. None where nothing has been built to go by."""
 
     framework: str
-    size_bytes: float | None
+    size_bytes: float | None  # on disk, the median of those built here
     seconds: float | None
     basis: str  # what the estimate comes from, in words
+    fetch_bytes: int | None = None  # the packages pip would install
+    network_bytes: int | None = None  # of them, those not on this machine's disk
 
     def text(self) -> str:
+        fetch = "" if self.fetch_bytes is None else (
+            f"{_mib(self.fetch_bytes)} of packages ({_mib(self.network_bytes or 0)} over the network), ")
         if self.seconds is None:
-            return f"{self.framework}: size and time unknown ({self.basis})"
+            return f"{self.framework}: {fetch or 'size and '}time unknown ({self.basis})"
         mib = (self.size_bytes or 0) / 2**20
-        size = "size unknown" if not mib else f"about {mib / 1024:.1f} GiB" if mib >= 1024 else f"about {mib:.0f} MiB"
-        return f"{self.framework}: {size}, about {self.seconds:.0f} s to build ({self.basis})"
+        size = "" if not mib else f"about {mib / 1024:.1f} GiB" if mib >= 1024 else f"about {mib:.0f} MiB"
+        return f"{self.framework}: {fetch}{size + ', ' if size else ''}about {self.seconds:.0f} s to build ({self.basis})"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
 
 
 def to_build(names: list[str]) -> list[str]:
@@ -91,11 +104,27 @@ def estimate_builds(names: list[str]) -> list[BuildEstimate]:
         base = framework_info(name).base
         same = [r for r in built if framework_info(r.framework).base == base]
         basis_records = same or built
+        try:
+            planned: sizes.Sizes | None = sizes.resolve([sys.executable, "-m", "pip"], envs.requirements(name)[0])
+            unsized = ""
+        except (sizes.SizeError, envs.EnvError) as exc:
+            planned, unsized = None, f"; the packages' sizes are unknown: {exc}"
+        fetch = {} if planned is None else {"fetch_bytes": planned.total, "network_bytes": planned.network}
         if not basis_records:
-            out.append(BuildEstimate(name, None, None, "no environment has been built here to go by"))
+            out.append(BuildEstimate(name, None, None, "no environment has been built here to go by" + unsized,
+                                     **fetch))
+            continue
+        size = median(du(Path(r.path)) for r in basis_records)
+        sized = [r for r in same if r.wheel_bytes > 0] or [r for r in built if r.wheel_bytes > 0]
+        if planned is not None and planned.total > 0 and sized:
+            rate = median(r.create_seconds / r.wheel_bytes for r in sized)
+            which = f"{base}'s" if sized[0] in same else "other frameworks'"
+            out.append(BuildEstimate(name, size, planned.total * rate,
+                                     f"at {rate * 2**30:.0f} s per GiB of packages, the median of {len(sized)} of "
+                                     f"{which} builds here", **fetch))
             continue
         which = f"{base}'s" if same else "other frameworks'"
-        out.append(BuildEstimate(name, median(du(Path(r.path)) for r in basis_records),
-                                 median(r.create_seconds for r in basis_records),
-                                 f"median of {len(basis_records)} of {which} environments built here"))
+        out.append(BuildEstimate(name, size, median(r.create_seconds for r in basis_records),
+                                 f"median of {len(basis_records)} of {which} environments built here" + unsized,
+                                 **fetch))
     return out
