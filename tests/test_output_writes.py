@@ -276,3 +276,30 @@ def test_a_cell_s_artifact_folders_replace_planted_links(tmp_path):
     made.symlink_to(victim)
     assert make_cell_artifacts(cell, ctx, "profile") == made and not made.is_symlink()
     assert listing(victim) == {"keep.txt": SECRET}
+
+
+def test_dlbenchs_own_files_are_never_written_through_a_link_planted_at_their_temporary_name(tmp_path):
+    """The kept caches (gate verdicts, calibration), an environment's record, a cluster's state and a rank's
+    result were written as ``NAME.PID.tmp`` (or ``NAME.tmp``), a name anyone sharing the folder could
+    predict, with a plain ``write_text`` that follows a link planted there: the victim was overwritten.
+    Now the temporary file has a random name and is created exclusively (``core.outputs.replace_file``);
+    a link at the file's own name is replaced, its target untouched."""
+    from dlbench.frameworks.data_parallel import write_json
+    from dlbench.measure.reuse import write_kept
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text(SECRET)
+    kept = tmp_path / "gate-verdicts.json"
+    for old_name in (kept.with_name(kept.name + f".{os.getpid()}.tmp"), kept.with_suffix(".tmp"),
+                     kept.with_suffix(f".{os.getpid()}.tmp")):
+        old_name.symlink_to(victim)
+    write_kept(kept, {"k": {"verdict": "pass"}})
+    write_json(kept, {"rank": 0})
+    assert victim.read_text() == SECRET and kept.is_file() and not kept.is_symlink()
+    from dlbench.core.outputs import replace_file
+
+    linked = tmp_path / "dlbench-env.json"
+    linked.symlink_to(victim)
+    replace_file(linked, "{}")
+    assert victim.read_text() == SECRET and linked.read_text() == "{}" and not linked.is_symlink()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp")]

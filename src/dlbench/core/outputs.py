@@ -28,8 +28,9 @@ import errno
 import os
 import secrets
 import stat
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path, PurePosixPath
 
 from dlbench.core.errors import UsageError
@@ -273,6 +274,29 @@ def _replace(folder: int, name: str, data: bytes, path: Path, own: bool) -> None
         except OSError:
             pass
         raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write one of dlbench's own files (a kept cache, an environment's record, a lock, a cluster's state, a
+    rank's result) whole or not at all: a temporary file of a random name beside it, created exclusively
+    (``mkstemp``: ``O_EXCL``, and ``O_NOFOLLOW`` where the system has it, so never through a link planted
+    at a name dlbench would use), then renamed over ``path`` (a link at ``path`` itself is replaced, its
+    target untouched). An existing file's permissions are kept; a new one's are 0644. Raises OSError."""
+    try:
+        st = os.lstat(path)
+        mode = stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else 0o644
+    except FileNotFoundError:
+        mode = 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), mode)
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write_file(path: str | Path, data: str | bytes, db: str | Path | None = None) -> Path:

@@ -19,6 +19,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from dlbench.core.outputs import replace_file
+
 PREFIX_NS = "dlbench-n"
 BRIDGE = "dlb-br0"
 SUBNET = "10.213.0"
@@ -138,9 +140,7 @@ def load_state() -> ClusterState | None:
 def _save(state: ClusterState) -> None:
     path = state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state.to_dict(), indent=2))
-    tmp.replace(path)
+    replace_file(path, json.dumps(state.to_dict(), indent=2))
 
 
 def _shape(dev: str, ns: str | None, state: ClusterState) -> None:

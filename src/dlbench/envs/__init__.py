@@ -50,6 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from dlbench.core.outputs import replace_file
 from dlbench.envs import companions, sizes
 
 
@@ -237,11 +238,9 @@ def lock(framework: str, progress: Callable[[str], None] = lambda s: None) -> li
         if out.returncode:
             raise EnvError(f"uv pip compile {name} failed (exit {out.returncode}):\n{out.stderr.strip()[-3000:]}")
         path = lock_path(framework, build)
-        tmp = path.with_suffix(".lock.tmp")
-        tmp.write_text(f"# The lock of {name}: every package and version, with hashes, resolved for CPython "
-                       f"{LOCK_PYTHON} on {LOCK_PLATFORM}.\n# Written by `dlbench envs lock {framework}`; "
-                       f"edit {name}, then run that command.\n{_RECIPE_SHA}{recipe_sha}\n{out.stdout}")
-        os.replace(tmp, path)
+        replace_file(path, f"# The lock of {name}: every package and version, with hashes, resolved for CPython "
+                           f"{LOCK_PYTHON} on {LOCK_PLATFORM}.\n# Written by `dlbench envs lock {framework}`; "
+                           f"edit {name}, then run that command.\n{_RECIPE_SHA}{recipe_sha}\n{out.stdout}")
         written.append(path)
     return written
 
@@ -554,9 +553,7 @@ def _create(info: FrameworkEntry, python: str | None, force: bool, progress: Cal
         requirements=reqs, build_requirements=build, dlbench_source=source,
         lock_sha256=lock_sha256(framework) if locked else "",
         wheel_bytes=fetched.total if fetched else 0, network_bytes=fetched.network if fetched else 0)
-    tmp = path / (RECORD + ".tmp")
-    tmp.write_text(json.dumps(record.to_dict(), indent=2))
-    os.replace(tmp, path / RECORD)
+    replace_file(path / RECORD, json.dumps(record.to_dict(), indent=2))
     dist = info.distribution if isinstance(info.distribution, str) else info.distribution[0]
     progress(f"{framework}: {dist} {record.framework_version} ready in {record.create_seconds:.0f} s")
     return record

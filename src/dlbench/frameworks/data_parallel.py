@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from dlbench.core.job import DataParallelJob, JobError, ScalingJob, decode
+from dlbench.core.outputs import replace_file
 
 J = TypeVar("J", bound=ScalingJob)
 
@@ -173,9 +174,7 @@ def fault_due(job: DataParallelJob, rank: int, step: int) -> bool:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Atomically (several nodes sharing one directory may write the same result)."""
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, default=str))
-    tmp.replace(path)
+    replace_file(path, json.dumps(data, default=str))
 
 
 def write_error(out_dir: Path, rank: int, exc: BaseException) -> None:

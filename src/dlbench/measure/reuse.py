@@ -36,6 +36,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from dlbench.core.outputs import replace_file
+
 #: where dlbench keeps what it reuses across runs
 CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dlbench"
 
@@ -63,9 +65,7 @@ def write_kept(path: Path, data: dict[str, Any]) -> None:
     cannot be written costs the work again next time, nothing else."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, default=str))
-        os.replace(tmp, path)
+        replace_file(path, json.dumps(data, default=str))
     except OSError:
         pass
 
