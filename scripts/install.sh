@@ -11,7 +11,9 @@
 #
 # uv installs (about 10 s where pip takes about 90 on the 2-core machine: docs/ci.md) with pip's own
 # configuration translated by scripts/uv_args.py (uv reads no pip.conf: a local CPU build of torch would be
-# missed); where a setting has no translation, or uv fails, pip installs, as it always did.
+# missed); where a setting has no translation, or uv fails, pip installs, as it always did. --compile-bytecode:
+# as pip does, so that no process compiles what it imports (with PYTHONDONTWRITEBYTECODE=1, as on the CI
+# machine, every process would, and the tests took 16 min instead of 13).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 light=0
@@ -36,7 +38,7 @@ use_uv() {  # uv and pip's configuration in its words, or say why not
 }
 install() {  # pip install's arguments: uv with pip's settings, else pip
   if [ "${#uv_options[@]}" -gt 0 ]; then
-    .venv/bin/uv pip install -q --python .venv/bin/python "${uv_options[@]}" "$@" && return 0
+    .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "${uv_options[@]}" "$@" && return 0
     echo "install.sh: uv could not install $*; installing with pip" >&2
   fi
   .venv/bin/pip install -q "$@"
