@@ -466,7 +466,7 @@ def test_an_unbuilt_release_is_estimated_from_the_bytes_pip_would_install(local_
     """Issue 45: a release with no environment is estimated from the bytes of what pip would install (its
     dry run's report; a local file's size from the disk) at this host's seconds per byte, learned from the
     builds that recorded theirs; where the sizes cannot be read, from the median build here, as before."""
-    from dlbench.frameworks import framework_info
+    from dlbench.frameworks import framework_info, ondemand
     from dlbench.frameworks.ondemand import estimate_builds
 
     monkeypatch.setenv("DLBENCH_PACKAGE_SIZES", "on")
@@ -478,6 +478,8 @@ def test_an_unbuilt_release_is_estimated_from_the_bytes_pip_would_install(local_
     (b,) = estimate_builds(["fakerel==1.1"])
     assert (b.fetch_bytes, b.network_bytes) == (wheel["1.1"], 0)
     assert b.seconds == pytest.approx(wheel["1.1"] * record.create_seconds / record.wheel_bytes)
+    unpacked = ondemand.du(Path(record.path)) / record.wheel_bytes  # the build before, on disk per packaged byte
+    assert b.size_bytes == pytest.approx(wheel["1.1"] * unpacked)
     assert "per GiB of packages, the median of 1 of fakerel's builds here" in b.basis
     assert b.text().startswith("fakerel==1.1: 0 MiB of packages (0 MiB over the network), ")
     monkeypatch.setenv("DLBENCH_PACKAGE_SIZES", "off")

@@ -234,7 +234,8 @@ def test_uv_installs_the_main_environment_with_pips_own_settings(tmp_path):
     assert [c for c in full if not c.startswith("uv pip install")] == [], full
     main = next(c for c in full if "-e .[all,test]" in c)
     for option in ("--find-links=/opt/some-wheels", "--find-links=/opt/more-wheels",
-                   "--index-strategy=unsafe-best-match", "--python .venv/bin/python"):
+                   "--index-strategy=unsafe-best-match", "--python .venv/bin/python",
+                   "--compile-bytecode"):  # as pip does: with PYTHONDONTWRITEBYTECODE=1 every process compiled again
         assert option in main, main
     assert (tmp_path / ".venv" / "dlbench-installed").exists()
 

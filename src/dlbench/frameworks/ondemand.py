@@ -54,7 +54,7 @@ class BuildEstimate:
     the median time of the environments built here. None where nothing has been built to go by."""
 
     framework: str
-    size_bytes: float | None  # on disk, the median of those built here
+    size_bytes: float | None  # on disk: the packages' bytes as those built here unpacked, else their median
     seconds: float | None
     basis: str  # what the estimate comes from, in words
     fetch_bytes: int | None = None  # the packages pip would install
@@ -119,7 +119,8 @@ def estimate_builds(names: list[str]) -> list[BuildEstimate]:
         if planned is not None and planned.total > 0 and sized:
             rate = median(r.create_seconds / r.wheel_bytes for r in sized)
             which = f"{base}'s" if sized[0] in same else "other frameworks'"
-            out.append(BuildEstimate(name, size, planned.total * rate,
+            on_disk = planned.total * median(du(Path(r.path)) / r.wheel_bytes for r in sized)  # unpacked, as those
+            out.append(BuildEstimate(name, on_disk, planned.total * rate,
                                      f"at {rate * 2**30:.0f} s per GiB of packages, the median of {len(sized)} of "
                                      f"{which} builds here", **fetch))
             continue
