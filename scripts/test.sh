@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh  # .venv with every framework; nothing to do when it is installed from these files
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/lint-imports  # the layers contract in pyproject.toml: an upward import fails here
+# dlbench's own bytecode, as an install compiles a package's: the tests start hundreds of processes, and where
+# PYTHONDONTWRITEBYTECODE=1 (the CI machine) each would compile every dlbench module it imports again
+.venv/bin/python -m compileall -q -j 0 src > /dev/null
 if [ "$#" -gt 0 ]; then  # tests named on the command line: one plain pytest run
   exec .venv/bin/python -m pytest -q "$@"
 fi
