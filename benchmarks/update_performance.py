@@ -26,7 +26,7 @@ ORDER = ["harness_overhead", "quick_suite", "fidelity_torch", "fidelity_jax", "f
          "side_by_side_h2o", "ray_fanout", "serving_study", "explain_study", "profile_overhead", "precision_study",
          "versions_study", "torch_release_size", "versions_study_torch", "explain_study_t1", "explain_study_t2",
          "jax_layout_profile", "explain_fcnr_t1", "explain_resnet56_t1", "bootstrap_speed", "trust_figures",
-         "ci_time", "env_builds", "bisect_jax", "bisect_jax_faster", "adaptive_study", "adaptive_study_quick",
+         "ci_time", "install_time", "env_builds", "bisect_jax", "bisect_jax_faster", "adaptive_study", "adaptive_study_quick",
          "planner_simulation", "adaptive_study_precision", "estimate_accuracy", "build_estimate", "peak_check",
          "quick_suite_growth", "noise_remedies", "transformers_study",
          "transformers_study_t1", "serving_study_bert",

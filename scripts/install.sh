@@ -30,8 +30,9 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 
 uv_options=()
-use_uv() {  # uv and pip's configuration in its words, or say why not
+use_uv() {  # uv and pip's configuration in its words, or say why not (DLBENCH_INSTALLER=pip: pip, as asked)
   local opts
+  [ "${DLBENCH_INSTALLER:-uv}" = pip ] && return 1
   opts=$(.venv/bin/python scripts/uv_args.py) && [ -n "$opts" ] || return 1
   [ -x .venv/bin/uv ] || .venv/bin/pip install -q -c constraints.txt uv || return 1
   mapfile -t uv_options <<< "$opts"

@@ -240,6 +240,13 @@ def test_uv_installs_the_main_environment_with_pips_own_settings(tmp_path):
     assert (tmp_path / ".venv" / "dlbench-installed").exists()
 
 
+def test_pip_installs_when_asked(tmp_path):
+    """``DLBENCH_INSTALLER=pip``: pip, as before uv (benchmarks/install_time.py times the two)."""
+    _stand_in_venv(tmp_path, uv=True)
+    calls = _install(tmp_path, DLBENCH_INSTALLER="pip")
+    assert any("-e .[all,test]" in c for c in calls) and all(c.startswith("pip ") for c in calls), calls
+
+
 def test_pips_settings_translate_to_uvs_options_in_pips_precedence():
     """The ``PIP_*`` variables override the ``install`` section, which overrides ``global``; a list setting is
     one option per item; a switch is given when true; a setting that may change what is installed and has
