@@ -15,9 +15,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def dlbench(*argv: str) -> subprocess.CompletedProcess:
-    """``dlbench ARGV`` in a fresh process of this Python, its output captured."""
-    return subprocess.run([sys.executable, "-m", "dlbench", *argv], capture_output=True, text=True)
+def dlbench(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``dlbench ARGV`` in a fresh process of this Python, its output captured (``env``: more variables)."""
+    return subprocess.run([sys.executable, "-m", "dlbench", *argv], capture_output=True, text=True,
+                          env={**os.environ, **env} if env else None)
 
 
 def machine() -> str:

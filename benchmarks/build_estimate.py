@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,11 +29,10 @@ BOUND = 0.30
 
 
 def _estimate(pin: str, sizes: bool, db: Path) -> dict:
-    env = {**os.environ, "DLBENCH_PACKAGE_SIZES": "on" if sizes else "off"}
     argv = ["run", "--framework", pin, "--model", "lenet", "--scenario", "forward", "--batch", "1", "--threads", "1",
             "--dry-run", "--json", "--db", str(db)]
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "dlbench", *argv], capture_output=True, text=True, env=env)
+    done = dlbench(*argv, env={"DLBENCH_PACKAGE_SIZES": "on" if sizes else "off"})
     if done.returncode:
         raise SystemExit(f"--dry-run for {pin} failed: {done.stderr[-2000:]}")
     (build,) = [b for b in json.loads(done.stdout)["environments_to_build"] if b["framework"] == pin]

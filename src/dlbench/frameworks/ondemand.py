@@ -99,6 +99,13 @@ def du(path: Path) -> int:
 def estimate_builds(names: list[str]) -> list[BuildEstimate]:
     """Each environment a run of ``names`` would build, with its likely size and build time."""
     built = envs.list_envs()
+    disk: dict[str, int] = {}  # each environment's folder walked once, however many estimates read it
+
+    def on_disk(record: envs.EnvRecord) -> int:
+        if record.path not in disk:
+            disk[record.path] = du(Path(record.path))
+        return disk[record.path]
+
     out = []
     for name in to_build(names):
         base = framework_info(name).base
@@ -114,18 +121,18 @@ def estimate_builds(names: list[str]) -> list[BuildEstimate]:
             out.append(BuildEstimate(name, None, None, "no environment has been built here to go by" + unsized,
                                      **fetch))
             continue
-        size = median(du(Path(r.path)) for r in basis_records)
         sized = [r for r in same if r.wheel_bytes > 0] or [r for r in built if r.wheel_bytes > 0]
         if planned is not None and planned.total > 0 and sized:
             rate = median(r.create_seconds / r.wheel_bytes for r in sized)
             which = f"{base}'s" if sized[0] in same else "other frameworks'"
-            on_disk = planned.total * median(du(Path(r.path)) / r.wheel_bytes for r in sized)  # unpacked, as those
-            out.append(BuildEstimate(name, on_disk, planned.total * rate,
+            unpacked = median(on_disk(r) / r.wheel_bytes for r in sized)  # bytes on disk per packaged byte
+            out.append(BuildEstimate(name, planned.total * unpacked, planned.total * rate,
                                      f"at {rate * 2**30:.0f} s per GiB of packages, the median of {len(sized)} of "
                                      f"{which} builds here", **fetch))
             continue
         which = f"{base}'s" if same else "other frameworks'"
-        out.append(BuildEstimate(name, size, median(r.create_seconds for r in basis_records),
+        out.append(BuildEstimate(name, median(on_disk(r) for r in basis_records),
+                                 median(r.create_seconds for r in basis_records),
                                  f"median of {len(basis_records)} of {which} environments built here" + unsized,
                                  **fetch))
     return out
