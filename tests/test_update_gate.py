@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dlbench.frameworks.base import OptimizerSpec
-from dlbench.gate import reference_optim
+from dlbench.gate import chunked, reference_optim
 from dlbench.gate.verify_update import GATE_OPTIMIZERS, gate_optimizer, step_error, update_tolerance
 from tests.conftest import requires
 
@@ -48,6 +48,45 @@ def test_reference_epsilon_forms_differ_only_by_the_corrected_epsilon():
     np.testing.assert_allclose(hat["w"], corrected["w"], rtol=1e-12)
     with pytest.raises(ValueError, match="epsilon form"):
         reference_optim.adamw(p0, g, reference_optim.State(), opt, "inside")
+
+
+def test_the_reference_steps_slice_by_slice_are_the_whole_array_formulas_bit_for_bit():
+    """The reference works a slice at a time (gate/chunked.py); over several slices, with a transposed
+    gradient (a backend's layout) and a frozen parameter, a step is the textbook formula on whole arrays."""
+    rng = np.random.default_rng(3)
+    n = chunked.CHUNK * 2 + 5
+    p = rng.standard_normal((n // 5, 5)).astype(np.float32)
+    g1, g2 = (np.asarray(rng.standard_normal((5, n // 5)).astype(np.float32)).T for _ in range(2))
+    params, frozen = {"w": p, "f": np.ones(3, np.float32)}, np.ones(3)
+    sgd = OptimizerSpec(lr=0.1, momentum=0.9)
+    after, state = reference_optim.step(params, {"w": g1}, reference_optim.State(), sgd)
+    after, state = reference_optim.step(after, {"w": g2}, state, sgd)
+    buf = 0.9 * g1.astype(np.float64) + g2
+    assert np.array_equal(after["w"], p.astype(np.float64) - 0.1 * g1.astype(np.float64) - 0.1 * buf)
+    assert np.array_equal(after["f"], frozen) and np.array_equal(state.buf["w"], buf)
+    adamw = OptimizerSpec(name="adamw", lr=0.01, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.5)
+    for form in reference_optim.EPS_FORMS:
+        after, state = reference_optim.adamw(params, {"w": g1}, reference_optim.State(), adamw, form)
+        m = 0.9 * 0.0 + (1.0 - 0.9) * g1.astype(np.float64)
+        v = 0.999 * 0.0 + (1.0 - 0.999) * g1.astype(np.float64) * g1
+        c1, c2 = 1.0 - 0.9, 1.0 - 0.999
+        step = ((m / c1) / (np.sqrt(v / c2) + 1e-6) if form == "corrected"
+                else math.sqrt(c2) / c1 * m / (np.sqrt(v) + 1e-6))
+        p64 = p.astype(np.float64)
+        assert np.array_equal(after["w"], p64 - 0.01 * 0.5 * p64 - 0.01 * step), form
+        assert np.array_equal(state.m["w"], m) and np.array_equal(state.v["w"], v)
+
+
+def test_slice_by_slice_sums_are_the_whole_arrays_sums():
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((3, chunked.CHUNK + 7)).astype(np.float32)
+    b = rng.standard_normal(a.shape[::-1]).T
+    assert chunked.squared_distance(a, b) == pytest.approx(float(((a.astype(np.float64) - b) ** 2).sum()), rel=1e-12)
+    assert chunked.squared_distance(a) == pytest.approx(float((a.astype(np.float64) ** 2).sum()), rel=1e-12)
+    assert chunked.dot(a, b) == pytest.approx(float((a.astype(np.float64) * b).sum()), rel=1e-10)
+    empty = np.zeros((0, 4), np.float32)
+    assert chunked.squared_distance(empty) == 0.0
+    assert chunked.elementwise(lambda x, y: (x + y,), empty, None)[0].shape == (0, 4)
 
 
 def test_gate_learning_rates_move_the_parameters_by_one_percent():

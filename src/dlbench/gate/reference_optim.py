@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dlbench.frameworks.base import OptimizerSpec
+from dlbench.gate.chunked import elementwise
 
 EPS_FORMS = ("corrected", "hat")
 
@@ -43,12 +44,15 @@ class State:
 
 def sgd_momentum(params: dict[str, np.ndarray], grads: dict[str, np.ndarray], state: State,
                  opt: OptimizerSpec) -> tuple[dict[str, np.ndarray], State]:
-    out = {k: np.asarray(p, np.float64) for k, p in params.items()}
+    out = {k: np.asarray(p, np.float64) for k, p in params.items() if k not in grads}
     new = State(state.t + 1)
+
+    def entry(p, g, buf):
+        buf = g if state.t == 0 else opt.momentum * buf + g
+        return p - opt.lr * buf, buf
+
     for k, g in grads.items():
-        g = np.asarray(g, np.float64)
-        new.buf[k] = g if state.t == 0 else opt.momentum * state.buf[k] + g
-        out[k] = out[k] - opt.lr * new.buf[k]
+        out[k], new.buf[k] = elementwise(entry, params[k], g, state.buf.get(k))
     return out, new
 
 
@@ -57,20 +61,21 @@ def adamw(params: dict[str, np.ndarray], grads: dict[str, np.ndarray], state: St
     if eps_form not in EPS_FORMS:
         raise ValueError(f"unknown epsilon form {eps_form!r}; known: {', '.join(EPS_FORMS)}")
     b1, b2 = opt.betas
-    out = {k: np.asarray(p, np.float64) for k, p in params.items()}
+    out = {k: np.asarray(p, np.float64) for k, p in params.items() if k not in grads}
     new = State(state.t + 1)
     c1, c2 = 1.0 - b1 ** new.t, 1.0 - b2 ** new.t
-    for k, g in grads.items():
-        g = np.asarray(g, np.float64)
-        m0 = state.m.get(k, np.zeros_like(g))
-        v0 = state.v.get(k, np.zeros_like(g))
-        new.m[k] = b1 * m0 + (1.0 - b1) * g
-        new.v[k] = b2 * v0 + (1.0 - b2) * g * g
+
+    def entry(p, g, m0, v0):  # m0, v0: 0.0 before the first step
+        m = b1 * m0 + (1.0 - b1) * g
+        v = b2 * v0 + (1.0 - b2) * g * g
         if eps_form == "corrected":
-            step = (new.m[k] / c1) / (np.sqrt(new.v[k] / c2) + opt.eps)
+            step = (m / c1) / (np.sqrt(v / c2) + opt.eps)
         else:
-            step = math.sqrt(c2) / c1 * new.m[k] / (np.sqrt(new.v[k]) + opt.eps)
-        out[k] = out[k] - opt.lr * opt.weight_decay * out[k] - opt.lr * step
+            step = math.sqrt(c2) / c1 * m / (np.sqrt(v) + opt.eps)
+        return p - opt.lr * opt.weight_decay * p - opt.lr * step, m, v
+
+    for k, g in grads.items():
+        out[k], new.m[k], new.v[k] = elementwise(entry, params[k], g, state.m.get(k), state.v.get(k))
     return out, new
 
 

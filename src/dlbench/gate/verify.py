@@ -63,6 +63,7 @@ from dlbench.core.precision import expected_dtypes, get_precision
 from dlbench.data.synthetic import Batch, make_batch
 from dlbench.frameworks.base import OPTIMIZERS, Backend, UnsupportedError
 from dlbench.gate import quality, reference
+from dlbench.gate.chunked import contiguous, dot, elementwise, squared_distance
 from dlbench.gate.mask_checks import check_masks
 from dlbench.gate.verify_update import check_update, not_applied, update_tolerance
 from dlbench.models import ModelSpec, verify_spec
@@ -182,7 +183,7 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _shift(weights: Weights, v: dict[str, np.ndarray], eps: float) -> Weights:
-    params = {k: a.astype(np.float64) + (eps * v[k] if k in v else 0.0) for k, a in weights.params.items()}
+    params = {k: elementwise(lambda a, d: (a + eps * d,), a, v.get(k))[0] for k, a in weights.params.items()}
     return Weights(params, weights.state)
 
 
@@ -310,6 +311,7 @@ def _check_gradients(backend: Backend, model, placed, spec: ModelSpec, weights: 
                      res: VerifyResult, failures: list[str], tol: Tolerance) -> None:
     """Checks (c) gradients and (d) loss, recorded on ``res``; each failed check is added to ``failures``."""
     loss, grads = backend.loss_and_grads(model, placed)
+    grads = contiguous(grads)
     res.loss = loss
     inf = sorted(k for k, g in grads.items() if not np.isfinite(g).all())
     if inf:  # the error floor below is relative to the gradient's norm: an infinite one would excuse anything
@@ -320,13 +322,13 @@ def _check_gradients(backend: Backend, model, placed, spec: ModelSpec, weights: 
     res.checks["loss"] = math.isfinite(loss) and abs(loss - res.reference_loss) <= allowed
     if not res.checks["loss"]:
         failures.append(f"loss {loss:.6g} vs reference {res.reference_loss:.6g} (allowed +-{allowed:.2g})")
-    gnorm = math.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values()))
+    gnorm = math.sqrt(sum(squared_distance(g) for g in grads.values()))
     worst, checked, kinks = 0.0, 0, 0
     for v in directions(spec, DIRECTIONS + KINK_REDRAWS, seed=seed + 1234):
         missing = set(v) - set(grads)
         if missing:
             raise ValueError(f"no gradient for {sorted(missing)[:3]}")
-        analytic = sum(float((grads[k].astype(np.float64) * v[k]).sum()) for k in v)
+        analytic = sum(dot(grads[k], v[k]) for k in v)
         numeric = _central_difference(spec, weights, v, batch, FD_STEP)
         floor = max(0.01 * gnorm, 1e-30)
         err = abs(analytic - numeric) / max(abs(numeric), floor)

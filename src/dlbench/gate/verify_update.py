@@ -38,6 +38,7 @@ import numpy as np
 from dlbench.core.precision import get_precision
 from dlbench.frameworks.base import OPTIMIZERS, Backend, OptimizerSpec, UnsupportedError
 from dlbench.gate import reference_optim
+from dlbench.gate.chunked import contiguous, squared_distance
 
 STEPS = 2
 #: the share of the parameters' norm the first step moves them by
@@ -70,7 +71,7 @@ def gate_optimizer(opt: OptimizerSpec, params: dict[str, np.ndarray], grads: dic
 
 
 def _norm(arrays) -> float:
-    return math.sqrt(sum(float((np.asarray(a, np.float64) ** 2).sum()) for a in arrays))
+    return math.sqrt(sum(squared_distance(a) for a in arrays))
 
 
 def step_error(after: dict[str, np.ndarray], expected: dict[str, np.ndarray],
@@ -80,8 +81,8 @@ def step_error(after: dict[str, np.ndarray], expected: dict[str, np.ndarray],
     missing = set(expected) - set(after)
     if missing:
         raise ValueError(f"the framework's parameters lack {sorted(missing)[:3]}")
-    diff = {k: float(((np.asarray(after[k], np.float64) - expected[k]) ** 2).sum()) for k in expected}
-    moved = sum(float(((expected[k] - np.asarray(before[k], np.float64)) ** 2).sum()) for k in expected)
+    diff = {k: squared_distance(after[k], expected[k]) for k in expected}
+    moved = sum(squared_distance(expected[k], before[k]) for k in expected)
     total = sum(diff.values())
     if not math.isfinite(total):
         return math.inf, next(k for k, d in diff.items() if not math.isfinite(d))
@@ -97,7 +98,7 @@ def check_update(backend: Backend, model, placed, tol: float,
     failures: list[str] = []
     worst: float | None = None
     params = backend.get_params(model)
-    _, grads = backend.loss_and_grads(model, placed)
+    grads = contiguous(backend.loss_and_grads(model, placed)[1])
     for base in (o for o in GATE_OPTIMIZERS if o.name in optimizers):
         opt = gate_optimizer(base, params, grads)
         try:
@@ -116,7 +117,7 @@ def check_update(backend: Backend, model, placed, tol: float,
             if not err <= tol:
                 failures.append(f"{opt.name} step {t}: update error {err:.2e} > {tol:g} (most in {where})")
             params = after
-            _, grads = backend.loss_and_grads(model, placed)
+            grads = contiguous(backend.loss_and_grads(model, placed)[1])
         record[opt.name] = {"errors": errors, "lr": opt.lr}
         worst = max(worst or 0.0, *errors)
     return worst, record, failures

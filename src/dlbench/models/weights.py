@@ -157,7 +157,7 @@ def directions(spec: ModelSpec, count: int, seed: int = 1234) -> Iterator[dict[s
     for i in range(count):
         rng = np.random.default_rng([seed, i])
         v = {n: rng.standard_normal(shapes[n]) for n in names}
-        norm = math.sqrt(sum(float((a * a).sum()) for a in v.values()))
+        norm = math.sqrt(sum(float(np.vdot(a, a)) for a in v.values()))
         for a in v.values():
             a /= norm
         yield v

@@ -63,6 +63,12 @@ from dlbench.models.layers import _pool_out
 from dlbench.models.spec import ModelSpec
 from dlbench.models.weights import Weights
 
+#: the initializer of every kernel and embedding the builder makes: :func:`build_keras_model` replaces each
+#: variable with the spec's weights before anything reads it (and fails on one it cannot bind), so an
+#: initial value is never used, and Keras's default random initializers cost most of a model's build on
+#: JAX (each shape compiled a random-number program of its own)
+PLACEHOLDER = "zeros"
+
 
 # --- layers Keras lacks ---------------------------------------------------------------------
 class LRN(keras.layers.Layer):
@@ -248,10 +254,10 @@ class Attention(TakesValid, keras.layers.Layer):
         self.heads, self.kv_heads, self.head_dim = dims
         self.causal, self.rope_theta = layer.causal, layer.rope_theta
         h, kv, hd = dims
-        self.wq = keras.layers.Dense(h * hd, use_bias=layer.bias, name="wq")
-        self.wk = keras.layers.Dense(kv * hd, use_bias=layer.bias, name="wk")
-        self.wv = keras.layers.Dense(kv * hd, use_bias=layer.bias, name="wv")
-        self.wo = keras.layers.Dense(dim, use_bias=layer.bias, name="wo")
+        self.wq = keras.layers.Dense(h * hd, use_bias=layer.bias, kernel_initializer=PLACEHOLDER, name="wq")
+        self.wk = keras.layers.Dense(kv * hd, use_bias=layer.bias, kernel_initializer=PLACEHOLDER, name="wk")
+        self.wv = keras.layers.Dense(kv * hd, use_bias=layer.bias, kernel_initializer=PLACEHOLDER, name="wv")
+        self.wo = keras.layers.Dense(dim, use_bias=layer.bias, kernel_initializer=PLACEHOLDER, name="wo")
 
     def call(self, x, valid=None):
         t = x.shape[1]
@@ -268,9 +274,9 @@ class Attention(TakesValid, keras.layers.Layer):
 class SwiGLU(keras.layers.Layer):
     def __init__(self, dim: int, hidden: int, **kwargs):
         super().__init__(**kwargs)
-        self.gate = keras.layers.Dense(hidden, use_bias=False, name="w_gate")
-        self.up = keras.layers.Dense(hidden, use_bias=False, name="w_up")
-        self.down = keras.layers.Dense(dim, use_bias=False, name="w_down")
+        self.gate = keras.layers.Dense(hidden, use_bias=False, kernel_initializer=PLACEHOLDER, name="w_gate")
+        self.up = keras.layers.Dense(hidden, use_bias=False, kernel_initializer=PLACEHOLDER, name="w_up")
+        self.down = keras.layers.Dense(dim, use_bias=False, kernel_initializer=PLACEHOLDER, name="w_down")
 
     def call(self, x):
         return self.down(ops.silu(self.gate(x)) * self.up(x))
@@ -293,7 +299,8 @@ class PatchEmbed(keras.layers.Layer):
     def __init__(self, dim: int, patch: int, **kwargs):
         super().__init__(**kwargs)
         self.dim = dim
-        self.conv = keras.layers.Conv2D(dim, patch, strides=patch, padding="valid", name="proj")
+        self.conv = keras.layers.Conv2D(dim, patch, strides=patch, padding="valid", kernel_initializer=PLACEHOLDER,
+                                        name="proj")
 
     def build(self, input_shape):
         self.cls = self.add_weight(shape=(self.dim,), initializer="zeros", name="cls")
@@ -599,7 +606,8 @@ class Builder(LayerBuilder):
         k, p, s = layer.kernel, layer.padding, layer.stride
         same = s == 1 and k % 2 == 1 and p == k // 2 and p > 0
         conv = keras.layers.Conv2D(layer.out_channels, k, strides=s, padding="same" if same else "valid",
-                                   groups=layer.groups, use_bias=layer.bias, name=_name(layer.name))
+                                   groups=layer.groups, use_bias=layer.bias, kernel_initializer=PLACEHOLDER,
+                                   name=_name(layer.name))
         self.params[f"{layer.name}.weight"] = Binding(lambda: conv.kernel, _oihw_to_hwio, _hwio_to_oihw)
         if layer.bias:
             self.params[f"{layer.name}.bias"] = Binding(lambda: conv.bias)
@@ -632,7 +640,8 @@ class Builder(LayerBuilder):
         return bn
 
     def make_dense(self, layer: L.Dense, shape):
-        dense = keras.layers.Dense(layer.units, use_bias=layer.bias, trainable=layer.trainable, name=_name(layer.name))
+        dense = keras.layers.Dense(layer.units, use_bias=layer.bias, trainable=layer.trainable,
+                                   kernel_initializer=PLACEHOLDER, name=_name(layer.name))
         to_k, from_k = _same, _same
         if self._flattened is not None and math.prod(self._flattened[1:]) > 1:
             to_k, from_k = _flatten_rows(self._flattened)
@@ -659,16 +668,15 @@ class Builder(LayerBuilder):
         return keras.layers.Flatten()
 
     def make_embedding(self, layer: L.Embedding, shape):
-        emb = keras.layers.Embedding(layer.vocab, layer.dim, name=_name(layer.name))
+        emb = keras.layers.Embedding(layer.vocab, layer.dim, embeddings_initializer=PLACEHOLDER, name=_name(layer.name))
         self.params[f"{layer.name}.weight"] = Binding(lambda: emb.embeddings)
         return emb
 
     def make_lstm(self, layer: L.LSTM, shape):
-        low = keras.config.dtype_policy().variable_dtype != "float32"
-        # the loaded weights replace the initial ones; a bfloat16/float16 variable cannot take the default
-        # orthogonal initializer (a QR decomposition, which neither TF nor JAX's LAPACK has in that type)
-        init = {"recurrent_initializer": "zeros"} if low else {}
-        lstm = keras.layers.LSTM(layer.units, return_sequences=True, name=_name(layer.name), **init)
+        # (a bfloat16/float16 variable could not take the default orthogonal recurrent initializer either: a QR
+        # decomposition, which neither TF nor JAX's LAPACK has in that type)
+        lstm = keras.layers.LSTM(layer.units, return_sequences=True, kernel_initializer=PLACEHOLDER,
+                                 recurrent_initializer=PLACEHOLDER, name=_name(layer.name))
         self.params[f"{layer.name}.w_x"] = Binding(lambda: lstm.cell.kernel)
         self.params[f"{layer.name}.w_h"] = Binding(lambda: lstm.cell.recurrent_kernel)
         self.params[f"{layer.name}.b"] = Binding(lambda: lstm.cell.bias)
