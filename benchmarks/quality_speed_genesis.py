@@ -54,7 +54,7 @@ def main() -> None:
         figs = ([f"{q['kl']:.2e}", f"{q['top1']:.3%}", f"{q['perplexity']:.4f}"] if q else ["–"] * 3)
         print(f"| {r['framework']} | {r['precision']} | {r['verified']} | "
               f"{'–' if median is None else f'{median:.2f}'} | {ci} | {ratio} | {' | '.join(figs)} |")
-    failed = summary.get("failed") or []
+    failed = [*(summary.get("failed") or []), *({**u, "status": "unsupported"} for u in summary.get("unsupported") or [])]
     if failed:
         print("\nCells without a time, with the reason stored:\n")
         for f in failed:

@@ -45,7 +45,7 @@ def quick(tree: Path, db: Path, extra: list[str]) -> tuple[float, str]:
     except json.JSONDecodeError:
         return seconds, f"exit {out.returncode}, no summary"
     statuses = Counter(s for rows in summary["models"].values() for r in rows for s in r["statuses"].values())
-    failed = [f"{f['key']}: {f['status']}" for f in summary["failed"] if f["status"] != "unsupported"]
+    failed = [f"{f['key']}: {f['status']}" for f in summary["failed"]]
     return seconds, ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + "".join(f"; {x}" for x in failed)
 
 

@@ -119,8 +119,9 @@ def main() -> None:
     for s in summaries:
         print("\n".join(table(s)))
         for f in s["failed"]:
-            kind = "unsupported" if f["status"] == "unsupported" else f"no time ({f['status']})"
-            print(f"- {kind}: `{f['key']}`: {f['reason'][:160]}")
+            print(f"- no time ({f['status']}): `{f['key']}`: {f['reason'][:160]}")
+        for f in s.get("unsupported", []):
+            print(f"- unsupported: `{f['key']}`: {f['reason'][:160]}")
         print()
 
 

@@ -97,6 +97,20 @@ def test_cli_json_and_exit_code(tmp_db, capsys):
     assert out["models"]["lenet"][0]["forward_ms"]["median"] > 0
 
 
+def test_the_json_summary_keeps_failed_cells_and_unsupported_ones_apart(tmp_path):
+    """`run --json`'s ``failed`` listed unsupported cells too, so a consumer reading it by its name took
+    an ONNX Runtime training cell (a framework that cannot train) for a failure."""
+    from dlbench.report.summary import summary_dict
+    from tests.synthetic_runs import report_run
+
+    db = tmp_path / "r.db"
+    data = summary_dict(api.results(report_run(db), db))
+    assert [(f["key"].split("/")[0], f["key"].split("/")[3], f["status"]) for f in data["failed"]] == \
+        [("gamma", "forward", "failed")]
+    (unsupported,) = data["unsupported"]
+    assert unsupported["key"].split("/")[3] == "train_step" and "cannot train" in unsupported["reason"]
+
+
 def test_cli_threads_take_all_and_half_as_a_suite_file_does(tmp_db, capsys):
     """`--threads all` was refused ("must be integers") though suite files and the docs use it."""
     code = main(["run", "--model", "lenet", "--framework", "fakefw", "--variant", "ok", "--scenario", "forward",
@@ -233,7 +247,7 @@ def test_scenario_a_framework_lacks_is_unsupported_with_reason(tmp_db):
     res = run(tmp_db, models=["lenet"], frameworks=["onnxruntime"], scenarios=["gradient"], batches=[4], threads=[1])
     (cell,) = res.cells
     assert cell.cell.status == "unsupported" and "supports only the forward" in cell.cell.reason
-    assert res.failed == [cell] and res.errors == []
+    assert res.without_time == [cell] == res.unsupported and res.errors == []
 
 
 @requires("onnxruntime")

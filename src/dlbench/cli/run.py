@@ -321,7 +321,7 @@ def _print_plan(plan: RunPlan, left_out: str, as_json: bool) -> int:
 
 
 def print_summary(res: RunResults, as_json: bool, db) -> int:
-    failed = res.failed
+    failed = res.without_time
     extras = registry.shown(res, db)  # what the run's scenarios add after the summary
     if as_json:
         data = summary_dict(res)

@@ -134,7 +134,10 @@ def summary_dict(results: RunResults) -> dict[str, Any]:
         "peak_gflops_by_precision": {str(t): by_precision(r) for t, r in results.peaks.items()},
         "peak_engine_by_precision": {str(t): setters(r) for t, r in results.peaks.items()},
         "models": {m: [r.to_dict() for r in rows] for m, rows in summary_rows(results).items()},
-        "failed": [{"key": c.cell.key, "status": c.cell.status, "reason": c.cell.reason} for c in results.failed],
+        # what went wrong apart from what the framework cannot express: a consumer that reads "failed" as
+        # errors (its name) was told an ONNX Runtime training cell had failed
+        "failed": [{"key": c.cell.key, "status": c.cell.status, "reason": c.cell.reason} for c in results.errors],
+        "unsupported": [{"key": c.cell.key, "reason": c.cell.reason} for c in results.unsupported],
         "warnings": [{"key": c.cell.key, "warnings": [*c.cell.warnings, *c.rate_warnings]} for c in results.cells
                      if c.cell.warnings or c.rate_warnings],
         "agreement": agreement(results.cells),

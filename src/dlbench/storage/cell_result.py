@@ -92,8 +92,8 @@ class RunResults:
         return self.run["id"]
 
     @property
-    def failed(self) -> list[CellResult]:
-        """Every cell without a time, ``unsupported`` ones included (the summary lists them all)."""
+    def without_time(self) -> list[CellResult]:
+        """Every cell without a time: :attr:`errors` and :attr:`unsupported` (the summary lists them all)."""
         return [c for c in self.cells if not c.ok]
 
     @property
@@ -101,7 +101,12 @@ class RunResults:
         """Cells that went wrong: crashed, timed out, ran out of memory, failed the gate. ``unsupported``
         (a scenario or model the framework cannot express, with its reason) is a fact about the framework,
         not an error: the quick suite's ONNX Runtime training cells must not make ``dlbench run`` exit 1."""
-        return [c for c in self.failed if c.cell.status != "unsupported"]
+        return [c for c in self.without_time if c.cell.status != "unsupported"]
+
+    @property
+    def unsupported(self) -> list[CellResult]:
+        """Cells the framework cannot express (each with its reason): no time, and no error."""
+        return [c for c in self.without_time if c.cell.status == "unsupported"]
 
     def peak_gflops(self, threads: int, precision: str = DEFAULT_PRECISION) -> float | None:
         """The measured peak of ``precision``'s compute type at ``threads`` (None: not measured)."""
