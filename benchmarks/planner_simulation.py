@@ -5,7 +5,9 @@ simulated processes: tests/adaptive_sim.py, the same simulation tests/test_adapt
 the between-process share the adaptive study measured (90-96% of a process median's variance), under
 `--target-ci 2 --max-time 60` as the study ran. For each confidence level of the upper bound the plan is
 made on (dlbench.measure.adaptive.PLAN_LEVEL; 50% is about the planner before it, which planned on the
-median-unbiased estimate), and for two spreads of process medians: the share of the cells whose plan
+median-unbiased estimate), each cell alone, and at the level in use also in runs of 32 cells whose finished
+cells' variances floor a plan (dlbench.measure.adaptive.run_floor, what a run does), for two spreads of
+process medians: the share of the cells whose plan
 fitted the cap that met the target (the planner's promise: 80%), the share that fitted, the coverage of
 the reported 95% intervals, the share of all cells that met the target, and the processes and the
 (simulated) seconds a cell took. A simulation, not a timing: it may run on a busy machine.
@@ -29,6 +31,8 @@ import dlbench.scenarios.processes as processes  # noqa: E402
 from dlbench.measure.adaptive import PLAN_LEVEL  # noqa: E402
 from tests.adaptive_sim import STUDY_SD, simulate_cells  # noqa: E402
 
+#: cells a simulated run has for the run's floor (dlbench.measure.adaptive.run_floor): the quick suite's 32
+RUN_CELLS = 32
 #: spreads of the process sd over cells (log-uniform): the precision workload's, and a noisier one
 POPULATIONS = {"precision workload (sd 0.5-5%, median 1.6%)": STUDY_SD,
                "noisier (sd 1-10%, median 3.2%)": (0.01, 0.10)}
@@ -50,13 +54,15 @@ def main() -> None:
           "coverage of the 95% intervals | met, of all cells | processes a cell | seconds a cell |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, sd_range in POPULATIONS.items():
-        for level in levels:
+        for level, run_cells in [(level, 1) for level in levels] + [(PLAN_LEVEL, RUN_CELLS)]:
             processes.PLAN_LEVEL = level
-            sims = [simulate_cells(seed, args.cells, sd_range) for seed in range(1, args.seeds + 1)]
+            sims = [simulate_cells(seed, args.cells, sd_range, run_cells=run_cells) for seed in range(1, args.seeds + 1)]
             cells, fitted = sum(s.cells for s in sims), sum(s.fitted for s in sims)
             met, covered, n = sum(s.met for s in sims), sum(s.covered for s in sims), sum(s.processes for s in sims)
             met_all, seconds = sum(s.met_all for s in sims), sum(s.seconds for s in sims)
-            note = " (in use)" if level == PLAN_LEVEL else " (≈ before)" if level == 0.5 else ""
+            note = " (≈ before)" if level == 0.5 else ""
+            if level == PLAN_LEVEL:
+                note = f" and the run's floor ({run_cells} cells a run; in use)" if run_cells > 1 else " alone"
             print(f"| {name} | {100 * level:g}%{note} | {100 * met / max(fitted, 1):.1f}% | "
                   f"{100 * fitted / cells:.1f}% | {100 * covered / cells:.1f}% | {100 * met_all / cells:.1f}% | "
                   f"{n / cells:.1f} | {seconds / cells:.1f} |")

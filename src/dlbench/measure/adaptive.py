@@ -56,6 +56,9 @@ PLAN_POWER = 0.8
 #: the median-unbiased estimate the planner used before. Cells whose plan fits are those whose pilot looked
 #: quiet, so no level promises 80% whatever the cells: docs/measurement.md
 PLAN_LEVEL = 0.9
+#: the fewest finished cells of the run whose between-process variances make a floor under a plan
+#: (:func:`run_floor`)
+FLOOR_CELLS = 3
 #: the most processes a plan asks for, whatever the cap allows
 MAX_PROCESSES = 200
 #: a floor under the between-process variance a pilot estimates (a log-scale sd of 0.2%): a pilot
@@ -125,6 +128,23 @@ def components(groups: list, q: float = 50.0, upper: float | None = None) -> Com
     df = len(groups) - 1
     spread = float(y.var(ddof=1)) * (df / _chi2(1 - upper, df) if upper is not None else 1.0)
     return Components(max(spread - within_per_call / calls, 0.0), within_per_call, calls)
+
+
+def run_floor(stored: dict[str, dict]) -> float | None:
+    """A floor under the between-process variance a cell's plan is made on: the median of those the run's
+    finished cells measured on this machine (their stored ``variance`` split, from all their processes),
+    or None before :data:`FLOOR_CELLS` of them.
+
+    The upper bound of a 3-process pilot is still low when its three processes happen to agree, and such
+    a pilot makes a small plan, the kind that fits the cap: the quick suite's two misses among its fitted
+    plans (issue 45) had pilots of almost no spread on a machine whose cells' processes typically
+    disagreed several times more. Process-to-process spread comes mostly from the machine (memory
+    layout, frequency, neighbours), so a quiet pilot on a noisy machine is more likely luck than a quiet
+    cell. The floor only raises a plan: a truly quiet cell pays more processes, never a worse interval
+    (the second stage alone is reported, whatever was planned)."""
+    betweens = sorted(float(m["variance"]["between"]) for m in stored.values()
+                      if isinstance(m, dict) and isinstance(m.get("variance"), dict) and "between" in m["variance"])
+    return float(np.median(betweens)) if len(betweens) >= FLOOR_CELLS else None
 
 
 def variance_split(groups: list) -> dict[str, float]:

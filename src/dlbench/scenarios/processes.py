@@ -7,13 +7,14 @@ from the second stage alone. Shared by the scenarios that time calls (timed, lat
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from dlbench.core.cell import Cell
 from dlbench.core.job import CellJob
-from dlbench.measure.adaptive import MIN_PROCESSES, PLAN_LEVEL, components, interval, percent, plan
+from dlbench.measure.adaptive import MIN_PROCESSES, PLAN_LEVEL, components, interval, percent, plan, run_floor
 from dlbench.scenarios.base import CellOutcome, Context, run_in_turn
 
 #: the fewest processes a pilot has, whatever ``repeats`` says (a variance from two has one degree of freedom)
@@ -50,11 +51,16 @@ def run_processes(cell: Cell, ctx: Context, out: CellOutcome, make_job: Callable
                                 f"a second stage; the pilot's {len(pilot)} processes reached "
                                 f"+-{percent(info['half_width'])}")
         return pilot, info
-    # planned on an upper bound of the between variance: 3 processes' estimate is low more often than not
+    # planned on an upper bound of the between variance: 3 processes' estimate is low more often than not;
+    # and on no less than the run's finished cells typically measured on this machine (run_floor)
     bound = components([values(r) for r in pilot], q, upper=PLAN_LEVEL)
+    floor = run_floor(ctx.stored)
+    if floor is not None and floor > bound.between:
+        bound = replace(bound, between=floor)
     second_plan = plan(bound, target, start_s, call_s, budget, min_calls=min_calls)
     info.update(plan=second_plan.to_dict(), between=comp.between, between_planned=bound.between,
-                plan_level=PLAN_LEVEL, within_per_call=comp.within, start_s=start_s, call_s=call_s)
+                between_floor=floor, plan_level=PLAN_LEVEL, within_per_call=comp.within, start_s=start_s,
+                call_s=call_s)
     second = run_in_turn(cell, ctx, (make_job(second_plan.calls) for _ in range(second_plan.processes)),
                          p.timeout_s, out)
     info["first_counted"] = len(pilot)
