@@ -86,15 +86,16 @@ def _hardware_task() -> dict[str, Any]:
     return {**node_hardware(), **_ran_on()}
 
 
-def _cell_task(cell: Cell, suite) -> tuple[CellOutcome, dict[str, Any]]:
+def _cell_task(cell: Cell, suite, stored: dict[str, dict[str, Any]]) -> tuple[CellOutcome, dict[str, Any]]:
     """A whole cell on this node: its scenario's measure with node-local processes (and a node-local
-    session for the scenario's run-scoped resources)."""
+    session for the scenario's run-scoped resources), seeing the run's cells stored when it was sent
+    (``Context.stored``: the planner's run floor, LoadGen's harness floor), as a cell measured in turn does."""
     from dlbench.scenarios import registry
 
     started = time.time()
     scenario = registry.get(cell.scenario)
     with scenario.session(suite, [cell], None, lambda event, **_: None) as session:
-        out = scenario.measure(cell, Context(suite, run_job, sessions={cell.scenario: session}))
+        out = scenario.measure(cell, Context(suite, run_job, sessions={cell.scenario: session}, stored=stored))
     return out, {**_ran_on(), "task_started": started, "task_ended": time.time()}
 
 
@@ -204,9 +205,11 @@ class RayLauncher:
         return out
 
     def measure_cells(self, cells: list[Cell], suite, refused: Callable[[Cell], CellOutcome | None],
-                      progress: Callable[..., None]) -> Iterator[tuple[Cell, CellOutcome]]:
+                      progress: Callable[..., None],
+                      stored: dict[str, dict[str, Any]]) -> Iterator[tuple[Cell, CellOutcome]]:
         """Fan-out: each cell as one task on a node of its own, at most one per node, yielded as it
-        finishes (the driver stores it). A cell ``refused`` has an outcome (unsupported, failed the
+        finishes (the driver stores it, and adds its metrics to ``stored``: each task is sent a copy of
+        the run's cells stored by then). A cell ``refused`` has an outcome (unsupported, failed the
         gate) is yielded without a task. The processes of a cell have their own timeouts; a node
         that dies fails its cell. On an interrupt the running tasks are cancelled (their processes
         killed) and the cells not yet finished stay unmeasured, for ``--resume``."""
@@ -222,7 +225,7 @@ class RayLauncher:
                     if outcome is not None:
                         yield cell, outcome
                     else:
-                        running[task.remote(cell, suite)] = cell
+                        running[task.remote(cell, suite, dict(stored))] = cell
                 if running:
                     (ref,), _ = self.ray.wait(list(running), num_returns=1)
                     cell = running.pop(ref)

@@ -447,8 +447,8 @@ def _execute(store: Store, run_id: str, suite: Suite, todo: list[Cell], progress
             return verdicts.get(cell.group, {"verdict": "fail", "reason": "not verified"})
 
         # cells in turn here (job by job on a Ray cluster), or whole cells fanned out over its nodes
-        measured = (ray.measure_cells(todo, suite, lambda c: gate(c, verdict(c)), progress) if ray is not None
-                    and ray.fans_out else _in_turn(todo, ctx, verdict, progress))
+        measured = (ray.measure_cells(todo, suite, lambda c: gate(c, verdict(c)), progress, ctx.stored)
+                    if ray is not None and ray.fans_out else _in_turn(todo, ctx, verdict, progress))
         for cell, outcome in stack.enter_context(closing(measured)):  # closed (tasks cancelled) before Ray is
             metrics = stored_metrics(outcome, verdict(cell))
             if hf_checkpoint.is_hf(cell.model):  # the folder's own name and its files' digest, with every cell
