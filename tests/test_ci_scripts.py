@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import envs
+from dlbench import envs, frameworks  # noqa: F401 - importing the registry adds each framework folder's recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
