@@ -24,6 +24,20 @@ from _common import ROOT, header
 TARGET_MIN = 10.0
 
 
+def _cache_state() -> str:
+    """How much of a new machine's set-up and first compiles the caches spare: uv's wheel cache (built
+    wheels: llama.cpp's), dlbench's own (kept environments, compile caches) and PyTensor's compiled graphs,
+    as they stand before the run (a machine started fresh has none)."""
+    home_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    uv = Path(os.environ.get("UV_CACHE_DIR") or home_cache / "uv")
+    parts = []
+    for name, path in (("uv's", uv), ("dlbench's", home_cache / "dlbench"), ("PyTensor's", Path.home() / ".pytensor")):
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink()) \
+            if path.is_dir() else 0
+        parts.append(f"{name} {size / 2 ** 20:,.0f} MiB ({path})" if size else f"{name} empty ({path})")
+    return "caches at start: " + ", ".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log", type=Path, help="keep the whole CI output in this file")
@@ -34,6 +48,7 @@ def main() -> None:
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=True).stdout.strip()
     title = header(f"CI: `.ci/run` on a clean clone (commit {commit})")
+    caches = _cache_state()
     with tempfile.TemporaryDirectory(prefix="dlbench-ci-") as tmp:
         clone = Path(tmp) / "dlbench"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
@@ -62,6 +77,7 @@ def main() -> None:
           + (" (environments built from empty)" if args.fresh_envs else ""))
     if closing:
         print(f"- pytest: `{closing[-1].strip('= ')}`")
+    print(f"- {caches}")
     envs = [line for line in text.splitlines() if line.startswith("CI: environments")]
     if envs:
         print(f"- {envs[-1][4:]}")
