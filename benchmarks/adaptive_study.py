@@ -81,7 +81,7 @@ def figures(db: str, run_id: str, seconds: float, target: float) -> dict:
     within = [r for r in rows if r["half_width"] is not None and r["half_width"] <= target]
     total = json.loads(out.stdout)["total"]
     fitted, plans = _fitted_plans(db, run_id)
-    return {"plans": plans,"seconds": seconds, "cells": len(rows), "parts": {p: total[f"{p}_s"] for p in PARTS},
+    return {"plans": plans, "seconds": seconds, "cells": len(rows), "parts": {p: total[f"{p}_s"] for p in PARTS},
             "fitted": len(fitted), "met_fitted": (sum(f["met"] for f in fitted) / len(fitted)) if fitted else None,
             "fitted_plans": fitted,
             "outside_s": total["outside_cells_s"],
