@@ -80,10 +80,10 @@ def figures(db: str, run_id: str, seconds: float, target: float) -> dict:
     targeted = [r for r in rows if r["met"] is not None]
     within = [r for r in rows if r["half_width"] is not None and r["half_width"] <= target]
     total = json.loads(out.stdout)["total"]
-    fitted, plans = _fitted_plans(db, run_id)
+    plans = _plans(db, run_id)
+    fitted = [c for c in plans if not c["capped"]]
     return {"plans": plans, "seconds": seconds, "cells": len(rows), "parts": {p: total[f"{p}_s"] for p in PARTS},
-            "fitted": len(fitted), "met_fitted": (sum(f["met"] for f in fitted) / len(fitted)) if fitted else None,
-            "fitted_plans": fitted,
+            "fitted": len(fitted), "met_fitted": (sum(c["met"] for c in fitted) / len(fitted)) if fitted else None,
             "outside_s": total["outside_cells_s"],
             "met": (sum(r["met"] for r in targeted) / len(targeted)) if targeted else None,
             "within_target": len(within) / len(rows) if rows else None,
@@ -92,12 +92,11 @@ def figures(db: str, run_id: str, seconds: float, target: float) -> dict:
             "process_between": statistics.median(process) if process else None}
 
 
-def _fitted_plans(db: str, run_id: str) -> tuple[list[dict], list[dict]]:
-    """The cells whose second-stage plan fitted its cap (``metrics.adaptive.plan.capped`` false), and every
-    cell's plan (``metrics.adaptive``) with a second stage planned: whether each
-    met its target (the planner's promise, issue 45, is that at least 80% do) and what its plan was made on
-    (the pilot's between-process variance, the bound planned on, the run's floor) beside the between
-    variance of all its processes, as stored with the cell."""
+def _plans(db: str, run_id: str) -> list[dict]:
+    """Every cell that planned a second stage (``metrics.adaptive.plan``): whether the plan fitted its cap
+    (``capped`` false: the planner's promise, issue 45, is that at least 80% of those meet the target),
+    whether it met it, and what the plan was made on (the pilot's between-process variance, the bound
+    planned on, the run's floor) beside the between variance of all its processes, as stored with the cell."""
     from dlbench.storage.store import Store
 
     store = Store(db, create=False, read_only=True)
@@ -105,17 +104,16 @@ def _fitted_plans(db: str, run_id: str) -> tuple[list[dict], list[dict]]:
         cells = [(rec.key, rec.metrics) for rec in store.cells(run_id) if rec.status == "ok"]
     finally:
         store.close()
-    out, plans = [], []
+    out = []
     for key, metrics in cells:
         a = metrics.get("adaptive") or {}
         if isinstance(a.get("plan"), dict):
-            plans.append(a)
-        if isinstance(a.get("plan"), dict) and not a["plan"].get("capped"):
-            out.append({"key": key, "met": bool(a.get("met")), "processes": a["plan"].get("processes"),
-                        "calls": a["plan"].get("calls"), "pilot": a.get("between"),
-                        "planned": a.get("between_planned"), "floor": a.get("between_floor"),
-                        "all": (metrics.get("variance") or {}).get("between"), "half_width": a.get("half_width")})
-    return out, plans
+            out.append({"key": key, "capped": bool(a["plan"].get("capped")), "met": bool(a.get("met")),
+                        "processes": a["plan"].get("processes"), "calls": a["plan"].get("calls"),
+                        "pilot": a.get("between"), "planned": a.get("between_planned"),
+                        "floor": a.get("between_floor"), "all": (metrics.get("variance") or {}).get("between"),
+                        "half_width": a.get("half_width")})
+    return out
 
 
 def _var(x: float | None) -> str:
@@ -233,7 +231,7 @@ def main() -> None:
         whole = sum(parts) or 1.0
         shares = " | ".join(f"{x / 60:.1f} min ({100 * x / whole:.0f}%)" for x in parts)
         print(f"| {SHOWN.get(name, name)} | {protocol} | {shares} |")
-    planned = [(name, protocol, c) for name, protocol, f in rows for c in f["fitted_plans"]]
+    planned = [(name, protocol, c) for name, protocol, f in rows for c in f["plans"] if not c["capped"]]
     if planned:
         print("\nThe plans that fitted the cap (each cell's `metrics.adaptive` and `variance`): the between-process "
               "variance of the pilot (its estimate), the one planned on (the pilot's upper bound, or the run's floor "
@@ -248,8 +246,8 @@ def main() -> None:
                   f"±{_pct(c['half_width'])} | {'yes' if c['met'] else 'no'} |")
     for name, protocol, f in rows:
         if f["plans"]:
-            floors = [a["between_floor"] for a in f["plans"] if a.get("between_floor") is not None]
-            capped = sum(bool(a["plan"].get("capped")) for a in f["plans"])
+            floors = [c["floor"] for c in f["plans"] if c["floor"] is not None]
+            capped = sum(c["capped"] for c in f["plans"])
             print(f"\n{SHOWN.get(name, name)}, {protocol}: {len(f['plans'])} cells planned a second stage, {capped} of "
                   "the plans cut by the cap" + (f"; the run's floor went from {min(floors):.2g} to {max(floors):.2g} "
                                                 f"over its cells (on {len(floors)} of them)" if floors else "") + ".")

@@ -10,6 +10,7 @@ same, so results are bit-identical (sums add in another order).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -52,6 +53,11 @@ def squared_distance(a: np.ndarray, b: np.ndarray | None = None) -> float:
             d -= b[start:start + CHUNK]
         total += float(d @ d)
     return total
+
+
+def norm(arrays) -> float:
+    """The L2 norm of several arrays taken as one vector (a model's parameters or gradients), in float64."""
+    return math.sqrt(sum(squared_distance(a) for a in arrays))
 
 
 def dot(a: np.ndarray, b: np.ndarray) -> float:

@@ -63,7 +63,7 @@ from dlbench.core.precision import expected_dtypes, get_precision
 from dlbench.data.synthetic import Batch, make_batch
 from dlbench.frameworks.base import OPTIMIZERS, Backend, UnsupportedError
 from dlbench.gate import quality, reference
-from dlbench.gate.chunked import contiguous, dot, elementwise, squared_distance
+from dlbench.gate.chunked import contiguous, dot, elementwise, norm
 from dlbench.gate.mask_checks import check_masks
 from dlbench.gate.verify_update import check_update, not_applied, update_tolerance
 from dlbench.models import ModelSpec, verify_spec
@@ -322,7 +322,7 @@ def _check_gradients(backend: Backend, model, placed, spec: ModelSpec, weights: 
     res.checks["loss"] = math.isfinite(loss) and abs(loss - res.reference_loss) <= allowed
     if not res.checks["loss"]:
         failures.append(f"loss {loss:.6g} vs reference {res.reference_loss:.6g} (allowed +-{allowed:.2g})")
-    gnorm = math.sqrt(sum(squared_distance(g) for g in grads.values()))
+    gnorm = norm(grads.values())
     worst, checked, kinks = 0.0, 0, 0
     for v in directions(spec, DIRECTIONS + KINK_REDRAWS, seed=seed + 1234):
         missing = set(v) - set(grads)

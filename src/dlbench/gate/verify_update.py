@@ -38,7 +38,7 @@ import numpy as np
 from dlbench.core.precision import get_precision
 from dlbench.frameworks.base import OPTIMIZERS, Backend, OptimizerSpec, UnsupportedError
 from dlbench.gate import reference_optim
-from dlbench.gate.chunked import contiguous, squared_distance
+from dlbench.gate.chunked import contiguous, norm, squared_distance
 
 STEPS = 2
 #: the share of the parameters' norm the first step moves them by
@@ -62,16 +62,12 @@ def not_applied(precision: str) -> str:
 
 def gate_optimizer(opt: OptimizerSpec, params: dict[str, np.ndarray], grads: dict[str, np.ndarray]) -> OptimizerSpec:
     """``opt`` with the learning rate that moves the trainable parameters by STEP_SHARE of their norm."""
-    pnorm = _norm(params[k] for k in grads)
+    pnorm = norm(params[k] for k in grads)
     if opt.name == "sgd":
-        lr = STEP_SHARE * pnorm / max(_norm(grads.values()), 1e-30)
+        lr = STEP_SHARE * pnorm / max(norm(grads.values()), 1e-30)
     else:
         lr = STEP_SHARE * pnorm / math.sqrt(sum(g.size for g in grads.values()))
     return replace(opt, lr=float(lr))
-
-
-def _norm(arrays) -> float:
-    return math.sqrt(sum(squared_distance(a) for a in arrays))
 
 
 def step_error(after: dict[str, np.ndarray], expected: dict[str, np.ndarray],

@@ -142,8 +142,8 @@ def run_floor(stored: dict[str, dict]) -> float | None:
     layout, frequency, neighbours), so a quiet pilot on a noisy machine is more likely luck than a quiet
     cell. The floor only raises a plan: a truly quiet cell pays more processes, never a worse interval
     (the second stage alone is reported, whatever was planned)."""
-    betweens = sorted(float(m["variance"]["between"]) for m in stored.values()
-                      if isinstance(m, dict) and isinstance(m.get("variance"), dict) and "between" in m["variance"])
+    betweens = [float(m["variance"]["between"]) for m in stored.values()
+                if isinstance(m, dict) and isinstance(m.get("variance"), dict) and "between" in m["variance"]]
     return float(np.median(betweens)) if len(betweens) >= FLOOR_CELLS else None
 
 
