@@ -38,6 +38,7 @@ import json
 import sqlite3
 import statistics
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 from _common import dlbench, header, study_part
@@ -96,7 +97,8 @@ def _plans(db: str, run_id: str) -> list[dict]:
     """Every cell that planned a second stage (``metrics.adaptive.plan``): whether the plan fitted its cap
     (``capped`` false: the planner's promise, issue 45, is that at least 80% of those meet the target),
     whether it met it, and what the plan was made on (the pilot's between-process variance, the bound
-    planned on, the run's floor) beside the between variance of all its processes, as stored with the cell."""
+    planned on, the run's floor and the cells it was taken from) beside the between variance of all its
+    processes, as stored with the cell."""
     from dlbench.storage.store import Store
 
     store = Store(db, create=False, read_only=True)
@@ -111,13 +113,19 @@ def _plans(db: str, run_id: str) -> list[dict]:
             out.append({"key": key, "capped": bool(a["plan"].get("capped")), "met": bool(a.get("met")),
                         "processes": a["plan"].get("processes"), "calls": a["plan"].get("calls"),
                         "pilot": a.get("between"), "planned": a.get("between_planned"),
-                        "floor": a.get("between_floor"), "all": (metrics.get("variance") or {}).get("between"),
+                        "floor": a.get("between_floor"), "scope": a.get("floor_scope"),
+                        "all": (metrics.get("variance") or {}).get("between"),
                         "half_width": a.get("half_width")})
     return out
 
 
 def _var(x: float | None) -> str:
     return "–" if x is None else f"{x:.2g}"
+
+
+def _floor(plan: dict) -> str:
+    """A plan's floor and the run's cells it was the median of (``floor_scope``; none before it was per kind)."""
+    return _var(plan["floor"]) + (f" ({plan['scope']})" if plan["floor"] is not None and plan["scope"] else "")
 
 
 def _estimate_before(marker: Path, argv: list[str], db: str) -> float | None:
@@ -235,22 +243,26 @@ def main() -> None:
     if planned:
         print("\nThe plans that fitted the cap (each cell's `metrics.adaptive` and `variance`): the between-process "
               "variance of the pilot (its estimate), the one planned on (the pilot's upper bound, or the run's floor "
-              "when higher), the run's floor (– before the run had 3 finished cells or before the floor existed), "
-              "and that of all the cell's processes:\n")
+              "when higher), the run's floor (– before the run had 3 finished cells or before the floor existed; "
+              "beside it, the cells it was the median of: the cell's framework on its thread count, its thread "
+              "count, or the whole run), and that of all the cell's processes:\n")
         print("| workload | protocol | cell | plan | pilot's | planned on | run's floor | all processes' | "
               "half-width | met |")
         print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
         for name, protocol, c in planned:
             print(f"| {SHOWN.get(name, name)} | {protocol} | {c['key']} | {c['processes']} x {c['calls']} | "
-                  f"{_var(c['pilot'])} | {_var(c['planned'])} | {_var(c['floor'])} | {_var(c['all'])} | "
+                  f"{_var(c['pilot'])} | {_var(c['planned'])} | {_floor(c)} | {_var(c['all'])} | "
                   f"±{_pct(c['half_width'])} | {'yes' if c['met'] else 'no'} |")
     for name, protocol, f in rows:
         if f["plans"]:
             floors = [c["floor"] for c in f["plans"] if c["floor"] is not None]
             capped = sum(c["capped"] for c in f["plans"])
+            scopes = Counter(c["scope"] for c in f["plans"] if c["scope"])
             print(f"\n{SHOWN.get(name, name)}, {protocol}: {len(f['plans'])} cells planned a second stage, {capped} of "
                   "the plans cut by the cap" + (f"; the run's floor went from {min(floors):.2g} to {max(floors):.2g} "
-                                                f"over its cells (on {len(floors)} of them)" if floors else "") + ".")
+                                                f"over its cells (on {len(floors)} of them" if floors else "")
+                  + (": taken from " + ", ".join(f"{n} {scope}" for scope, n in scopes.items()) if scopes else "")
+                  + (")" if floors else "") + ".")
     fixed = {n: f for n, p, f in rows if p == "fixed"}
     for name, protocol, f in rows:
         if protocol != "fixed" and fixed.get(name, {}).get("seconds"):

@@ -39,10 +39,11 @@ def suite_of(protocol: tuple):
     return suite_from_dict({"models": ["lenet"], "protocol": dict(protocol)})
 
 
-def run_cell(protocol: dict, rng, stored: dict | None = None, **kw):
+def run_cell(protocol: dict, rng, stored: dict | None = None, cell=None, **kw):
     """One cell under ``protocol`` through run_processes, its processes :func:`fake_runner`'s (``kw``), in a
     run whose finished cells stored ``stored`` (their metrics by key): the processes' results, what the
-    adaptive design did, the outcome and the jobs started."""
+    adaptive design did, the outcome and the jobs started. ``cell``: the Cell planned (its key names its
+    kind for the run's floor); torch's LeNet forward on 1 thread where None."""
     from dlbench.core.cell import Cell
     from dlbench.core.job import CellJob
     from dlbench.scenarios.base import CellOutcome, Context
@@ -53,10 +54,10 @@ def run_cell(protocol: dict, rng, stored: dict | None = None, **kw):
     run_job, jobs = fake_runner(rng, **kw)
     out = CellOutcome("ok")
 
-    cell = Cell("torch", "eager", "lenet", "forward", 4, 1)
+    cell = cell or Cell("torch", "eager", "lenet", "forward", 4, 1)
 
     def job(calls):
-        return CellJob(threads=1, cell=cell, seed=0, data_dir=None, protocol=timer, settings={}, calls=calls)
+        return CellJob(threads=cell.threads, cell=cell, seed=0, data_dir=None, protocol=timer, settings={}, calls=calls)
 
     results, info = run_processes(cell, Context(suite, run_job, stored=stored if stored is not None else {}), out, job,
                                   lambda r: r["calls"], min_calls=suite.protocol.min_iters)
@@ -91,13 +92,17 @@ class Simulated:
 
 
 def simulate_cells(seed: int, cells: int, sd_range: tuple[float, float] = STUDY_SD, target_ci: float = 2.0,
-                   cap_s: float = 60.0, run_cells: int = 1) -> Simulated:
+                   cap_s: float = 60.0, run_cells: int = 1,
+                   kinds: tuple[tuple[float, float], ...] | None = None) -> Simulated:
     """``cells`` cells under ``--target-ci target_ci --max-time cap_s`` with the between-process share the
     adaptive study measured: 90-96% of a pilot process median's variance between processes, the process sd
     log-uniform over ``sd_range``; processes of 3 s to start and calls of 10 ms, a pilot of 3 x 20 calls.
     ``run_cells``: cells a run, in turn, each planned with what the run's finished cells stored (their
     variance split, as the timed scenario stores it: the run's floor, dlbench.measure.adaptive.run_floor);
-    1: every cell alone, with no floor."""
+    1: every cell alone, with no floor. ``kinds``: the process sd's range of each kind of cell (a kind is a
+    thread count: cells on 1, 2, ... threads), the cells of a run taking them in turn; None: one kind, of
+    ``sd_range``."""
+    from dlbench.core.cell import Cell
     from dlbench.measure.adaptive import variance_split
 
     rng = np.random.default_rng(seed)
@@ -106,17 +111,20 @@ def simulate_cells(seed: int, cells: int, sd_range: tuple[float, float] = STUDY_
     protocol = {"repeats": 3, "min_iters": calls, "target_ci": target_ci, "max_cell_s": cap_s}
     fitted = met = covered = processes = met_all = 0
     seconds = 0.0
-    for _ in range(cells):
-        between_sd = math.exp(rng.uniform(*np.log(sd_range)))
+    kinds = kinds or (sd_range,)
+    for i in range(cells):
+        kind = i % len(kinds)
+        between_sd = math.exp(rng.uniform(*np.log(kinds[kind])))
         share = rng.uniform(0.90, 0.96)
         # a median of n normal calls has variance pi/2 * sd^2 / n: the within part of a pilot process's median
         within_sd = math.sqrt(between_sd**2 * (1 - share) / share * calls * 2 / math.pi)
         true = rng.uniform(1.0, 50.0)
         if len(stored) >= run_cells - 1:  # a new run
             stored = {}
-        results, info, out, _ = run_cell(protocol, rng, stored, between_sd=between_sd, within_sd=within_sd,
+        cell = Cell("torch", "eager", "lenet", "forward", batch=i + 1, threads=kind + 1)
+        results, info, out, _ = run_cell(protocol, rng, stored, cell, between_sd=between_sd, within_sd=within_sd,
                                          median=true, process_s=process_s, call_s=call_s)
-        stored[f"cell{len(stored)}"] = {"variance": variance_split([r["calls"] for r in results])}
+        stored[cell.key] = {"variance": variance_split([r["calls"] for r in results])}
         covered += info["low"] <= true <= info["high"]
         processes += len(results)
         seconds += out.seconds

@@ -20,6 +20,13 @@ DEFAULT_SEED = 0
 DEFAULT_OPTIMIZER = "sgd"
 
 
+def key_kind(key: str) -> tuple[str, str]:
+    """The framework and the thread count a cell key names (the first and the sixth of :meth:`Cell.key`'s
+    fields, ``t1``), as the planner groups a run's cells of a kind (:func:`dlbench.measure.adaptive.run_floor`)."""
+    fields = key.split("/")
+    return fields[0], fields[5] if len(fields) > 5 else ""
+
+
 @dataclass(frozen=True, order=True)
 class Cell:
     framework: str

@@ -46,6 +46,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from dlbench.core.cell import key_kind
+
 #: processes in the second stage at least (a t-interval from 2 has t = 12.7)
 MIN_PROCESSES = 3
 #: the chance the planned second stage meets the target at the planned variance (the margin on the planned width)
@@ -130,10 +132,27 @@ def components(groups: list, q: float = 50.0, upper: float | None = None) -> Com
     return Components(max(spread - within_per_call / calls, 0.0), within_per_call, calls)
 
 
-def run_floor(stored: dict[str, dict]) -> float | None:
+@dataclass(frozen=True)
+class Floor:
+    """A floor under a plan's between-process variance (:func:`run_floor`): its value, the run's cells it
+    is the median of, and which of them (``scope``: :data:`FLOOR_SCOPES`)."""
+
+    between: float
+    cells: int
+    scope: str
+
+
+#: the groups of a run's finished cells a floor is taken from, the closest kind first: a cell's floor comes from
+#: the first with :data:`FLOOR_CELLS` cells (its framework on its thread count; its thread count; the whole run)
+FLOOR_SCOPES = ("framework and threads", "threads", "run")
+
+
+def run_floor(stored: dict[str, dict], key: str | None = None) -> Floor | None:
     """A floor under the between-process variance a cell's plan is made on: the median of those the run's
-    finished cells measured on this machine (their stored ``variance`` split, from all their processes),
-    or None before :data:`FLOOR_CELLS` of them.
+    finished cells of its kind measured on this machine (their stored ``variance`` split, from all their
+    processes), or None before :data:`FLOOR_CELLS` of them. ``key``: the planned cell's (its kind:
+    :func:`dlbench.core.cell.key_kind`); the floor is taken from the run's cells of its framework on its
+    thread count, else of its thread count, else from all of them, the first group with FLOOR_CELLS.
 
     The upper bound of a 3-process pilot is still low when its three processes happen to agree, and such
     a pilot makes a small plan, the kind that fits the cap: the quick suite's two misses among its fitted
@@ -141,10 +160,19 @@ def run_floor(stored: dict[str, dict]) -> float | None:
     disagreed several times more. Process-to-process spread comes mostly from the machine (memory
     layout, frequency, neighbours), so a quiet pilot on a noisy machine is more likely luck than a quiet
     cell. The floor only raises a plan: a truly quiet cell pays more processes, never a worse interval
-    (the second stage alone is reported, whatever was planned)."""
-    betweens = [float(m["variance"]["between"]) for m in stored.values()
-                if isinstance(m, dict) and isinstance(m.get("variance"), dict) and "between" in m["variance"]]
-    return float(np.median(betweens)) if len(betweens) >= FLOOR_CELLS else None
+    (the second stage alone is reported, whatever was planned). How much the machine spreads a process
+    depends on the cell's kind: a cell on all the cores shares them with everything else, and on the AMD
+    EPYC machine the quick suite's 2-thread cells spread ten times more than its 1-thread ones
+    (docs/measurement.md); one floor for the whole run put every quiet cell's plan over the cap."""
+    betweens = {k: float(m["variance"]["between"]) for k, m in stored.items()
+                if isinstance(m, dict) and isinstance(m.get("variance"), dict) and "between" in m["variance"]}
+    kind = key_kind(key) if key is not None else None
+    groups = ([k for k in betweens if key_kind(k) == kind], [k for k in betweens if key_kind(k)[1] == kind[1]]) \
+        if kind is not None else ([], [])
+    for scope, keys in zip(FLOOR_SCOPES, (*groups, list(betweens)), strict=True):
+        if len(keys) >= FLOOR_CELLS:
+            return Floor(float(np.median([betweens[k] for k in keys])), len(keys), scope)
+    return None
 
 
 def variance_split(groups: list) -> dict[str, float]:

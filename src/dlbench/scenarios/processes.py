@@ -52,15 +52,16 @@ def run_processes(cell: Cell, ctx: Context, out: CellOutcome, make_job: Callable
                                 f"+-{percent(info['half_width'])}")
         return pilot, info
     # planned on an upper bound of the between variance: 3 processes' estimate is low more often than not;
-    # and on no less than the run's finished cells typically measured on this machine (run_floor)
+    # and on no less than the run's finished cells of its kind typically measured on this machine (run_floor)
     bound = components([values(r) for r in pilot], q, upper=PLAN_LEVEL)
-    floor = run_floor(ctx.stored)
-    if floor is not None and floor > bound.between:
-        bound = replace(bound, between=floor)
+    floor = run_floor(ctx.stored, cell.key)
+    if floor is not None and floor.between > bound.between:
+        bound = replace(bound, between=floor.between)
     second_plan = plan(bound, target, start_s, call_s, budget, min_calls=min_calls)
     info.update(plan=second_plan.to_dict(), between=comp.between, between_planned=bound.between,
-                between_floor=floor, plan_level=PLAN_LEVEL, within_per_call=comp.within, start_s=start_s,
-                call_s=call_s)
+                between_floor=floor and floor.between, floor_scope=floor and floor.scope,
+                floor_cells=floor and floor.cells, plan_level=PLAN_LEVEL, within_per_call=comp.within,
+                start_s=start_s, call_s=call_s)
     second = run_in_turn(cell, ctx, (make_job(second_plan.calls) for _ in range(second_plan.processes)),
                          p.timeout_s, out)
     info["first_counted"] = len(pilot)
