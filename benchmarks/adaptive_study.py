@@ -83,7 +83,8 @@ def figures(db: str, run_id: str, seconds: float, target: float) -> dict:
     total = json.loads(out.stdout)["total"]
     plans = _plans(db, run_id)
     fitted = [c for c in plans if not c["capped"]]
-    return {"plans": plans, "seconds": seconds, "cells": len(rows), "parts": {p: total[f"{p}_s"] for p in PARTS},
+    return {"plans": plans, "by_threads": _between_by_threads(db, run_id), "seconds": seconds, "cells": len(rows),
+            "parts": {p: total[f"{p}_s"] for p in PARTS},
             "fitted": len(fitted), "met_fitted": (sum(c["met"] for c in fitted) / len(fitted)) if fitted else None,
             "outside_s": total["outside_cells_s"],
             "met": (sum(r["met"] for r in targeted) / len(targeted)) if targeted else None,
@@ -117,6 +118,23 @@ def _plans(db: str, run_id: str) -> list[dict]:
                         "all": (metrics.get("variance") or {}).get("between"),
                         "half_width": a.get("half_width")})
     return out
+
+
+def _between_by_threads(db: str, run_id: str) -> dict[int, list[float]]:
+    """The between-process variance of each finished cell (its stored ``variance``, from all its processes),
+    by the cell's thread count: how much the machine spread a process for each kind of cell."""
+    from dlbench.storage.store import Store
+
+    store = Store(db, create=False, read_only=True)
+    try:
+        out: dict[int, list[float]] = {}
+        for rec in store.cells(run_id):
+            between = (rec.metrics.get("variance") or {}).get("between")
+            if rec.status == "ok" and between is not None:
+                out.setdefault(rec.threads, []).append(float(between))
+        return out
+    finally:
+        store.close()
 
 
 def _var(x: float | None) -> str:
@@ -263,6 +281,11 @@ def main() -> None:
                                                 f"over its cells (on {len(floors)} of them" if floors else "")
                   + (": taken from " + ", ".join(f"{n} {scope}" for scope, n in scopes.items()) if scopes else "")
                   + (")" if floors else "") + ".")
+        if f["by_threads"]:
+            print(f"\n{SHOWN.get(name, name)}, {protocol}: the between-process variance of its cells (from all "
+                  "their processes; median, and range) by thread count: " + "; ".join(
+                      f"{t} thread(s) {statistics.median(v):.2g} ({min(v):.2g}-{max(v):.2g}, {len(v)} cells)"
+                      for t, v in sorted(f["by_threads"].items())) + ".")
     fixed = {n: f for n, p, f in rows if p == "fixed"}
     for name, protocol, f in rows:
         if protocol != "fixed" and fixed.get(name, {}).get("seconds"):

@@ -5,23 +5,60 @@ does (with CI=true, no standard input), timing the whole, the set-up (installs, 
 the end of `lint-imports`, scripts/test.sh's last step before pytest) and the tests, and reading pytest's
 own closing line. The per-framework environments are whatever `$DLBENCH_ENVS_DIR` (default
 `~/.cache/dlbench/envs`) holds: `--fresh-envs` points it at an empty folder, so they are built from their
-locks as on a new machine. `--durations N` has pytest list the N slowest tests (in the log). Run it on a
-quiet machine: it measures wall time.
+locks as on a new machine. `--durations N` has pytest list the N slowest tests (in the log). `--processes`
+counts the Python processes the tests start (a `sitecustomize` on PYTHONPATH logs each one's wall time and
+the frameworks it imported as it exits) and prints their seconds by what they are, beside the time it takes
+this machine to import each framework in a new process: how much of the tests' time is processes
+starting and importing. Run it on a quiet machine: it measures wall time.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from _common import ROOT, header
 
 TARGET_MIN = 10.0
+#: the frameworks a logged process is named by (the first it imported, in this order), and what is imported
+#: alone to time its import in a new process
+FRAMEWORKS = ("tensorflow", "keras", "torch", "jax", "onnxruntime", "openvino", "paddle", "mxnet", "chainer",
+              "pytensor", "h2o", "ray", "transformers", "ctranslate2", "llama_cpp")
+#: the logging sitecustomize (--processes): a line per Python process as it exits, forks included (their
+#: clock restarts at the fork), os._exit too; a process killed by a signal is not logged
+LOGGER = """
+import atexit, json, os, sys, time
+_t0 = time.time()
+_forked = False
+def _reset():
+    global _t0, _forked
+    _t0, _forked = time.time(), True
+os.register_at_fork(after_in_child=_reset)
+def _log():
+    try:
+        mods = [m for m in %(frameworks)r if m in sys.modules]
+        entry = "fork" if _forked else os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "?"
+        if entry in ("-c", "-m", "__main__.py") and len(sys.argv) > 1:
+            entry += " " + os.path.basename(sys.argv[1])[:40]
+        with open(%(log)r, "a") as f:
+            f.write(json.dumps({"s": time.time() - _t0, "entry": entry, "mods": mods,
+                                "pytest": "_pytest" in sys.modules and not _forked}) + "\\n")
+    except Exception:
+        pass
+atexit.register(_log)
+_exit = os._exit
+def _logged_exit(code, _exit=_exit):
+    _log()
+    _exit(code)
+os._exit = _logged_exit
+"""
 
 
 def _cache_state() -> str:
@@ -44,6 +81,8 @@ def main() -> None:
     parser.add_argument("--fresh-envs", action="store_true",
                         help="build the per-framework environments into an empty folder (as a new machine does)")
     parser.add_argument("--durations", type=int, default=0, help="have pytest list the N slowest tests (in the log)")
+    parser.add_argument("--processes", action="store_true",
+                        help="log every Python process the tests start; print their seconds by kind")
     args = parser.parse_args()
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=True).stdout.strip()
@@ -57,6 +96,11 @@ def main() -> None:
             env["DLBENCH_ENVS_DIR"] = str(Path(tmp) / "envs")
         if args.durations:
             env["DLBENCH_TEST_ARGS"] = f"--durations={args.durations}"
+        log = Path(tmp) / "processes.jsonl"
+        if args.processes:
+            (Path(tmp) / "logger").mkdir()
+            (Path(tmp) / "logger" / "sitecustomize.py").write_text(LOGGER % {"frameworks": FRAMEWORKS, "log": str(log)})
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(tmp) / "logger"), env.get("PYTHONPATH")]))
         t0 = time.perf_counter()
         tests_from = None  # when lint-imports, the last step before pytest, ended: the set-up is what came before
         lines = []
@@ -67,6 +111,7 @@ def main() -> None:
                 if tests_from is None and line.startswith("Contracts:"):  # lint-imports' summary, at its exit
                     tests_from = time.perf_counter() - t0
         wall = time.perf_counter() - t0
+        processes = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     text = "".join(lines)
     if args.log:
         args.log.write_text(text)
@@ -81,6 +126,48 @@ def main() -> None:
     envs = [line for line in text.splitlines() if line.startswith("CI: environments")]
     if envs:
         print(f"- {envs[-1][4:]}")
+    if args.processes:
+        _print_processes(processes, wall)
+
+
+def _import_seconds(name: str) -> float | None:
+    """This machine's wall time to start a Python and import ``name`` alone (None: not importable here)."""
+    t0 = time.perf_counter()
+    done = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", f"import {name}"], capture_output=True)
+    return time.perf_counter() - t0 if done.returncode == 0 else None
+
+
+def _print_processes(processes: list[dict], wall: float) -> None:
+    """The logged processes' seconds by what they were (the entry point and the first framework imported),
+    the largest first, and each framework's import time in a new process beside its count."""
+    kinds: Counter = Counter()
+    seconds: Counter = Counter()
+    for p in processes:
+        if p["pytest"]:
+            continue  # pytest itself and its test processes: the whole run, not a process a test started
+        key = (p["entry"], p["mods"][0] if p["mods"] else "-")
+        kinds[key] += 1
+        seconds[key] += p["s"]
+    total = sum(seconds.values())
+    print(f"\nPython processes the run started and that exited (a process killed by a signal is not logged): "
+          f"{sum(kinds.values())}, {total / 60:.1f} min of wall time together (the run's was {wall / 60:.1f} min on "
+          f"{len(os.sched_getaffinity(0))} cores). The largest kinds, by the entry point and the first framework "
+          "each imported:\n")
+    print("| entry point | framework | processes | seconds | seconds a process |")
+    print("|---|---|---:|---:|---:|")
+    for key, s in seconds.most_common(15):
+        print(f"| {key[0]} | {key[1]} | {kinds[key]} | {s:.0f} | {s / kinds[key]:.1f} |")
+    by_framework = Counter()
+    for (_, fw), n in kinds.items():
+        by_framework[fw] += n
+    timed = {fw: _import_seconds(fw) for fw in by_framework if fw != "-"}
+    print("\nEach framework's import in a new Python on this machine (one `python -c 'import X'`, wall time), "
+          "beside the logged processes that imported it first:\n")
+    print("| framework | processes | import | processes x import |")
+    print("|---|---:|---:|---:|")
+    for fw, n in by_framework.most_common():
+        if timed.get(fw) is not None:
+            print(f"| {fw} | {n} | {timed[fw]:.1f} s | {n * timed[fw]:.0f} s |")
 
 
 if __name__ == "__main__":

@@ -162,8 +162,9 @@ def run_floor(stored: dict[str, dict], key: str | None = None) -> Floor | None:
     cell. The floor only raises a plan: a truly quiet cell pays more processes, never a worse interval
     (the second stage alone is reported, whatever was planned). How much the machine spreads a process
     depends on the cell's kind: a cell on all the cores shares them with everything else, and on the AMD
-    EPYC machine the quick suite's 2-thread cells spread ten times more than its 1-thread ones
-    (docs/measurement.md); one floor for the whole run put every quiet cell's plan over the cap."""
+    EPYC machine the quick suite's 2-thread cells' processes spread 3 to 17 times more than its 1-thread
+    ones' (docs/measurement.md); one floor for the whole run, set by its noisy half, put the quiet cells'
+    plans over the cap."""
     betweens = {k: float(m["variance"]["between"]) for k, m in stored.items()
                 if isinstance(m, dict) and isinstance(m.get("variance"), dict) and "between" in m["variance"]}
     kind = key_kind(key) if key is not None else None

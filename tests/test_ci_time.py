@@ -1,0 +1,54 @@
+"""benchmarks/ci_time.py --processes: the sitecustomize that logs every Python process the tests start, and
+the table of their seconds by kind."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_ci_time():
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # its own `from _common import ...`
+    try:
+        spec = importlib.util.spec_from_file_location("ci_time", ROOT / "benchmarks" / "ci_time.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_the_logger_writes_a_line_per_process_forks_and_os_exit_included(tmp_path):
+    ci_time = load_ci_time()
+    log = tmp_path / "processes.jsonl"
+    (tmp_path / "logger").mkdir()
+    (tmp_path / "logger" / "sitecustomize.py").write_text(ci_time.LOGGER % {"frameworks": ci_time.FRAMEWORKS,
+                                                                            "log": str(log)})
+    program = "import os, time\npid = os.fork()\nif pid == 0:\n    time.sleep(0.2)\n    os._exit(0)\nos.waitpid(pid, 0)"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "logger")}
+    subprocess.run([sys.executable, "-c", program], env=env, check=True)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sorted(p["entry"] for p in lines) == ["-c", "fork"]
+    fork = next(p for p in lines if p["entry"] == "fork")
+    parent = next(p for p in lines if p["entry"] == "-c")
+    assert 0.2 <= fork["s"] <= parent["s"]  # the fork's clock restarts at the fork, not at the parent's start
+    assert not parent["pytest"] and parent["mods"] == []
+
+
+def test_the_table_leaves_out_pytests_own_processes_and_sums_by_kind(capsys, monkeypatch):
+    ci_time = load_ci_time()
+    monkeypatch.setattr(ci_time, "_import_seconds", lambda name: 2.0)
+    ci_time._print_processes([
+        {"s": 900.0, "entry": "-c", "mods": ["torch"], "pytest": True},  # an xdist test process: left out
+        {"s": 3.0, "entry": "worker.py", "mods": ["torch", "onnxruntime"], "pytest": False},
+        {"s": 5.0, "entry": "worker.py", "mods": ["torch"], "pytest": False},
+        {"s": 4.0, "entry": "linkprobe.py", "mods": [], "pytest": False},
+    ], wall=600.0)
+    out = capsys.readouterr().out
+    assert "3, 0.2 min of wall time together" in out
+    assert "| worker.py | torch | 2 | 8 | 4.0 |" in out
+    assert "| torch | 2 | 2.0 s | 4 s |" in out
