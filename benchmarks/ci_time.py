@@ -27,10 +27,11 @@ from pathlib import Path
 from _common import ROOT, header
 
 TARGET_MIN = 10.0
-#: the frameworks a logged process is named by (the first it imported, in this order), and what is imported
-#: alone to time its import in a new process
-FRAMEWORKS = ("tensorflow", "keras", "torch", "jax", "onnxruntime", "openvino", "paddle", "mxnet", "chainer",
-              "pytensor", "h2o", "ray", "transformers", "ctranslate2", "llama_cpp")
+#: the frameworks a logged process may import, the most particular first: a process is named by the first of
+#: them it imported (ONNX Runtime's and OpenVINO's processes import torch to export a model, Keras's TensorFlow
+#: or JAX, so torch, the one most others import, comes last); each is imported alone to time its import
+FRAMEWORKS = ("ctranslate2", "llama_cpp", "transformers", "onnxruntime", "openvino", "keras", "tensorflow", "jax",
+              "paddle", "mxnet", "chainer", "pytensor", "h2o", "ray", "torch")
 #: the logging sitecustomize (--processes): a line per Python process as it exits, forks included (their
 #: clock restarts at the fork), os._exit too; a process killed by a signal is not logged
 LOGGER = """
@@ -138,8 +139,9 @@ def _import_seconds(name: str) -> float | None:
 
 
 def _print_processes(processes: list[dict], wall: float) -> None:
-    """The logged processes' seconds by what they were (the entry point and the first framework imported),
-    the largest first, and each framework's import time in a new process beside its count."""
+    """The logged processes' seconds by what they were (the entry point and the framework they are named by:
+    :data:`FRAMEWORKS`), the largest first, and each framework's import time in a new process beside the
+    count of the processes that imported it."""
     kinds: Counter = Counter()
     seconds: Counter = Counter()
     for p in processes:
@@ -151,18 +153,16 @@ def _print_processes(processes: list[dict], wall: float) -> None:
     total = sum(seconds.values())
     print(f"\nPython processes the run started and that exited (a process killed by a signal is not logged): "
           f"{sum(kinds.values())}, {total / 60:.1f} min of wall time together (the run's was {wall / 60:.1f} min on "
-          f"{len(os.sched_getaffinity(0))} cores). The largest kinds, by the entry point and the first framework "
-          "each imported:\n")
+          f"{len(os.sched_getaffinity(0))} cores). The largest kinds, by the entry point and the framework each "
+          "is named by (the most particular it imported: ONNX Runtime's processes import torch too):\n")
     print("| entry point | framework | processes | seconds | seconds a process |")
     print("|---|---|---:|---:|---:|")
     for key, s in seconds.most_common(15):
         print(f"| {key[0]} | {key[1]} | {kinds[key]} | {s:.0f} | {s / kinds[key]:.1f} |")
-    by_framework = Counter()
-    for (_, fw), n in kinds.items():
-        by_framework[fw] += n
-    timed = {fw: _import_seconds(fw) for fw in by_framework if fw != "-"}
+    by_framework = Counter(fw for p in processes if not p["pytest"] for fw in p["mods"])
+    timed = {fw: _import_seconds(fw) for fw in by_framework}
     print("\nEach framework's import in a new Python on this machine (one `python -c 'import X'`, wall time), "
-          "beside the logged processes that imported it first:\n")
+          "beside the logged processes that imported it (an estimate of the seconds they spent importing it):\n")
     print("| framework | processes | import | processes x import |")
     print("|---|---:|---:|---:|")
     for fw, n in by_framework.most_common():

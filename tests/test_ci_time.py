@@ -23,6 +23,7 @@ def load_ci_time():
 
 
 def test_the_logger_writes_a_line_per_process_forks_and_os_exit_included(tmp_path):
+    """A fork's line counts from the fork; a process ending in os._exit (as dlbench's workers may) is logged."""
     ci_time = load_ci_time()
     log = tmp_path / "processes.jsonl"
     (tmp_path / "logger").mkdir()
@@ -44,11 +45,11 @@ def test_the_table_leaves_out_pytests_own_processes_and_sums_by_kind(capsys, mon
     monkeypatch.setattr(ci_time, "_import_seconds", lambda name: 2.0)
     ci_time._print_processes([
         {"s": 900.0, "entry": "-c", "mods": ["torch"], "pytest": True},  # an xdist test process: left out
-        {"s": 3.0, "entry": "worker.py", "mods": ["torch", "onnxruntime"], "pytest": False},
+        {"s": 3.0, "entry": "worker.py", "mods": ["onnxruntime", "torch"], "pytest": False},  # named by the first
         {"s": 5.0, "entry": "worker.py", "mods": ["torch"], "pytest": False},
         {"s": 4.0, "entry": "linkprobe.py", "mods": [], "pytest": False},
     ], wall=600.0)
     out = capsys.readouterr().out
     assert "3, 0.2 min of wall time together" in out
-    assert "| worker.py | torch | 2 | 8 | 4.0 |" in out
-    assert "| torch | 2 | 2.0 s | 4 s |" in out
+    assert "| worker.py | torch | 1 | 5 | 5.0 |" in out and "| worker.py | onnxruntime | 1 | 3 | 3.0 |" in out
+    assert "| torch | 2 | 2.0 s | 4 s |" in out and "| onnxruntime | 1 | 2.0 s | 2 s |" in out  # all that imported it
