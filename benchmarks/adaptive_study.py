@@ -81,9 +81,10 @@ def figures(db: str, run_id: str, seconds: float, target: float) -> dict:
     targeted = [r for r in rows if r["met"] is not None]
     within = [r for r in rows if r["half_width"] is not None and r["half_width"] <= target]
     total = json.loads(out.stdout)["total"]
-    plans = _plans(db, run_id)
+    cells = _finished_cells(db, run_id)
+    plans = _plans(cells)
     fitted = [c for c in plans if not c["capped"]]
-    return {"plans": plans, "by_threads": _between_by_threads(db, run_id), "seconds": seconds, "cells": len(rows),
+    return {"plans": plans, "by_threads": _between_by_threads(cells), "seconds": seconds, "cells": len(rows),
             "parts": {p: total[f"{p}_s"] for p in PARTS},
             "fitted": len(fitted), "met_fitted": (sum(c["met"] for c in fitted) / len(fitted)) if fitted else None,
             "outside_s": total["outside_cells_s"],
@@ -94,45 +95,44 @@ def figures(db: str, run_id: str, seconds: float, target: float) -> dict:
             "process_between": statistics.median(process) if process else None}
 
 
-def _plans(db: str, run_id: str) -> list[dict]:
+def _plans(cells: list) -> list[dict]:
     """Every cell that planned a second stage (``metrics.adaptive.plan``): whether the plan fitted its cap
     (``capped`` false: the planner's promise, issue 45, is that at least 80% of those meet the target),
     whether it met it, and what the plan was made on (the pilot's between-process variance, the bound
     planned on, the run's floor and the cells it was taken from) beside the between variance of all its
-    processes, as stored with the cell."""
-    from dlbench.storage.store import Store
-
-    store = Store(db, create=False, read_only=True)
-    try:
-        cells = [(rec.key, rec.metrics) for rec in store.cells(run_id) if rec.status == "ok"]
-    finally:
-        store.close()
+    processes, as stored with the cell. ``cells``: the run's finished cells (:func:`_finished_cells`)."""
     out = []
-    for key, metrics in cells:
-        a = metrics.get("adaptive") or {}
+    for rec in cells:
+        a = rec.metrics.get("adaptive") or {}
         if isinstance(a.get("plan"), dict):
-            out.append({"key": key, "capped": bool(a["plan"].get("capped")), "met": bool(a.get("met")),
+            out.append({"key": rec.key, "capped": bool(a["plan"].get("capped")), "met": bool(a.get("met")),
                         "processes": a["plan"].get("processes"), "calls": a["plan"].get("calls"),
                         "pilot": a.get("between"), "planned": a.get("between_planned"),
                         "floor": a.get("between_floor"), "scope": a.get("floor_scope"),
-                        "all": (metrics.get("variance") or {}).get("between"),
+                        "all": (rec.metrics.get("variance") or {}).get("between"),
                         "half_width": a.get("half_width")})
     return out
 
 
-def _between_by_threads(db: str, run_id: str) -> dict[int, list[float]]:
+def _between_by_threads(cells: list) -> dict[int, list[float]]:
     """The between-process variance of each finished cell (its stored ``variance``, from all its processes),
     by the cell's thread count: how much the machine spread a process for each kind of cell."""
+    out: dict[int, list[float]] = {}
+    for rec in cells:
+        between = (rec.metrics.get("variance") or {}).get("between")
+        if between is not None:
+            out.setdefault(rec.threads, []).append(float(between))
+    return out
+
+
+def _finished_cells(db: str, run_id: str) -> list:
+    """The run's cells that finished (``ok``), as stored, read once for :func:`_plans` and
+    :func:`_between_by_threads`."""
     from dlbench.storage.store import Store
 
     store = Store(db, create=False, read_only=True)
     try:
-        out: dict[int, list[float]] = {}
-        for rec in store.cells(run_id):
-            between = (rec.metrics.get("variance") or {}).get("between")
-            if rec.status == "ok" and between is not None:
-                out.setdefault(rec.threads, []).append(float(between))
-        return out
+        return [rec for rec in store.cells(run_id) if rec.status == "ok"]
     finally:
         store.close()
 

@@ -142,11 +142,11 @@ def _print_processes(processes: list[dict], wall: float) -> None:
     """The logged processes' seconds by what they were (the entry point and the framework they are named by:
     :data:`FRAMEWORKS`), the largest first, and each framework's import time in a new process beside the
     count of the processes that imported it."""
+    # pytest itself and its test processes are the whole run, not processes a test started
+    started = [p for p in processes if not p["pytest"]]
     kinds: Counter = Counter()
     seconds: Counter = Counter()
-    for p in processes:
-        if p["pytest"]:
-            continue  # pytest itself and its test processes: the whole run, not a process a test started
+    for p in started:
         key = (p["entry"], p["mods"][0] if p["mods"] else "-")
         kinds[key] += 1
         seconds[key] += p["s"]
@@ -159,7 +159,7 @@ def _print_processes(processes: list[dict], wall: float) -> None:
     print("|---|---|---:|---:|---:|")
     for key, s in seconds.most_common(15):
         print(f"| {key[0]} | {key[1]} | {kinds[key]} | {s:.0f} | {s / kinds[key]:.1f} |")
-    by_framework = Counter(fw for p in processes if not p["pytest"] for fw in p["mods"])
+    by_framework = Counter(fw for p in started for fw in p["mods"])
     timed = {fw: _import_seconds(fw) for fw in by_framework}
     print("\nEach framework's import in a new Python on this machine (one `python -c 'import X'`, wall time), "
           "beside the logged processes that imported it (an estimate of the seconds they spent importing it):\n")

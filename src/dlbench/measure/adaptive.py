@@ -167,12 +167,13 @@ def run_floor(stored: dict[str, dict], key: str | None = None) -> Floor | None:
     plans over the cap."""
     betweens = {k: float(m["variance"]["between"]) for k, m in stored.items()
                 if isinstance(m, dict) and isinstance(m.get("variance"), dict) and "between" in m["variance"]}
-    kind = key_kind(key) if key is not None else None
-    groups = ([k for k in betweens if key_kind(k) == kind], [k for k in betweens if key_kind(k)[1] == kind[1]]) \
-        if kind is not None else ([], [])
-    for scope, keys in zip(FLOOR_SCOPES, (*groups, list(betweens)), strict=True):
-        if len(keys) >= FLOOR_CELLS:
-            return Floor(float(np.median([betweens[k] for k in keys])), len(keys), scope)
+    kinds = {k: key_kind(k) for k in betweens}
+    mine = key_kind(key) if key is not None else None
+    alike = (lambda k: kinds[k] == mine, lambda k: mine is not None and kinds[k][1] == mine[1], lambda k: True)
+    for scope, keep in zip(FLOOR_SCOPES, alike, strict=True):
+        group = [b for k, b in betweens.items() if keep(k)]
+        if len(group) >= FLOOR_CELLS:
+            return Floor(float(np.median(group)), len(group), scope)
     return None
 
 
