@@ -247,3 +247,35 @@ def test_the_fingerprint_is_computed_once_per_framework_and_variant_in_a_run(gat
                           lambda job, *a, **k: JobOutcome("ok", {"results": [
                               {"model": m, "verdict": "pass", "reason": "ok"} for m in job.models]}, "", 0.1, 0))
     assert calls == [("torch", "eager")]
+
+
+def test_dlbench_verify_keeps_its_passes_for_the_runs_after_it_for_each_optimiser_it_checked(gate_file, tmp_path,
+                                                                                          monkeypatch):
+    """``dlbench verify`` then ``dlbench run`` on one host: the run verified every model again (verify kept
+    nothing). Now verify's passes are kept as a run's are, one per optimiser whose update it checked, a
+    failure never; the run after it reuses them and its cells say they came from verify."""
+    from dlbench import api
+
+    def verifying(job, timeout_s, threads, python=None, extra_env=None):
+        return JobOutcome("ok", {"info": {}, "results": [
+            {"model": m, "framework": "torch", "variant": job.variants[0], "verdict": "pass" if m == "lenet" else "fail",
+             "reason": "equivalent" if m == "lenet" else "forward error 1e-1 > 1e-4", "precision": job.precision}
+            for m in job.models]}, "", 0.2, 0)
+
+    monkeypatch.setattr(api, "run_job", verifying)
+    results = api.verify(models=["lenet", "alexnet"], frameworks=["torch"])
+    assert [r.verdict for r in results] == ["pass", "fail"]
+    kept = json.loads(gate_file.read_text())
+    assert sorted(k.split("/")[2] + "/" + k.split("/")[5] for k in kept) == ["lenet/adamw", "lenet/sgd"]
+    assert all(e["run_id"].startswith("verify@") for e in kept.values())
+    assert runner.kept_gates([CELL], "sgd") == {CELL.group} and runner.kept_gates([CELL], "adamw") == {CELL.group}
+    assert runner.kept_gates([Cell("torch", "eager", "alexnet", "forward", 4, 1)], "sgd") == frozenset()
+    jobs, done = verify(tmp_path)
+    assert jobs == [] and done[CELL.group]["cached_from"].startswith("verify@")
+    assert runner.kept_from(done[CELL.group]["cached_from"]).startswith("dlbench verify at 20")
+    assert runner.kept_from("r-old") == "run r-old"
+    monkeypatch.setattr(api, "run_job", lambda *a, **k: JobOutcome("ok", {"info": {}, "results": [
+        {"model": "lenet", "framework": "torch", "variant": "eager", "verdict": "pass", "reason": "ok"}]}, "", 0.1, 0))
+    gate_file.unlink()
+    api.verify(models=["lenet"], frameworks=["torch"], optimizers=["sgd"])  # SGD's update checked, not AdamW's
+    assert [k.split("/")[5] for k in json.loads(gate_file.read_text())] == ["sgd"]

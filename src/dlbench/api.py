@@ -30,7 +30,9 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
     :func:`run` resolves it (:mod:`dlbench.planning.resolve`); ``threads`` is one count, ``all`` or ``half``;
     ``precisions`` default to float32 (dlbench.core.precision). A pinned version (``jax==0.4.38``) without
     an environment gets one built first; one that cannot be built is ``unsupported`` with pip's reason.
-    ``optimizers``: those whose update check (f) runs (default both, sgd and adamw)."""
+    ``optimizers``: those whose update check (f) runs (default both, sgd and adamw). Passes are kept on this
+    host as a run's gate keeps them (:mod:`dlbench.measure.reuse`): a run after it on the same fingerprint
+    verifies none of them again."""
     models = resolve.models(models)
     frameworks = resolve.frameworks(frameworks)
     chosen = resolve.variant_map(frameworks, variants) if variants is not None else {}
@@ -52,6 +54,7 @@ def verify(models: list[str] | None = None, frameworks: list[str] | None = None,
             outcome = run_job(job, timeout_s=timeout_s, threads=threads, python=envs.python_for(fw),
                               extra_env=framework_info(fw).variant_env.get(variant))
             if outcome.status == "ok":
+                runner.keep_verified(job, outcome.result, outcome.seconds)  # a run after it reuses its passes
                 # the full name: the backend reports its base name, the gate's records are per version
                 results += [VerifyResult(**{**r, "framework": fw}) for r in outcome.result["results"]]
             else:

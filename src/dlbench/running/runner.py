@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -268,19 +269,51 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
         timeout = max(suite.protocol.timeout_s, 60.0) * len(models)
         o = run_job(job, timeout, None, python=envs.python_for(fw), extra_env=framework_info(fw).variant_env.get(variant))
         if o.status == "ok":
-            info = o.result.get("info", {})
-            for r in o.result["results"]:
-                # the process's wall time, shared by its models (dlbench show --cost)
-                data = {**r, "framework_info": info, "seconds": o.seconds / len(models)}
+            for r, data in verdict_records(o.result, o.seconds):
                 store.save_verification(run_id, fw, variant, r["model"], device, r["verdict"], r["reason"], data,
                                         precision)
-                if fp is not None:
-                    cache.put(reuse.gate_key(fw, variant, r["model"], device, precision, suite.optimizer.name, fp),
-                              {"verdict": r["verdict"], "reason": r["reason"], "data": data, "run_id": run_id})
+            if fp is not None:
+                keep_passes(cache, fp, job, o.result, o.seconds, run_id)
         else:
             for m in models:
                 store.save_verification(run_id, fw, variant, m, device, "fail", f"verification process: {o.reason}", {},
                                         precision)
+
+
+def verdict_records(result: dict[str, Any], seconds: float) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each model's result of a verification process, with the record kept of it: the result, the
+    framework's build facts, and the process's wall time shared by its models (dlbench show --cost)."""
+    info = result.get("info", {})
+    return [(r, {**r, "framework_info": info, "seconds": seconds / len(result["results"])})
+            for r in result["results"]]
+
+
+def keep_passes(cache: reuse.GateCache, fp: str, job: VerifyJob, result: dict[str, Any], seconds: float,
+                origin: str) -> None:
+    """Keep on this host the passes of a verification process ``job`` for fingerprint ``fp``, one per
+    optimiser whose update it checked (a pass that checked SGD and AdamW stands for a run of either);
+    ``origin`` is the run that verified, or ``verify@TIME`` for ``dlbench verify`` (:func:`kept_from`)."""
+    for r, data in verdict_records(result, seconds):
+        for optimizer in job.optimizers:
+            cache.put(reuse.gate_key(job.framework, job.variants[0], r["model"], job.device, job.precision, optimizer,
+                                     fp), {"verdict": r["verdict"], "reason": r["reason"], "data": data, "run_id": origin})
+
+
+def keep_verified(job: VerifyJob, result: dict[str, Any], seconds: float) -> None:
+    """``dlbench verify``'s passes kept on this host as a run keeps its gate's (:mod:`dlbench.measure.reuse`):
+    a run after it on the same fingerprint verifies none of them again."""
+    cache = reuse.GateCache()
+    if not cache.enabled:
+        return
+    fp = _gate_fingerprint(job.framework, job.variants[0], environment.this_machine())
+    if fp is not None:
+        keep_passes(cache, fp, job, result, seconds, f"verify@{datetime.now(UTC).isoformat(timespec='seconds')}")
+
+
+def kept_from(origin: str) -> str:
+    """Where a kept pass came from, in words: ``run ID`` or ``dlbench verify at TIME``."""
+    kind, _, when = origin.partition("@")
+    return f"dlbench verify at {when}" if kind == "verify" and when else f"run {origin}"
 
 
 def kept_gates(cells: list[Cell], optimizer: str) -> frozenset[tuple[str, ...]]:
@@ -474,7 +507,7 @@ def stored_metrics(outcome: CellOutcome, verdict: dict[str, Any]) -> dict[str, A
                else {**dict.fromkeys(PARTS, 0.0), "rest_s": outcome.seconds, "processes": 0}}
     reused = dict(outcome.reused)
     if verdict.get("cached_from"):
-        reused["gate"] = f"the gate's pass of run {verdict['cached_from']} (same environment fingerprint)"
+        reused["gate"] = f"the gate's pass of {kept_from(verdict['cached_from'])} (same environment fingerprint)"
     if reused:
         metrics["reused"] = reused
     if verdict.get("quality"):  # the gate's quality figures (dlbench.gate.quality), beside the cell's time
