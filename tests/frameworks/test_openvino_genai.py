@@ -14,7 +14,7 @@ from dlbench.generation.decoder import make_decoder
 from dlbench.generation.gate import verify_generation
 from dlbench.models import get_model
 from dlbench.models.weights import init_weights
-from tests.conftest import requires
+from tests.conftest import over_budget, requires
 from tests.frameworks.test_onnxruntime_genai import GENESIS, swap_q_k
 
 pytestmark = [requires("openvino_genai"), requires("openvino_tokenizers"), requires("nncf"), requires("transformers"),
@@ -28,7 +28,10 @@ def converted_cache(tmp_path_factory):
         yield
 
 
-@pytest.mark.parametrize("model", ["smollm2-135m", "gpt2"])
+#: GPT-2's generation gate is the nightly set's (DLBENCH_SLOW_TESTS=1): in CI its folder passes the forward
+#: gate through the same conversion (tests/frameworks/test_equivalence.py), and SmolLM2's generation here takes the
+#: pipeline's decoding
+@pytest.mark.parametrize("model", ["smollm2-135m", pytest.param("gpt2", marks=over_budget)])
 def test_fp32_passes_the_generation_gate_with_the_pipelines_own_tokens_checked(model):
     res = verify_generation("openvino-genai", model)
     assert res.passed, res.reason
