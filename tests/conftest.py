@@ -141,9 +141,11 @@ def no_reuse_across_runs(shared_dir):
     test about the gate running (its progress lines, its process) takes :func:`fresh_gates`.
 
     Nor does a dry run ask an index the sizes of the packages of an environment it would build
-    (``DLBENCH_PACKAGE_SIZES=off``): a test of that plants its index (tests/test_bisect.py)."""
+    (``DLBENCH_PACKAGE_SIZES=off``): a test of that plants its index (tests/test_bisect.py). The CPU's
+    description (py-cpuinfo, read once per boot) is kept in the session's folder too."""
     old = {k: os.environ.get(k) for k in ("DLBENCH_GATE_CACHE", "DLBENCH_COMPILATION_CACHE", "DLBENCH_CALIBRATION",
-                                          "DLBENCH_PACKAGE_SIZES")}
+                                          "DLBENCH_PACKAGE_SIZES", "DLBENCH_CPU_INFO")}
+    os.environ["DLBENCH_CPU_INFO"] = str(shared_dir / "cpu-info.json")  # py-cpuinfo once per session, kept there
     os.environ["DLBENCH_PACKAGE_SIZES"] = "off"
     os.environ["DLBENCH_COMPILATION_CACHE"] = "off"
     os.environ["DLBENCH_CALIBRATION"] = "off"  # a dry run's estimate from the fixed guesses: no process started

@@ -16,6 +16,7 @@ import psutil
 
 from dlbench import __version__
 from dlbench.core.precision import cpu_support
+from dlbench.measure import reuse
 
 
 def git_commit() -> str | None:
@@ -36,16 +37,23 @@ def git_commit() -> str | None:
 
 def cpu_info() -> dict[str, Any]:
     """The CPU's model, architecture and SIMD flags: read once per process (py-cpuinfo takes about a second,
-    and a run asked for it twice: the estimate's history and the run's own record); a copy each call."""
+    and a run asked for it twice: the estimate's history and the run's own record), and once per boot of
+    the machine (:func:`_py_cpuinfo`); a copy each call."""
     return copy.deepcopy(_cpu_info())
+
+
+def _boot_id() -> str | None:
+    """This boot of the machine (Linux's random boot id; None elsewhere): the CPU cannot change within it."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
 
 
 @functools.cache
 def _cpu_info() -> dict[str, Any]:
     try:
-        import cpuinfo
-
-        info = cpuinfo.get_cpu_info()
+        info = _py_cpuinfo()
         simd = ("avx", "fma", "amx", "sse4", "neon", "sve")
         return {"model": info.get("brand_raw"), "arch": info.get("arch_string_raw"),
                 "hz": info.get("hz_advertised_friendly"),
@@ -53,6 +61,31 @@ def _cpu_info() -> dict[str, Any]:
                 "precision": cpu_support(set(info.get("flags", [])))}
     except Exception as exc:  # py-cpuinfo can fail on exotic machines; record why
         return {"model": platform.processor(), "error": str(exc)}
+
+
+#: the fields of py-cpuinfo's answer that dlbench reads
+CPUINFO_FIELDS = ("brand_raw", "arch_string_raw", "hz_advertised_friendly", "flags")
+
+
+def _py_cpuinfo() -> dict[str, Any]:
+    """py-cpuinfo's answer (:data:`CPUINFO_FIELDS`), kept for this boot of the machine in ``cpu-info.json``
+    beside the gate's verdicts (``DLBENCH_CPU_INFO`` names another file, or ``off``): py-cpuinfo starts a
+    Python of its own to read CPUID, about a second of every ``dlbench run`` and ``--dry-run``. Kept under
+    the boot id and py-cpuinfo's version, what dlbench makes of it worked out afresh each time; a failure
+    raises, and nothing is kept."""
+    import cpuinfo
+
+    boot, path = _boot_id(), reuse.setting("DLBENCH_CPU_INFO", reuse.CACHE_ROOT / "cpu-info.json")
+    key = f"{boot}/py-cpuinfo {cpuinfo.CPUINFO_VERSION_STRING}"
+    if boot and path is not None:
+        kept = reuse.read_kept(path, lambda v: isinstance(v, dict) and isinstance(v.get("flags"), list)).get(key)
+        if kept is not None:
+            return kept
+    info = cpuinfo.get_cpu_info()
+    info = {k: info[k] for k in CPUINFO_FIELDS if k in info}
+    if boot and path is not None:
+        reuse.write_kept(path, {key: info})
+    return info
 
 
 def blas_info() -> list[dict[str, Any]]:
