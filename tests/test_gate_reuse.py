@@ -259,7 +259,9 @@ def test_dlbench_verify_keeps_its_passes_for_the_runs_after_it_for_each_optimise
     def verifying(job, timeout_s, threads, python=None, extra_env=None):
         return JobOutcome("ok", {"info": {}, "results": [
             {"model": m, "framework": "torch", "variant": job.variants[0], "verdict": "pass" if m == "lenet" else "fail",
-             "reason": "equivalent" if m == "lenet" else "forward error 1e-1 > 1e-4", "precision": job.precision}
+             "reason": "equivalent" if m == "lenet" else "forward error 1e-1 > 1e-4", "precision": job.precision,
+             "update_error": 3e-5, "update": {"sgd": {"errors": [1e-5, 2e-5], "lr": 0.1},
+                                              "adamw": {"errors": [3e-5, 1e-5], "lr": 0.01}}}
             for m in job.models]}, "", 0.2, 0)
 
     monkeypatch.setattr(api, "run_job", verifying)
@@ -268,6 +270,9 @@ def test_dlbench_verify_keeps_its_passes_for_the_runs_after_it_for_each_optimise
     kept = json.loads(gate_file.read_text())
     assert sorted(k.split("/")[2] + "/" + k.split("/")[5] for k in kept) == ["lenet/adamw", "lenet/sgd"]
     assert all(e["run_id"].startswith("verify@") for e in kept.values())
+    # each kept as a run's gate of that optimiser records it: its own update check and worst error
+    assert {k.split("/")[5]: (list(e["data"]["update"]), e["data"]["update_error"]) for k, e in kept.items()} == {
+        "sgd": (["sgd"], 2e-5), "adamw": (["adamw"], 3e-5)}
     assert runner.kept_gates([CELL], "sgd") == {CELL.group} and runner.kept_gates([CELL], "adamw") == {CELL.group}
     assert runner.kept_gates([Cell("torch", "eager", "alexnet", "forward", 4, 1)], "sgd") == frozenset()
     jobs, done = verify(tmp_path)

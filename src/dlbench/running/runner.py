@@ -296,7 +296,18 @@ def keep_passes(cache: reuse.GateCache, fp: str, job: VerifyJob, result: dict[st
     for r, data in verdict_records(result, seconds):
         for optimizer in job.optimizers:
             cache.put(reuse.gate_key(job.framework, job.variants[0], r["model"], job.device, job.precision, optimizer,
-                                     fp), {"verdict": r["verdict"], "reason": r["reason"], "data": data, "run_id": origin})
+                                     fp), {"verdict": r["verdict"], "reason": r["reason"],
+                                           "data": _for_optimizer(data, optimizer), "run_id": origin})
+
+
+def _for_optimizer(data: dict[str, Any], optimizer: str) -> dict[str, Any]:
+    """A verdict's record as a gate checking only ``optimizer``'s update would have made it: that update
+    check and its worst error (a record without one, forward only or at an inference precision, as it is)."""
+    update = data.get("update") or {}
+    if optimizer not in update:
+        return data
+    errors = update[optimizer].get("errors") or []
+    return {**data, "update": {optimizer: update[optimizer]}, "update_error": max(errors) if errors else None}
 
 
 def keep_verified(job: VerifyJob, result: dict[str, Any], seconds: float) -> None:
