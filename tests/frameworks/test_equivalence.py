@@ -43,6 +43,11 @@ ENV_MODELS = ["lenet", "fcn-r", "sae:phase=pretrain3"]
 #: checked on every kind of layer of the zoo here (:data:`TORCH_NIGHTLY`): ONNX Runtime's models are exported from it.
 SMALL = {"tensorflow", "keras", "jax", "onnxruntime", "openvino"}
 SMALL_MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain1", "sae:phase=pretrain3", "bert-base", "smollm2-135m"]
+#: Keras's transformers are the nightly set's (a quarter of CI's longest gate, Keras on JAX compiling each
+#: transformer's four programs): its layers are one Keras model with the TensorFlow backend's
+#: (frameworks/keras/keras_model.py), whose CI gate passes bert-base and smollm2-135m, and Keras on JAX
+#: differentiates and steps the CNN, the LSTM and the MLPs here
+KERAS_NIGHTLY = ("bert-base", "smollm2-135m")
 #: torch's models left to the nightly set: each brings no kind of layer (nor loss, input or residual shortcut)
 #: that a cheaper model of torch's CI gate does not (test_torchs_ci_models_hold_every_kind_of_layer_of_the_zoo),
 #: and their float64 reference updates (tens of millions of parameters) were two thirds of torch's gate, the
@@ -95,6 +100,8 @@ def models_for(framework: str) -> list[str]:
         return MODELS
     if framework in OWN_MODELS:
         return OWN_MODELS[framework]
+    if framework == "keras":
+        return [m for m in SMALL_MODELS if m not in KERAS_NIGHTLY]
     if framework in SMALL:
         return SMALL_MODELS
     if envs.python_for(framework):
