@@ -18,7 +18,9 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -84,14 +86,21 @@ def main() -> None:
     parser.add_argument("--durations", type=int, default=0, help="have pytest list the N slowest tests (in the log)")
     parser.add_argument("--processes", action="store_true",
                         help="log every Python process the tests start; print their seconds by kind")
+    parser.add_argument("--commit", default="HEAD",
+                        help="the commit to clone and run (default HEAD): two commits measured back to back")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=True).stdout.strip()
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "--verify", f"{args.commit}^{{commit}}"],
+                          capture_output=True, text=True)
+    if done.returncode:
+        print(f"ci_time: no commit {args.commit!r} in {ROOT}", file=sys.stderr)
+        sys.exit(2)
+    commit = done.stdout.strip()
     title = header(f"CI: `.ci/run` on a clean clone (commit {commit})")
     caches = _cache_state()
     with tempfile.TemporaryDirectory(prefix="dlbench-ci-") as tmp:
         clone = Path(tmp) / "dlbench"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        subprocess.run(["git", "-C", str(clone), "checkout", "-q", commit], check=True)
         env = {**os.environ, "CI": "true"}
         if args.fresh_envs:
             env["DLBENCH_ENVS_DIR"] = str(Path(tmp) / "envs")
@@ -102,6 +111,7 @@ def main() -> None:
             (Path(tmp) / "logger").mkdir()
             (Path(tmp) / "logger" / "sitecustomize.py").write_text(LOGGER % {"frameworks": FRAMEWORKS, "log": str(log)})
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(tmp) / "logger"), env.get("PYTHONPATH")]))
+        cpu0, machine0 = resource.getrusage(resource.RUSAGE_CHILDREN), machine_cpu()
         t0 = time.perf_counter()
         tests_from = None  # when lint-imports, the last step before pytest, ended: the set-up is what came before
         lines = []
@@ -112,6 +122,7 @@ def main() -> None:
                 if tests_from is None and line.startswith("Contracts:"):  # lint-imports' summary, at its exit
                     tests_from = time.perf_counter() - t0
         wall = time.perf_counter() - t0
+        cpu1, machine1 = resource.getrusage(resource.RUSAGE_CHILDREN), machine_cpu()
         processes = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     text = "".join(lines)
     if args.log:
@@ -124,11 +135,35 @@ def main() -> None:
     if closing:
         print(f"- pytest: `{closing[-1].strip('= ')}`")
     print(f"- {caches}")
+    print(f"- {cpu_line(cpu1.ru_utime - cpu0.ru_utime, cpu1.ru_stime - cpu0.ru_stime, machine0, machine1)}")
     envs = [line for line in text.splitlines() if line.startswith("CI: environments")]
     if envs:
         print(f"- {envs[-1][4:]}")
     if args.processes:
         _print_processes(processes, wall)
+
+
+def machine_cpu() -> dict[str, int]:
+    """The machine's CPU time so far, in clock ticks, from /proc/stat's first line (empty elsewhere)."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return {}
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    return {name: int(value) for name, value in zip(names, fields, strict=False)}
+
+
+def cpu_line(user_s: float, system_s: float, before: dict[str, int], after: dict[str, int]) -> str:
+    """The CPU time the run's processes used (those that ended and were waited for, as the kernel counts a
+    process's children), and the share of the machine's time a hypervisor gave to other guests (steal): on a
+    shared machine the wall time moves with it, the CPU seconds much less, so two commits are compared on both."""
+    line = (f"CPU time of the run's processes: {(user_s + system_s) / 60:.1f} min "
+            f"(user {user_s / 60:.1f}, system {system_s / 60:.1f})")
+    total = sum(after.values()) - sum(before.values())
+    if total > 0 and "steal" in after:
+        stolen = 100 * (after["steal"] - before["steal"]) / total
+        line += f"; the machine's time stolen by other guests meanwhile: {stolen:.1f}%"
+    return line
 
 
 def _import_seconds(name: str) -> float | None:

@@ -53,3 +53,19 @@ def test_the_table_leaves_out_pytests_own_processes_and_sums_by_kind(capsys, mon
     assert "3, 0.2 min of wall time together" in out
     assert "| worker.py | torch | 1 | 5 | 5.0 |" in out and "| worker.py | onnxruntime | 1 | 3 | 3.0 |" in out
     assert "| torch | 2 | 2.0 s | 4 s |" in out and "| onnxruntime | 1 | 2.0 s | 2 s |" in out  # all that imported it
+
+
+def test_the_cpu_line_says_the_run_s_cpu_time_and_the_steal_share():
+    ci_time = load_ci_time()
+    before = {"user": 100, "nice": 0, "system": 50, "idle": 800, "iowait": 0, "irq": 0, "softirq": 0, "steal": 50}
+    after = {**before, "user": 400, "system": 110, "idle": 1000, "steal": 90}  # 600 ticks, 40 of them stolen
+    line = ci_time.cpu_line(600.0, 60.0, before, after)
+    assert line == ("CPU time of the run's processes: 11.0 min (user 10.0, system 1.0); "
+                    "the machine's time stolen by other guests meanwhile: 6.7%")
+    assert ci_time.cpu_line(60.0, 0.0, {}, {}) == "CPU time of the run's processes: 1.0 min (user 1.0, system 0.0)"
+
+
+def test_an_unknown_commit_is_one_line_and_exit_2():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ci_time.py"), "--commit", "no-such-commit"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.strip() == f"ci_time: no commit 'no-such-commit' in {ROOT}"
