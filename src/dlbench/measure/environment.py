@@ -43,7 +43,8 @@ def cpu_info() -> dict[str, Any]:
 
 
 def _boot_id() -> str | None:
-    """This boot of the machine (Linux's random boot id; None elsewhere): the CPU cannot change within it."""
+    """This boot of the machine (Linux's random boot id; None elsewhere): its CPU stays the same within it
+    (a virtual machine moved live to another host aside)."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
     except OSError:
