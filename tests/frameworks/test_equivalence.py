@@ -43,7 +43,7 @@ ENV_MODELS = ["lenet", "fcn-r", "sae:phase=pretrain3"]
 #: checked on every kind of layer of the zoo here (:data:`TORCH_NIGHTLY`): ONNX Runtime's models are exported from it.
 SMALL = {"tensorflow", "keras", "jax", "onnxruntime", "openvino"}
 SMALL_MODELS = ["lenet", "lstm-imdb", "sae:phase=pretrain1", "sae:phase=pretrain3", "bert-base", "smollm2-135m"]
-#: Keras's transformers are the nightly set's (a quarter of CI's longest gate, Keras on JAX compiling each
+#: Keras's transformers are the nightly set's (over half of CI's longest gate, Keras on JAX compiling each
 #: transformer's four programs): its layers are one Keras model with the TensorFlow backend's
 #: (frameworks/keras/keras_model.py), whose CI gate passes bert-base and smollm2-135m, and Keras on JAX
 #: differentiates and steps the CNN, the LSTM and the MLPs here
