@@ -250,7 +250,12 @@ class GateCache:
         return self.data.get(key) if self.enabled else None
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
-        if self.path is None or not reusable(entry):
+        self.put_all({key: entry})
+
+    def put_all(self, entries: dict[str, dict[str, Any]]) -> None:
+        """Keep the reusable ``entries`` (a gate process's models, per optimiser), the file written once."""
+        kept = {k: e for k, e in entries.items() if reusable(e)}
+        if self.path is None or not kept:
             return
-        self.data[key] = entry
+        self.data.update(kept)
         write_kept(self.path, self.data)  # one that cannot be written costs a re-verification next run

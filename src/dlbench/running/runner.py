@@ -269,11 +269,12 @@ def _verify_groups(store: Store, run_id: str, cells: list[Cell], suite: Suite, p
         timeout = max(suite.protocol.timeout_s, 60.0) * len(models)
         o = run_job(job, timeout, None, python=envs.python_for(fw), extra_env=framework_info(fw).variant_env.get(variant))
         if o.status == "ok":
-            for r, data in verdict_records(o.result, o.seconds):
+            records = verdict_records(o.result, o.seconds)
+            for r, data in records:
                 store.save_verification(run_id, fw, variant, r["model"], device, r["verdict"], r["reason"], data,
                                         precision)
             if fp is not None:
-                keep_passes(cache, fp, job, o.result, o.seconds, run_id)
+                keep_passes(cache, fp, job, records, run_id)
         else:
             for m in models:
                 store.save_verification(run_id, fw, variant, m, device, "fail", f"verification process: {o.reason}", {},
@@ -288,16 +289,16 @@ def verdict_records(result: dict[str, Any], seconds: float) -> list[tuple[dict[s
             for r in result["results"]]
 
 
-def keep_passes(cache: reuse.GateCache, fp: str, job: VerifyJob, result: dict[str, Any], seconds: float,
+def keep_passes(cache: reuse.GateCache, fp: str, job: VerifyJob, records: list[tuple[dict[str, Any], dict[str, Any]]],
                 origin: str) -> None:
-    """Keep on this host the passes of a verification process ``job`` for fingerprint ``fp``, one per
-    optimiser whose update it checked (a pass that checked SGD and AdamW stands for a run of either);
-    ``origin`` is the run that verified, or ``verify@TIME`` for ``dlbench verify`` (:func:`kept_from`)."""
-    for r, data in verdict_records(result, seconds):
-        for optimizer in job.optimizers:
-            cache.put(reuse.gate_key(job.framework, job.variants[0], r["model"], job.device, job.precision, optimizer,
-                                     fp), {"verdict": r["verdict"], "reason": r["reason"],
-                                           "data": _for_optimizer(data, optimizer), "run_id": origin})
+    """Keep on this host the passes among a verification process's ``records`` (:func:`verdict_records`) of
+    ``job`` for fingerprint ``fp``, one per optimiser whose update it checked (a pass that checked SGD and
+    AdamW stands for a run of either), in one write; ``origin`` is the run that verified, or ``verify@TIME``
+    for ``dlbench verify`` (:func:`kept_from`)."""
+    cache.put_all({reuse.gate_key(job.framework, job.variants[0], r["model"], job.device, job.precision, optimizer, fp):
+                   {"verdict": r["verdict"], "reason": r["reason"], "data": _for_optimizer(data, optimizer),
+                    "run_id": origin}
+                   for r, data in records for optimizer in job.optimizers})
 
 
 def _for_optimizer(data: dict[str, Any], optimizer: str) -> dict[str, Any]:
@@ -318,7 +319,8 @@ def keep_verified(job: VerifyJob, result: dict[str, Any], seconds: float) -> Non
         return
     fp = _gate_fingerprint(job.framework, job.variants[0], environment.this_machine())
     if fp is not None:
-        keep_passes(cache, fp, job, result, seconds, f"verify@{datetime.now(UTC).isoformat(timespec='seconds')}")
+        keep_passes(cache, fp, job, verdict_records(result, seconds),
+                    f"verify@{datetime.now(UTC).isoformat(timespec='seconds')}")
 
 
 def kept_from(origin: str) -> str:
